@@ -1,0 +1,49 @@
+# The README's commands. The environment (.venv) is created on first use and reused after;
+# it is rebuilt only when constraints.txt or pyproject.toml change.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROFILE ?= auto
+# Extra JupyterLab flags, e.g. on a GPU VM: make lab LAB_ARGS="--no-browser --port 8888"
+LAB_ARGS ?=
+# JupyterLab refuses to run as root (common in containers and cloud images) without this flag.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# Two pytest workers: the CI machine has 2 cores and the notebook tests dominate.
+PYTEST_WORKERS ?= 2
+
+.PHONY: lab course test labs solutions doctor bench lint clean
+
+$(STAMP): constraints.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is needed (the pins are for 3.11)")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[course,extras,dev]"
+	touch $(STAMP)
+
+lab: $(STAMP)  ## open JupyterLab on the learner's notebooks
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) $(LAB_ARGS) labs/
+
+course: $(STAMP)  ## run every solution notebook headless and print a table (PROFILE=smoke|full|auto)
+	$(PY) -m llmlab course --profile $(PROFILE)
+
+test: $(STAMP)  ## every test: unit, notebooks (nbval), labs/solutions sync
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope tests solutions --nbval-lax --nbval-current-env -p no:cacheprovider
+
+labs: $(STAMP)  ## regenerate labs/ from solutions/
+	$(PY) -m llmlab make-labs
+
+doctor: $(STAMP)
+	$(PY) -m llmlab doctor
+
+bench: $(STAMP)  ## speed and memory benchmarks (tables, not tests)
+	$(PY) benchmarks/matmul.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check llmlab tests benchmarks
+
+clean:
+	rm -rf $(VENV) build
+
+solutions: $(STAMP)  ## re-run solutions/ in place at the smoke scale to store their outputs, then labs
+	$(PY) -m llmlab course --profile smoke --out solutions
+	$(PY) -m llmlab make-labs

@@ -1,0 +1,3 @@
+from llmlab.cli import main
+
+raise SystemExit(main())

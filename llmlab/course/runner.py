@@ -1,0 +1,95 @@
+"""Run the course headless: execute every solution notebook and print a table of results."""
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from llmlab.course.headline import HEADLINE_VARIABLE
+from llmlab.course.profiles import ENV_VARIABLE, profile
+
+
+@dataclass(frozen=True)
+class LabRun:
+    notebook: str
+    ok: bool
+    seconds: float
+    headline: str  # the lab's headline figure, or the error when it failed
+
+
+@contextmanager
+def _environment(**values: str):
+    """Set environment variables for the kernel (it inherits them) and restore them after."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 1800) -> LabRun:
+    """Execute one notebook in its own folder; write the executed copy to out_dir.
+
+    With out_dir == the notebook's folder this stores fresh outputs in the notebook itself
+    (`make solutions` does that with the smoke profile, before a commit).
+    """
+    notebook = nbformat.read(path, as_version=4)
+    headline_file = Path(tempfile.mkdtemp(prefix="llmlab-")) / "headline.json"
+    client = NotebookClient(
+        notebook, timeout=timeout_s, kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )  # fmt: skip
+    start = time.perf_counter()
+    with _environment(**{ENV_VARIABLE: profile_name, HEADLINE_VARIABLE: str(headline_file)}):
+        try:
+            client.execute()
+            ok, summary = True, "(no headline)"
+        except CellExecutionError as error:
+            ok, summary = False, f"FAILED: {str(error).strip().splitlines()[-1][:120]}"
+    seconds = time.perf_counter() - start
+    nbformat.write(notebook, out_dir / path.name)
+    if ok and headline_file.exists():
+        summary = json.loads(headline_file.read_text(encoding="utf-8"))["headline"]
+    shutil.rmtree(headline_file.parent, ignore_errors=True)
+    return LabRun(path.name, ok, seconds, summary)
+
+
+def run_course(
+    solutions: Path, out_dir: Path, profile_name: str = "auto", only: list[str] | None = None
+) -> list[LabRun]:
+    """Run every solution notebook (or those whose name starts with one of `only`)."""
+    active = profile(profile_name)
+    notebooks = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        notebooks = [nb for nb in notebooks if nb.name.startswith(tuple(only))]
+    if not notebooks:
+        raise FileNotFoundError(f"no notebooks to run in {solutions} (filter: {only})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"Running {len(notebooks)} lab(s) with {active}; executed notebooks go to {out_dir}/")
+    runs = []
+    for number, path in enumerate(notebooks, start=1):
+        print(f"[{number}/{len(notebooks)}] {path.name} ...", flush=True)
+        runs.append(run_notebook(path, out_dir, active.name))
+    return runs
+
+
+def format_table(runs: list[LabRun]) -> str:
+    width = max(len(run.notebook) for run in runs)
+    lines = [f"{'lab':<{width}}  status  wall time  headline", "-" * (width + 40)]
+    for run in runs:
+        status = "ok" if run.ok else "FAILED"
+        lines.append(f"{run.notebook:<{width}}  {status:<6}  {run.seconds:7.1f} s  {run.headline}")
+    return "\n".join(lines)

@@ -1,0 +1,169 @@
+"""Choose the device and the training dtype, each with the reason; seed; mixed-precision autocast.
+
+The dtype rule is the one the course teaches, written as a pure function
+(`training_dtype_for`) so it can be read and tested without the hardware it describes.
+"""
+
+import contextlib
+import os
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from llmlab.env import cpu_info
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """The device to use and, in words, why it was chosen."""
+
+    device: torch.device
+    reason: str
+
+
+def choose_device(prefer: str | None = None) -> DeviceChoice:
+    """Pick `prefer` ("cpu", "cuda", "cuda:1", "mps"), or the best device present when None.
+
+    Raises ValueError when the preferred device is not on this machine.
+    """
+    if prefer is None:
+        return _best_available_device()
+    device = torch.device(prefer)
+    if device.type == "cuda":
+        return _cuda_choice(device.index or 0)
+    if device.type == "mps":
+        return _mps_choice()
+    if device.type == "cpu":
+        return DeviceChoice(device, "the CPU was asked for")
+    raise ValueError(f"unsupported device {prefer!r}: use 'cpu', 'cuda', 'cuda:N' or 'mps'")
+
+
+def _best_available_device() -> DeviceChoice:
+    if torch.cuda.is_available():
+        return _cuda_choice(0)
+    if torch.backends.mps.is_available():
+        return _mps_choice()
+    return DeviceChoice(torch.device("cpu"), "no CUDA GPU found: using the CPU")
+
+
+def _cuda_choice(index: int) -> DeviceChoice:
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"a CUDA GPU was asked for, but this PyTorch ({torch.__version__}, CUDA "
+            f"{torch.version.cuda or 'not compiled in'}) sees none: run on a machine with an "
+            "NVIDIA GPU and a CUDA build of PyTorch, or choose 'cpu'"
+        )
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ValueError(f"cuda:{index} was asked for, but only {count} GPU(s) found")
+    name = torch.cuda.get_device_name(index)
+    return DeviceChoice(torch.device("cuda", index), f"CUDA GPU {index}: {name}")
+
+
+def _mps_choice() -> DeviceChoice:
+    if not torch.backends.mps.is_available():
+        raise ValueError("the Apple MPS device was asked for but is not available: choose 'cpu'")
+    return DeviceChoice(torch.device("mps"), "Apple GPU (MPS) found, no CUDA GPU")
+
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+@dataclass(frozen=True)
+class DtypeChoice:
+    """The autocast (compute) dtype; float32 means no mixed precision."""
+
+    dtype: torch.dtype
+    use_grad_scaler: bool
+    reason: str
+
+    @property
+    def name(self) -> str:
+        """Short name: "bf16", "fp16" or "fp32"."""
+        return _DTYPE_NAMES[self.dtype]
+
+
+def training_dtype_for(
+    device_type: str,
+    capability: tuple[int, int] | None = None,
+    cpu_fast_bf16: bool = False,
+) -> DtypeChoice:
+    """The course's mixed-precision rule for a device type, its CUDA capability or CPU flags."""
+    if device_type == "cuda":
+        if capability is None:
+            raise ValueError("a CUDA device needs its compute capability, e.g. (8, 0)")
+        return _cuda_dtype(capability)
+    if device_type == "cpu":
+        return _cpu_dtype(cpu_fast_bf16)
+    if device_type == "mps":
+        reason = "mixed precision on MPS is not covered by the course"
+        return DtypeChoice(torch.float32, False, reason)
+    raise ValueError(f"no dtype rule for device type {device_type!r}: use 'cuda', 'cpu' or 'mps'")
+
+
+def _cuda_dtype(capability: tuple[int, int]) -> DtypeChoice:
+    cc = f"{capability[0]}.{capability[1]}"
+    if capability >= (8, 0):
+        return DtypeChoice(
+            torch.bfloat16,
+            False,
+            f"compute capability {cc} (Ampere or newer): tensor cores run bf16 at the fp16 rate "
+            "and bf16 has the range of fp32, so no loss scaling is needed",
+        )
+    if capability >= (7, 0):
+        return DtypeChoice(
+            torch.float16,
+            True,
+            f"compute capability {cc} (Volta/Turing): tensor cores have fp16 but not bf16; "
+            "a grad scaler keeps small fp16 gradients from flushing to zero",
+        )
+    return DtypeChoice(
+        torch.float32,
+        False,
+        f"compute capability {cc} (before Volta): no tensor cores, so fp16 would save memory "
+        "but not time",
+    )
+
+
+def _cpu_dtype(cpu_fast_bf16: bool) -> DtypeChoice:
+    if cpu_fast_bf16:
+        return DtypeChoice(
+            torch.bfloat16, False, "this CPU has bf16 instructions (AVX512-BF16/AMX or Arm BF16)"
+        )
+    return DtypeChoice(
+        torch.float32, False, "this CPU has no bf16 instructions: bf16 would be emulated and slower"
+    )
+
+
+def choose_dtype(device: torch.device | str) -> DtypeChoice:
+    """Apply `training_dtype_for` to the live machine's `device`."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return training_dtype_for("cuda", capability=torch.cuda.get_device_capability(device))
+    if device.type == "cpu":
+        return training_dtype_for("cpu", cpu_fast_bf16=cpu_info().fast_bf16)
+    return training_dtype_for(device.type)
+
+
+def seed_everything(seed: int, deterministic: bool = False) -> None:
+    """Seed Python, NumPy and PyTorch; `deterministic=True` also forbids nondeterministic ops."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # seeds the CPU and every CUDA device
+    if deterministic:
+        # cuBLAS reuses workspace buffers between streams unless given this fixed configuration.
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    # True: an op with no deterministic implementation raises instead of silently varying.
+    # False: turns that check off again (it is process-wide).
+    torch.use_deterministic_algorithms(deterministic)
+
+
+def autocast(
+    device: torch.device | str, dtype: torch.dtype
+) -> contextlib.AbstractContextManager[object]:
+    """Run the enclosed ops in `dtype` (bf16/fp16 mixed precision); float32 changes nothing."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)

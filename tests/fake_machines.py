@@ -1,0 +1,62 @@
+"""Fake machine reports for tests: a healthy CPU laptop, CUDA boxes, an 8 x H100 node."""
+
+import dataclasses
+
+from llmlab import env
+from llmlab.env import GIB, CpuInfo, EnvReport, FrameworkInfo, GpuInfo
+
+ALL_PACKAGES = {name: "1.0" for name in env.COURSE_PACKAGES}
+
+
+def make_report(**overrides) -> EnvReport:
+    """A healthy CPU laptop with the whole course stack; tests override what they break."""
+    report = EnvReport(
+        python="3.11.9",
+        platform="Linux-6.8-x86_64",
+        cpu=CpuInfo("Fake CPU", 8, 4, ("sse4_2", "avx", "avx2", "fma"), "AVX2"),
+        ram_total_bytes=16 * GIB,
+        ram_available_bytes=12 * GIB,
+        disk_free_bytes=100 * GIB,
+        torch_version="2.13.0+cpu",
+        torch_build="cpu",
+        cuda_runtime=None,
+        hip_runtime=None,
+        cudnn_version=None,
+        nccl_available=False,
+        nccl_version=None,
+        nvidia_device_present=False,
+        driver_version=None,
+        driver_cuda_version=None,
+        gpus=[],
+        interconnect=None,
+        packages=dict(ALL_PACKAGES),
+        frameworks=[FrameworkInfo("tensorflow", None, None, "not installed")],
+    )
+    return dataclasses.replace(report, **overrides)
+
+
+def fake_gpu(index: int = 0, name: str = "NVIDIA H100 80GB HBM3", capability=(9, 0)) -> GpuInfo:
+    return GpuInfo(index, name, capability, 80 * GIB, 132)
+
+
+def cuda_box(**overrides) -> EnvReport:
+    """A CUDA 12.8 build of torch on a machine with a driver; the GPUs are up to each test."""
+    defaults = dict(
+        torch_version="2.13.0+cu128",
+        torch_build="cuda",
+        cuda_runtime="12.8",
+        nccl_available=True,
+        nvidia_device_present=True,
+        driver_version="570.86.15",
+        driver_cuda_version="12.8",
+    )
+    return make_report(**{**defaults, **overrides})
+
+
+def h100_box() -> EnvReport:
+    return cuda_box(
+        gpus=[fake_gpu(index) for index in range(8)],
+        cudnn_version="9.10.2",
+        nccl_version="2.27.3",
+        interconnect="NVLink (NV18) between all pairs",
+    )

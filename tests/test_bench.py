@@ -1,0 +1,130 @@
+import pytest
+import torch
+
+from llmlab.bench import (
+    DTYPES,
+    GPU_SPECS,
+    find_gpu_spec,
+    matmul_flops,
+    matmul_sweep,
+    measure_matmul,
+    mfu,
+    peak_table,
+    peak_tflops,
+    time_fn,
+)
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def test_time_fn_counts_calls_and_orders_its_statistics():
+    calls = []
+    timing = time_fn(lambda: calls.append(1), warmup=3, repeats=4)
+    assert len(calls) == 3 + 4
+    assert len(timing.times_s) == 4
+    assert timing.warmup == 3
+    assert timing.min_s <= timing.median_s <= timing.max_s
+
+
+@pytest.mark.parametrize(("warmup", "repeats"), [(0, 0), (-1, 3)])
+def test_time_fn_rejects_bad_arguments(warmup, repeats):
+    with pytest.raises(ValueError):
+        time_fn(lambda: None, warmup=warmup, repeats=repeats)
+
+
+def test_matmul_flops():
+    assert matmul_flops(2, 3, 4) == 48
+
+
+def test_measure_matmul_on_cpu():
+    result = measure_matmul(128, "fp32", "cpu", warmup=1, repeats=2)
+    assert (result.size, result.dtype, result.device) == (128, "fp32", "cpu")
+    assert result.tflops > 0
+    assert result.tflops == pytest.approx(2 * 128**3 / result.seconds / 1e12)
+
+
+def test_tf32_on_cpu_raises():
+    with pytest.raises(ValueError, match="tf32"):
+        measure_matmul(16, "tf32", "cpu")
+
+
+def test_unknown_dtype_raises():
+    with pytest.raises(ValueError, match="fp32"):
+        measure_matmul(16, "int8", "cpu")
+
+
+def test_matmul_sweep_skips_tf32_on_cpu():
+    sizes = (16, 32)
+    results = matmul_sweep(sizes, DTYPES, "cpu", warmup=0, repeats=1, progress=False)
+    assert len(results) == len(sizes) * 3
+    assert [r.dtype for r in results[:3]] == ["fp32", "bf16", "fp16"]
+    assert [r.size for r in results] == [16, 16, 16, 32, 32, 32]
+
+
+@pytest.mark.parametrize(
+    ("device_name", "spec_name"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
+        ("NVIDIA A100-PCIE-40GB", "A100 40GB"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("Tesla T4", "T4"),
+        ("Tesla V100-SXM2-16GB", "V100 SXM2"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+    ],
+)
+def test_find_gpu_spec_on_real_device_names(device_name, spec_name):
+    spec = find_gpu_spec(device_name)
+    assert spec is not None and spec.name == spec_name
+
+
+@pytest.mark.parametrize(
+    "device_name",
+    ["NVIDIA B200", "Intel Arc", "NVIDIA H100 NVL", "NVIDIA A10G", "NVIDIA GeForce RTX 3090 Ti"],
+)
+def test_find_gpu_spec_unknown_hardware(device_name):
+    assert find_gpu_spec(device_name) is None
+
+
+def test_peak_tflops():
+    assert peak_tflops("H100 SXM", "bf16") == 989
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989
+    assert peak_tflops(find_gpu_spec("Tesla T4"), "fp16") == 65
+    assert peak_tflops("T4", "bf16") is None
+    assert peak_tflops("NVIDIA B200", "bf16") is None
+    assert peak_tflops(None, "bf16") is None
+    with pytest.raises(ValueError, match="fp32"):
+        peak_tflops("T4", "fp8")
+
+
+def test_mfu():
+    assert mfu(1000, 6e9, 1e13) == pytest.approx(0.6)
+    assert mfu(1000, 6e9, None) is None
+    for bad in [(-1, 6e9, 1e13), (1000, -1, 1e13), (1000, 6e9, 0)]:
+        with pytest.raises(ValueError):
+            mfu(*bad)
+
+
+def test_peak_table_has_a_row_per_spec():
+    table = peak_table()
+    assert len(table) == len(GPU_SPECS)
+    t4 = next(row for row in table if row["name"] == "T4")
+    assert t4["capability"] == "7.5"
+    assert t4["bf16"] is None and t4["fp16"] == 65
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["bf16", "tf32"])
+def test_measure_matmul_on_the_gpu(dtype):
+    if dtype == "tf32" and torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("tf32 needs an Ampere or newer GPU")
+    result = measure_matmul(1024, dtype, "cuda", warmup=2, repeats=3)
+    assert result.tflops > 0
+    peak = peak_tflops(torch.cuda.get_device_name(), dtype)
+    if peak is not None:
+        assert result.tflops < 2 * peak  # faster than the datasheet would mean broken timing

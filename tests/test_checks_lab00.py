@@ -1,0 +1,113 @@
+"""Lab 00's checks pass on the solution notebook's code, fail on the lab's stubs and on likely
+mistakes, each with a message that points at the mistake."""
+
+from pathlib import Path
+
+import pytest
+
+from llmlab import bench
+from llmlab.course.checks import ExerciseFailed
+from llmlab.course.checks import lab00 as check
+from llmlab.course.notebook_code import load_definitions
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = "00_environment.ipynb"
+EXERCISES = {
+    "achieved_tflops": check.exercise_achieved_tflops,
+    "training_dtype": check.exercise_training_dtype,
+    "estimate_matmul_seconds": check.exercise_matmul_seconds,
+    "arithmetic_intensity": check.exercise_arithmetic_intensity,
+}
+
+
+@pytest.fixture(scope="module")
+def solution():
+    return load_definitions(ROOT / "solutions" / NOTEBOOK, list(EXERCISES))
+
+
+@pytest.fixture(scope="module")
+def lab():
+    return load_definitions(ROOT / "labs" / NOTEBOOK, list(EXERCISES))
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_check_passes_on_the_solution(solution, name, capsys):
+    EXERCISES[name](solution[name])
+    assert "PASSED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_check_fails_on_the_stub_and_says_it_is_not_done(lab, name):
+    with pytest.raises(ExerciseFailed, match="not done yet"):
+        EXERCISES[name](lab[name])
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda m, n, k, s: m * n * k / s / 1e12, "multiply-add is 2 FLOPs"),
+        (lambda m, n, k, s: 2 * m * n * k / s / 1e9, "1e12"),
+        (lambda m, n, k, s: 2 * m * n * k * s / 1e12, "expected about"),
+    ],
+)
+def test_achieved_tflops_rejects_likely_mistakes(wrong, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        check.exercise_achieved_tflops(wrong)
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda cap: "bf16" if cap[0] >= 7 else "fp32", "no bf16"),  # bf16 on Volta/Turing
+        (lambda cap: "fp16" if cap >= (7, 0) else "fp32", "Ampere"),  # never bf16
+        (lambda cap: "bf16" if cap > (8, 0) else "fp16", "tensor cores"),  # boundary wrong
+    ],
+)
+def test_training_dtype_rejects_likely_mistakes(wrong, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        check.exercise_training_dtype(wrong)
+
+
+def test_training_dtype_accepts_torch_dtypes_too(capsys):
+    import torch
+
+    def as_dtype(cap):
+        if cap >= (8, 0):
+            return torch.bfloat16
+        return torch.float16 if cap >= (7, 0) else torch.float32
+
+    check.exercise_training_dtype(as_dtype)
+    assert "PASSED" in capsys.readouterr().out
+
+
+def _seconds(m, n, k, gpu, dtype, efficiency, scale=1.0, use_efficiency=True):
+    peak = bench.peak_tflops(gpu, dtype)
+    if peak is None:
+        return None
+    return scale * 2 * m * n * k / (peak * 1e12 * (efficiency if use_efficiency else 1))
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda *a: _seconds(*a, use_efficiency=False), "Include the efficiency"),
+        (lambda *a: _seconds(*a, scale=0.5), "multiply-add is 2 FLOPs"),
+        (lambda *a: _seconds(*a) or 0.0, "estimate must be None"),  # invents a number for T4 bf16
+    ],
+)
+def test_matmul_seconds_rejects_likely_mistakes(wrong, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        check.exercise_matmul_seconds(wrong)
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda m, n, k, b: 2 * m * n * k / (b * (m * k + k * n)), "result matrix C"),
+        (lambda m, n, k, b: 2 * m * n * k / (m * k + k * n + m * n), "Count bytes"),
+        (lambda m, n, k, b: m * n * k / (b * (m * k + k * n + m * n)), "2 FLOPs"),
+    ],
+)
+def test_arithmetic_intensity_rejects_likely_mistakes(wrong, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        check.exercise_arithmetic_intensity(wrong)

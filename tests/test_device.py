@@ -1,0 +1,104 @@
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from llmlab.device import (
+    autocast,
+    choose_device,
+    choose_dtype,
+    seed_everything,
+    training_dtype_for,
+)
+from llmlab.env import cpu_info
+
+needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+
+
+@pytest.mark.parametrize(
+    ("capability", "dtype", "scaler"),
+    [
+        ((6, 1), torch.float32, False),
+        ((7, 0), torch.float16, True),
+        ((7, 5), torch.float16, True),
+        ((8, 0), torch.bfloat16, False),
+        ((8, 6), torch.bfloat16, False),
+        ((9, 0), torch.bfloat16, False),
+    ],
+)
+def test_cuda_dtype_rule(capability, dtype, scaler):
+    choice = training_dtype_for("cuda", capability)
+    assert choice.dtype == dtype
+    assert choice.use_grad_scaler is scaler
+    assert choice.reason
+
+
+@pytest.mark.parametrize(
+    ("fast_bf16", "dtype", "name"), [(True, torch.bfloat16, "bf16"), (False, torch.float32, "fp32")]
+)
+def test_cpu_dtype_rule(fast_bf16, dtype, name):
+    choice = training_dtype_for("cpu", cpu_fast_bf16=fast_bf16)
+    assert (choice.dtype, choice.name, choice.use_grad_scaler) == (dtype, name, False)
+    assert choice.reason
+
+
+def test_mps_and_unknown_device_types():
+    assert training_dtype_for("mps").dtype == torch.float32
+    with pytest.raises(ValueError):
+        training_dtype_for("cuda")  # no capability given
+    with pytest.raises(ValueError):
+        training_dtype_for("tpu")
+
+
+def test_choose_dtype_on_cpu_follows_the_cpu_flags():
+    assert choose_dtype("cpu").dtype == (torch.bfloat16 if cpu_info().fast_bf16 else torch.float32)
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() or torch.backends.mps.is_available(), reason="this machine has a GPU"
+)
+def test_choose_device_falls_back_to_cpu():
+    choice = choose_device()
+    assert choice.device == torch.device("cpu")
+    assert "no CUDA GPU" in choice.reason
+
+
+def test_choose_device_cpu_on_request():
+    assert choose_device("cpu").device == torch.device("cpu")
+
+
+@needs_no_gpu
+def test_choose_device_cuda_without_gpu_raises():
+    with pytest.raises(ValueError, match="CUDA"):
+        choose_device("cuda")
+
+
+def test_seed_everything_repeats_random_draws():
+    def draws():
+        return torch.randn(3), random.random(), np.random.rand(3)
+
+    seed_everything(123)
+    first = draws()
+    seed_everything(123)
+    second = draws()
+    assert torch.equal(first[0], second[0])
+    assert first[1] == second[1]
+    assert np.array_equal(first[2], second[2])
+
+
+def test_seed_everything_deterministic_switches_on_and_off(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # restored after the test
+    seed_everything(0, deterministic=True)
+    assert torch.are_deterministic_algorithms_enabled()
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    seed_everything(0)
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_autocast_on_cpu_sets_the_matmul_dtype(dtype):
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    with autocast("cpu", dtype):
+        assert (a @ b).dtype == dtype

@@ -1,0 +1,42 @@
+"""The headless course runner: executes notebooks with the profile set, collects each headline,
+reports a failing lab without stopping the others."""
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from llmlab.course.runner import format_table, run_course
+
+
+def write(path, *sources):
+    nbformat.write(new_notebook(cells=[new_code_cell(s) for s in sources]), path)
+
+
+def test_runner_executes_each_lab_and_reports_headline_or_failure(tmp_path):
+    solutions, out = tmp_path / "solutions", tmp_path / "build"
+    solutions.mkdir()
+    write(
+        solutions / "00_good.ipynb",
+        "from llmlab.course import headline, profile",
+        "headline(f'ran with {profile().name}')",
+    )
+    write(solutions / "01_bad.ipynb", "raise RuntimeError('boom')")
+
+    runs = run_course(solutions, out, profile_name="smoke")
+
+    assert [(run.notebook, run.ok) for run in runs] == [
+        ("00_good.ipynb", True),
+        ("01_bad.ipynb", False),
+    ]
+    assert runs[0].headline == "ran with smoke"
+    assert "RuntimeError" in runs[1].headline and "boom" in runs[1].headline
+    executed = nbformat.read(out / "00_good.ipynb", as_version=4)
+    assert executed.cells[1].outputs[0].text == "Headline: ran with smoke\n"
+    table = format_table(runs)
+    assert "00_good.ipynb  ok" in table and "FAILED" in table
+
+
+def test_runner_filters_labs_by_prefix(tmp_path):
+    write(tmp_path / "00_a.ipynb", "x = 1")
+    write(tmp_path / "01_b.ipynb", "raise SystemExit")
+    runs = run_course(tmp_path, tmp_path / "out", profile_name="smoke", only=["00"])
+    assert [run.notebook for run in runs] == ["00_a.ipynb"]
