@@ -36,7 +36,7 @@ doctor: $(STAMP)
 	$(PY) -m llmlab doctor
 
 bench: $(STAMP)  ## speed and memory benchmarks (tables, not tests)
-	$(PY) benchmarks/matmul.py
+	for script in benchmarks/*.py; do $(PY) $$script || exit 1; done
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check llmlab tests benchmarks
