@@ -19,5 +19,8 @@ def silence_third_party_noise() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # torchao (pulled in by GPTQ tooling) logs timestamped warnings at import.
     logging.getLogger("torchao").setLevel(logging.ERROR)
+    # On AVX512-BF16 CPUs bitsandbytes looks for a hub-downloaded kernel (the `kernels` package,
+    # which the course does not install: no downloads) and says so before using its own.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     # Jupyter's TqdmWarning when ipywidgets is missing is handled by tqdm's text fallback.
     warnings.filterwarnings("ignore", message="IProgress not found")

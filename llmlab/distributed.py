@@ -1,0 +1,62 @@
+"""Process groups for multi-process training: who am I, and a paired set-up and tear-down.
+
+`torchrun --nproc_per_node N script.py` starts N copies of a script and tells each its place
+through environment variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+"""
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int  # this process among all processes
+    local_rank: int  # this process on its machine: which GPU it drives
+    world_size: int
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 logs, prints and writes checkpoints; the others only compute."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def dist_info() -> DistInfo:
+    """This process's place: from the process group when there is one, else a single process."""
+    if dist.is_available() and dist.is_initialized():
+        local = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+        return DistInfo(dist.get_rank(), local, dist.get_world_size())
+    return DistInfo(0, 0, 1)
+
+
+def default_backend() -> str:
+    # NCCL moves GPU tensors over NVLink/InfiniBand; gloo is the CPU (and fallback) backend.
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+@contextmanager
+def process_group(backend: str | None = None) -> Iterator[DistInfo]:
+    """Join the process group torchrun describes (or run alone without one); always leave it.
+
+    Destroying the group at the end matters: a process that exits without it can leave the
+    others hanging in a collective, and NCCL warns about leaked resources.
+    """
+    if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
+        yield DistInfo(0, 0, 1)
+        return
+    backend = backend or default_backend()
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # one GPU per process
+    dist.init_process_group(backend)
+    try:
+        yield dist_info()
+    finally:
+        dist.destroy_process_group()

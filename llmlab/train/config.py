@@ -1,0 +1,101 @@
+"""The trainer's settings: one dataclass, checked when it is made."""
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+SCHEDULES = ("cosine", "constant", "cyclical")
+DTYPES = ("auto", "fp32", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "adamw8bit")
+NAN_POLICIES = ("stop", "skip")
+
+
+@dataclass
+class TrainConfig:
+    # How much to train: an optimizer step sees micro_batch_size * grad_accum_steps sequences
+    # per process, times the number of processes.
+    max_steps: int = 200
+    micro_batch_size: int = 8
+    grad_accum_steps: int = 1
+    seq_len: int = 256
+    # Optimizer: AdamW with decoupled weight decay on matrices only (see optim.py).
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float | None = 1.0  # max global gradient norm; None turns clipping off
+    # Learning-rate schedule (see schedule.py).
+    schedule: str = "cosine"
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1  # the cosine decays to lr * min_lr_ratio
+    cycle_steps: int = 100  # cyclical: length of one triangle, up and down
+    # Speed and memory switches.
+    dtype: str = "auto"  # auto: llmlab.device.choose_dtype (bf16, fp16 + scaler, or fp32)
+    gradient_checkpointing: bool = False
+    compile: bool = False
+    # Evaluation, logging and checkpoints.
+    eval_interval: int = 50
+    eval_batches: int = 8
+    log_interval: int = 10
+    sample_prompt: str | None = None  # generate a short sample at each evaluation when set
+    out_dir: Path | None = None  # metrics and checkpoints; None keeps everything in memory
+    checkpoint_interval: int = 0  # 0: only at the end (when out_dir is set)
+    keep_last: int = 2
+    tensorboard: bool = False
+    nan_policy: str = "stop"  # stop: raise and keep the last good checkpoint; skip: drop the step
+    seed: int = 1337
+    device: str | None = None  # None: the best device present (llmlab.device.choose_device)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        positive = (
+            "max_steps",
+            "micro_batch_size",
+            "grad_accum_steps",
+            "seq_len",
+            "eval_interval",
+            "eval_batches",
+            "log_interval",
+            "keep_last",
+            "cycle_steps",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"TrainConfig.{name} must be at least 1, got {getattr(self, name)}"
+                )
+        for name, value, allowed in [
+            ("schedule", self.schedule, SCHEDULES),
+            ("dtype", self.dtype, DTYPES),
+            ("optimizer", self.optimizer, OPTIMIZERS),
+            ("nan_policy", self.nan_policy, NAN_POLICIES),
+        ]:
+            if value not in allowed:
+                raise ValueError(f"TrainConfig.{name}={value!r} is not one of {allowed}")
+        if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(
+                f"need lr > 0 and 0 <= min_lr_ratio <= 1, got {self.lr}, {self.min_lr_ratio}"
+            )
+        if self.warmup_steps < 0 or self.checkpoint_interval < 0:
+            raise ValueError("warmup_steps and checkpoint_interval cannot be negative")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip}")
+        if self.out_dir is not None:
+            self.out_dir = Path(self.out_dir)
+
+    def to_dict(self) -> dict:
+        """JSON-ready: paths as strings, tuples as lists."""
+        data = asdict(self)
+        data["out_dir"] = None if self.out_dir is None else str(self.out_dir)
+        data["betas"] = list(self.betas)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig fields: {', '.join(unknown)}")
+        data = dict(data)
+        if "betas" in data:
+            data["betas"] = tuple(data["betas"])
+        return cls(**data)

@@ -1,0 +1,351 @@
+"""The training loop: mixed precision, gradient accumulation, clipping, schedules, evaluation,
+metrics and checkpoints; one process or many (DDP under torchrun)."""
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from llmlab.bench import mfu, peak_tflops
+from llmlab.device import DtypeChoice, autocast, choose_device, choose_dtype, seed_everything
+from llmlab.distributed import dist_info
+from llmlab.train.checkpoint import (
+    capture_rng,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
+from llmlab.train.config import TrainConfig
+from llmlab.train.metrics import MetricsWriter, StepMetrics, gpu_utilization, memory_gb
+from llmlab.train.optim import build_optimizer
+from llmlab.train.schedule import learning_rate
+
+FIXED_DTYPES = {
+    "fp32": DtypeChoice(torch.float32, False, "asked for fp32"),
+    "bf16": DtypeChoice(torch.bfloat16, False, "asked for bf16"),
+    "fp16": DtypeChoice(torch.float16, True, "asked for fp16 (with a grad scaler)"),
+}
+MAX_SKIPPED_IN_A_ROW = 10
+
+
+class BatchSource(Protocol):
+    """Where batches come from: (inputs, targets) token ids, each (micro_batch, seq_len), with
+    targets the inputs shifted by one. Its state is the data position saved in checkpoints."""
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class TrainResult:
+    history: list[StepMetrics]
+    final_step: int
+    val_loss: float | None
+    checkpoint: Path | None
+
+    @property
+    def perplexity(self) -> float | None:
+        return None if self.val_loss is None else math.exp(self.val_loss)
+
+
+def next_token_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor):
+    """Mean cross-entropy of predicting each next token (targets are already shifted)."""
+    output = model(inputs)
+    logits = output.logits if hasattr(output, "logits") else output  # HF model or plain module
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: TrainConfig,
+        train_data: BatchSource,
+        val_data: BatchSource | None = None,
+        *,
+        tokenizer=None,
+        flops_per_token: float | None = None,
+        peak_flops: float | None = None,
+        callbacks: Sequence[Callable[[StepMetrics], None]] = (),
+    ):
+        self.config, self.train_data, self.tokenizer = config, train_data, tokenizer
+        self.dist = dist_info()
+        self.device = choose_device(config.device).device
+        if self.device.type == "cuda" and self.dist.distributed:
+            self.device = torch.device("cuda", self.dist.local_rank)
+        self.precision = (
+            choose_dtype(self.device) if config.dtype == "auto" else FIXED_DTYPES[config.dtype]
+        )
+        seed_everything(config.seed)
+        self.model = model.to(self.device)
+        if hasattr(getattr(model, "config", None), "use_cache"):
+            model.config.use_cache = False  # a key/value cache only helps generation
+        if config.gradient_checkpointing:
+            # Keep only each block's input; recompute its activations during backward.
+            self.model.gradient_checkpointing_enable()
+        self.forward_model = self.model
+        if self.dist.distributed:
+            self.forward_model = DistributedDataParallel(self.model)
+        if config.compile:
+            self.forward_model = torch.compile(self.forward_model)
+        self.optimizer = build_optimizer(self.model, config)
+        # Loss scaling keeps small fp16 gradients from underflowing; a no-op otherwise.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.use_grad_scaler)
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops if peak_flops is not None else self._known_peak()
+        self.callbacks = list(callbacks)
+        self.step, self.tokens_seen, self.skipped_in_a_row = 0, 0, 0
+        # Fixed validation batches: every evaluation sees the same tokens, so curves compare.
+        self.val_batches = (
+            [val_data.next_batch() for _ in range(config.eval_batches)]
+            if (val_data is not None)
+            else []
+        )
+
+    @property
+    def tokens_per_step(self) -> int:
+        c = self.config
+        return c.micro_batch_size * c.grad_accum_steps * c.seq_len * self.dist.world_size
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        return None if self.config.out_dir is None else self.config.out_dir / "checkpoints"
+
+    def _known_peak(self) -> float | None:
+        if self.device.type != "cuda":
+            return None  # CPUs have no datasheet peak here; pass a measured one (llmlab.bench)
+        peak = peak_tflops(torch.cuda.get_device_name(self.device), self.precision.name)
+        return None if peak is None else peak * 1e12
+
+    # ------------------------------------------------------------------ the step
+
+    def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step over grad_accum_steps micro-batches: (mean loss, grad norm)."""
+        k = self.config.grad_accum_steps
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.step, self.config)
+        total_loss = torch.zeros((), device=self.device)
+        for micro_step in range(k):
+            inputs, targets = (t.to(self.device) for t in self.train_data.next_batch())
+            # DDP all-reduces gradients during backward; only the last micro-step needs that.
+            last = micro_step == k - 1
+            no_sync = self.dist.distributed and not last
+            with self.forward_model.no_sync() if no_sync else contextlib.nullcontext():
+                with autocast(self.device, self.precision.dtype):
+                    loss = next_token_loss(self.forward_model, inputs, targets)
+                # Divide by k so the summed gradients equal the gradient of the mean loss.
+                self.scaler.scale(loss / k).backward()
+            total_loss += loss.detach() / k
+        self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
+        max_norm = self.config.grad_clip or math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        # Averaged first, so a NaN on any rank makes every rank skip the same step.
+        mean_loss = self._mean_over_ranks(total_loss)
+        if torch.isfinite(mean_loss):
+            self.scaler.step(self.optimizer)  # skips the step itself if fp16 grads overflowed
+            self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return mean_loss, grad_norm
+
+    def _mean_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
+        if self.dist.distributed:
+            value = value.clone()
+            dist.all_reduce(value)  # gloo has no AVG: sum, then divide
+            value /= self.dist.world_size
+        return value
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Mean loss over the fixed validation batches (None without validation data)."""
+        if not self.val_batches:
+            return None
+        self.model.eval()  # no dropout
+        total = torch.zeros((), device=self.device)
+        for inputs, targets in self.val_batches:
+            with autocast(self.device, self.precision.dtype):
+                total += next_token_loss(
+                    self.model, inputs.to(self.device), targets.to(self.device)
+                )
+        self.model.train()
+        return self._mean_over_ranks(total / len(self.val_batches)).item()
+
+    @torch.no_grad()
+    def sample(self, prompt: str, max_new_tokens: int = 40) -> str | None:
+        """A short generated continuation (needs a Hugging Face model and a tokenizer)."""
+        if self.tokenizer is None or not hasattr(self.model, "generate"):
+            return None
+        self.model.eval()
+        inputs = self.tokenizer(prompt, return_tensors="pt").to(self.device)
+        with torch.random.fork_rng(devices=[]):  # sampling must not shift the training RNG
+            torch.manual_seed(self.config.seed)
+            output = self.model.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                do_sample=True,
+                top_k=50,
+                use_cache=True,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+        self.model.train()
+        return self.tokenizer.decode(output[0], skip_special_tokens=True)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save(self, val_loss: float | None = None) -> Path | None:
+        """Checkpoint the whole training state (rank 0 writes; the others wait)."""
+        if self.checkpoint_dir is None:
+            return None
+        path = None
+        if self.dist.is_main:
+            state = {
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "rng": capture_rng(),
+                "data": self.train_data.state_dict(),
+                "tokens_seen": self.tokens_seen,
+            }
+            path = save_checkpoint(
+                self.checkpoint_dir,
+                self.step,
+                self.model,
+                state,
+                val_loss=val_loss,
+                train_config=self.config.to_dict(),
+                keep_last=self.config.keep_last,
+            )
+        if self.dist.distributed:
+            dist.barrier()
+        return path
+
+    def resume(self, checkpoint: Path | None = None) -> bool:
+        """Continue from `checkpoint`, or the latest one in out_dir; False when there is none."""
+        checkpoint = checkpoint or (self.checkpoint_dir and latest_checkpoint(self.checkpoint_dir))
+        if not checkpoint:
+            return False
+        state = load_checkpoint(checkpoint, self.model)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        restore_rng(state["rng"])
+        self.train_data.load_state_dict(state["data"])
+        self.step, self.tokens_seen = state["step"], state["tokens_seen"]
+        return True
+
+    # ------------------------------------------------------------------ the run
+
+    def fit(self, resume: bool = False) -> TrainResult:
+        """Train until max_steps; with resume=True, first continue from the latest checkpoint."""
+        resumed = self.resume() if resume else False
+        c = self.config
+        writer = MetricsWriter(c.out_dir if self.dist.is_main else None, resume=resumed)
+        tensorboard = self._tensorboard() if c.tensorboard and self.dist.is_main else None
+        bar = tqdm(
+            total=c.max_steps,
+            initial=self.step,
+            desc="train",
+            disable=not (c.progress and self.dist.is_main),
+        )
+        val_loss, checkpoint = None, None
+        self.model.train()
+        try:
+            while self.step < c.max_steps:
+                metrics = self._timed_step()
+                self.step += 1
+                bar.update(1)
+                at_end = self.step == c.max_steps
+                if self.step % c.eval_interval == 0 or at_end:
+                    val_loss = metrics.val_loss = self.evaluate()
+                    self._print_sample()
+                if self.step % c.log_interval == 0 or at_end or metrics.val_loss is not None:
+                    self._log(metrics, writer, tensorboard, bar)
+                every = c.checkpoint_interval
+                if c.out_dir is not None and (at_end or (every and self.step % every == 0)):
+                    checkpoint = self.save(metrics.val_loss)
+        finally:
+            bar.close()
+            writer.close()
+            if tensorboard is not None:
+                tensorboard.close()
+        return TrainResult(writer.history, self.step, val_loss, checkpoint)
+
+    def _timed_step(self) -> StepMetrics:
+        start = time.perf_counter()
+        loss, grad_norm = self.train_step()
+        loss_value = loss.item()  # waits for the GPU, so the time below is the step's real time
+        seconds = time.perf_counter() - start
+        skipped = not math.isfinite(loss_value)
+        if skipped:
+            self._handle_non_finite(loss_value)
+        else:
+            self.skipped_in_a_row = 0
+            self.tokens_seen += self.tokens_per_step
+        tokens_per_s = self.tokens_per_step / seconds
+        return StepMetrics(
+            step=self.step + 1,
+            loss=loss_value,
+            lr=learning_rate(self.step, self.config),
+            grad_norm=grad_norm.item(),
+            tokens_per_s=tokens_per_s,
+            tokens_seen=self.tokens_seen,
+            step_seconds=seconds,
+            mfu=mfu(tokens_per_s, self.flops_per_token, self.peak_flops)
+            if self.flops_per_token
+            else None,
+            memory_gb=memory_gb(self.device),
+            gpu_util=gpu_utilization(self.device),
+            skipped=skipped,
+        )
+
+    def _handle_non_finite(self, loss_value: float) -> None:
+        self.skipped_in_a_row += 1
+        last_good = self.checkpoint_dir and latest_checkpoint(self.checkpoint_dir)
+        where = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint yet"
+        if self.config.nan_policy == "stop" or self.skipped_in_a_row > MAX_SKIPPED_IN_A_ROW:
+            raise TrainingDiverged(
+                f"loss is {loss_value} at step {self.step + 1}; the step was not applied and "
+                f"{where}. Lower the learning rate, check the data, or use bf16 instead of fp16 "
+                f"(nan_policy='skip' drops such steps, up to {MAX_SKIPPED_IN_A_ROW} in a row)."
+            )
+
+    def _log(self, metrics: StepMetrics, writer: MetricsWriter, tensorboard, bar) -> None:
+        if not self.dist.is_main:
+            return
+        writer.write(metrics)
+        bar.set_postfix(loss=f"{metrics.loss:.3f}", tok_s=f"{metrics.tokens_per_s:,.0f}")
+        if tensorboard is not None:
+            for key in ("loss", "lr", "grad_norm", "tokens_per_s", "val_loss"):
+                value = getattr(metrics, key)
+                if value is not None:
+                    tensorboard.add_scalar(key, value, metrics.step)
+        for callback in self.callbacks:
+            callback(metrics)
+
+    def _print_sample(self) -> None:
+        if self.config.sample_prompt and self.dist.is_main:
+            text = self.sample(self.config.sample_prompt)
+            if text is not None:
+                tqdm.write(f"[step {self.step}] {text!r}")
+
+    def _tensorboard(self):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as error:
+            raise ImportError(
+                "tensorboard=True needs the tensorboard package: "
+                "`pip install tensorboard`, or leave it off"
+            ) from error
+        return SummaryWriter(str(self.config.out_dir / "tensorboard"))

@@ -1,0 +1,33 @@
+"""AdamW with weight decay on the weight matrices only, or its 8-bit version from bitsandbytes."""
+
+import torch
+
+from llmlab.train.config import TrainConfig
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices (linear and embedding weights); leave biases and norm gains alone.
+
+    Decay pulls weights toward zero; on a bias or a LayerNorm gain that only removes useful
+    freedom, so the usual practice (GPT-2, nanoGPT, Llama) is to decay tensors with 2+ dims.
+    """
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in trainable if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    groups = parameter_groups(model, config.weight_decay)
+    if config.optimizer == "adamw8bit":
+        try:
+            import bitsandbytes as bnb
+        except ImportError as error:
+            raise ImportError(
+                "optimizer='adamw8bit' needs bitsandbytes: `pip install -c constraints.txt "
+                "bitsandbytes`, or use optimizer='adamw'"
+            ) from error
+        # Optimizer states stored in 8 bits with block-wise scales: 2 bytes/param instead of 8.
+        return bnb.optim.AdamW8bit(groups, lr=config.lr, betas=config.betas)
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)
