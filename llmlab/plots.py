@@ -34,3 +34,133 @@ def matmul_throughput(
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def document_lengths(
+    lengths: Mapping[str, Sequence[int]], unit: str = "characters", title: str = ""
+) -> Figure:
+    """Histogram of document lengths on a log scale, one series per source ({"code": [...]})."""
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    everything = [n for values in lengths.values() for n in values if n > 0]
+    bins = np.logspace(np.log10(min(everything)), np.log10(max(everything)), 40)
+    for index, (label, values) in enumerate(lengths.items()):
+        values = [n for n in values if n > 0]
+        ax.hist(values, bins=bins, alpha=0.6, label=f"{label} ({len(values)} documents)")
+        ax.axvline(float(np.median(values)), color=f"C{index}", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"document length ({unit}, log scale); dashed: median")
+    ax.set_ylabel("documents")
+    ax.set_title(title or "Document lengths")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def tokens_per_word(rates: Mapping[str, Mapping[str, float]], title: str = "") -> Figure:
+    """Grouped bars: units per whitespace word for each granularity ({"BPE": {"code": 2.1}})."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    granularities = list(rates)
+    groups = sorted({group for per_group in rates.values() for group in per_group})
+    width = 0.8 / max(len(groups), 1)
+    for index, group in enumerate(groups):
+        xs = [g + (index - (len(groups) - 1) / 2) * width for g in range(len(granularities))]
+        values = [rates[name].get(group, 0.0) for name in granularities]
+        bars = ax.bar(xs, values, width, label=group)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(granularities)), granularities)
+    ax.set_ylabel("units per word; dashed: 1 (a word-level vocabulary)")
+    ax.set_title(title or "How many units a word becomes")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def padding_waste(costs: Sequence, title: str = "") -> Figure:
+    """Padding share and truncated share against sequence length, one line per strategy.
+
+    `costs` are `llmlab.data.packing.BatchingCost`s.
+    """
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    strategies: dict[str, list] = {}
+    for cost in costs:
+        strategies.setdefault(cost.strategy, []).append(cost)
+    for label, points in strategies.items():
+        points = sorted(points, key=lambda c: c.seq_len)
+        lengths = [c.seq_len for c in points]
+        left.plot(lengths, [100 * c.padding_fraction for c in points], marker="o", label=label)
+        right.plot(lengths, [100 * c.truncated_fraction for c in points], marker="o", label=label)
+    for ax, what in ((left, "compute spent on padding (%)"), (right, "tokens cut off (%)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length (tokens)")
+        ax.set_ylabel(what)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    left.legend(fontsize=8)
+    fig.suptitle(title or "Fixed-length rows: padding versus packing")
+    fig.tight_layout()
+    return fig
+
+
+def pipeline_throughput(stage_mb_per_s: Mapping[str, float], title: str = "") -> Figure:
+    """Horizontal bars: MB/s of each pipeline stage (the slowest bounds the whole pipeline)."""
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(stage_mb_per_s) + 1.2))
+    names = list(stage_mb_per_s)
+    bars = ax.barh(names, [stage_mb_per_s[n] for n in names], color="C0")
+    ax.bar_label(bars, fmt="%.1f MB/s", fontsize=8, padding=3)
+    ax.invert_yaxis()  # first stage on top
+    ax.set_xscale("log")
+    ax.set_xlabel("MB of input text per second (log scale)")
+    ax.set_title(title or "Throughput of each pipeline stage")
+    fig.tight_layout()
+    return fig
+
+
+def memory_breakdown(
+    breakdowns: Mapping[str, Mapping[str, float]],
+    gpu_sizes_gb: Sequence[float] = (16, 24, 40, 80),
+    title: str = "",
+) -> Figure:
+    """Stacked bars of bytes per item, one bar per set-up ({"7B bf16": {"weights": 13.5e9}}),
+    with dashed lines at common GPU sizes. Each bar should hold the items present at the peak;
+    items stack in the order they first appear."""
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    labels = list(breakdowns)
+    items = [item for item in dict.fromkeys(i for parts in breakdowns.values() for i in parts)
+             if any(parts.get(item) for parts in breakdowns.values())]  # fmt: skip
+    bottoms = [0.0] * len(labels)
+    for index, item in enumerate(items):
+        heights = [breakdowns[label].get(item, 0.0) / 1e9 for label in labels]
+        ax.bar(labels, heights, bottom=bottoms, label=item, color=f"C{index % 10}")
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    shown = [size for size in gpu_sizes_gb if size <= 1.15 * max(bottoms)]
+    ax.set_ylim(top=1.08 * max([*bottoms, *shown]))  # room for the labels under the title
+    for size in shown:
+        ax.axhline(size, color="gray", linestyle="--", linewidth=1)
+        ax.annotate(f"{size:g} GB", (1.0, size), xycoords=("axes fraction", "data"),
+                    ha="right", va="bottom", fontsize=8)  # fmt: skip
+    ax.set_ylabel("GB per GPU at the peak")
+    ax.set_title(title or "Where the memory of a training step goes")
+    ax.tick_params(axis="x", labelsize=8, labelrotation=15)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
+def sequence_timing(seconds: Mapping[str, Mapping[int, float]], title: str = "") -> Figure:
+    """Milliseconds per forward pass against sequence length, one line per model."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, by_length in seconds.items():
+        lengths = sorted(by_length)
+        ax.plot(lengths, [1e3 * by_length[n] for n in lengths], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel("ms per forward pass (log scale)")
+    ax.set_title(title or "Forward time against sequence length")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -58,8 +58,9 @@ def _quantization(report: EnvReport) -> tuple[str, str]:
 LABS: tuple[Lab, ...] = (
     Lab(0, "environment", "Environment setup and GPU check", True,
         "any CUDA GPU; about 1 minute", _any_gpu),
-    Lab(1, "data", "Data preprocessing and tokenization", False,
-        "no GPU needed; the whole built-in corpus", _any_gpu),
+    Lab(1, "data", "Data preprocessing and tokenization", True,
+        "no GPU needed; all of the built-in corpus (about 12 MB, 32k-token vocabulary)",
+        _any_gpu),
     Lab(2, "memory", "Model configuration and training memory", False,
         "a CUDA GPU to measure real allocations", _any_gpu),
     Lab(3, "training", "Training on one GPU", False,

@@ -1,0 +1,194 @@
+"""Where text comes from: the built-in corpus, your own files, and (online only) the Hub.
+
+The built-in corpus is on every machine with Python: the standard library's `.py` sources (code)
+and the interactive help topics of `pydoc_data` (English prose). It is assembled in a fixed order
+(sorted relative paths, then sorted topic names) so the same Python version always gives the same
+corpus; `llmlab.data.manifest` records what went in.
+"""
+
+import itertools
+import os
+import re
+import sysconfig
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from llmlab.data.documents import Document, read_document
+from llmlab.data.errors import DataError
+from llmlab.network import ONLINE_VARIABLE, online
+
+# Folders of the standard library left out of the corpus, and why.
+SKIPPED_FOLDERS = {
+    "site-packages": "third-party packages installed into this Python, not the standard library",
+    "test": "CPython's test suite: deliberately broken files and very repetitive test code",
+    "tests": "package test suites (lib2to3, ...), for the same reason",
+    "idle_test": "IDLE's test suite, for the same reason",
+    "pydoc_data": "its topics.py holds the help texts, which we take as prose instead",
+}
+# Files that describe this build of Python rather than being part of the library: they differ
+# from machine to machine (config-3.11-x86_64-linux-gnu/, _sysconfigdata__linux_x86_64-...py).
+SKIPPED_PREFIXES = ("config-", "_sysconfigdata")
+SMOKE_EVERY = 8  # the smoke subset: every 8th code file (about 1.5 MB) and all help topics
+BUILTIN_RULE = (
+    "standard-library .py files in sorted relative-path order, skipping the folders "
+    f"{', '.join(sorted(SKIPPED_FOLDERS))}, names starting with {' or '.join(SKIPPED_PREFIXES)} "
+    "and empty files; then the pydoc_data help topics in sorted order. The smoke subset takes "
+    f"every {SMOKE_EVERY}th code file and all topics."
+)
+
+# Hub datasets: (repository, configuration, text column).
+HUB_DATASETS = {
+    "wikitext-2": ("Salesforce/wikitext", "wikitext-2-raw-v1", "text"),
+    "tinystories": ("roneneldan/TinyStories", None, "text"),
+}
+LOCAL_KINDS = {".txt": "text", ".md": "text", ".jsonl": "json", ".json": "json",
+               ".parquet": "parquet"}  # fmt: skip
+
+
+def stdlib_dir() -> Path:
+    """The standard library of the running Python (for a virtualenv, its base Python's)."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_sources(root: Path | None = None) -> list[Path]:
+    """The standard library's `.py` files that go into the corpus, sorted by relative path."""
+    root = root or stdlib_dir()
+    kept = []
+    for folder, subfolders, files in os.walk(root):
+        # Prune skipped folders in place so os.walk never descends into them (site-packages
+        # can hold many times more files than the standard library itself).
+        subfolders[:] = [
+            name for name in subfolders
+            if name not in SKIPPED_FOLDERS and not name.startswith(SKIPPED_PREFIXES)
+        ]  # fmt: skip
+        kept += [
+            Path(folder, name) for name in files
+            if name.endswith(".py") and not name.startswith(SKIPPED_PREFIXES)
+        ]  # fmt: skip
+    return sorted(kept, key=lambda p: p.relative_to(root).as_posix())
+
+
+def help_topics() -> list[Document]:
+    """The interactive help's topics (`help('FOR')`, ...): English prose about Python."""
+    from pydoc_data.topics import topics
+
+    return [Document("pydoc", name, topics[name]) for name in sorted(topics)]
+
+
+def builtin_corpus(subset: str = "all") -> list[Document]:
+    """Standard-library code then help-topic prose; `subset="smoke"` keeps every 8th code file."""
+    if subset not in ("all", "smoke"):
+        raise ValueError(f"unknown subset {subset!r}: use 'all' or 'smoke'")
+    root = stdlib_dir()
+    files = [p for p in stdlib_sources(root) if p.stat().st_size > 0]  # no empty __init__.py
+    if subset == "smoke":
+        files = files[::SMOKE_EVERY]
+    code = [
+        # errors="replace": one odd file in someone's Python must not stop the lab; the bad
+        # bytes are counted and the cleaning step removes them.
+        read_document(p, source="stdlib", name=p.relative_to(root).as_posix(), errors="replace")
+        for p in files
+    ]
+    return code + help_topics()
+
+
+def local_documents(
+    paths: Sequence[str | Path], *, text_field: str = "text", cache_dir: str | Path | None = None
+) -> list[Document]:
+    """Your own files through `datasets`: .txt/.md (one document per file), JSON lines, Parquet.
+
+    Text files are checked first (empty, binary, invalid UTF-8 are errors that name the file).
+    """
+    import datasets
+
+    by_kind: dict[str, list[str]] = {}
+    for path in map(Path, paths):
+        kind = LOCAL_KINDS.get(path.suffix.lower())
+        if kind is None:
+            raise DataError(f"{path}: unknown kind of file; use one of {sorted(LOCAL_KINDS)}")
+        if kind == "text":
+            read_document(path)  # raises a DataError that names the file
+        elif path.stat().st_size == 0:
+            raise DataError(f"{path} is empty: put rows in it or leave it out of the input.")
+        by_kind.setdefault(kind, []).append(str(path))
+    documents = []
+    for kind, files in sorted(by_kind.items()):
+        options = {"sample_by": "document"} if kind == "text" else {}  # default: one row per line
+        try:
+            rows = datasets.load_dataset(kind, data_files=files, split="train",
+                                         cache_dir=cache_dir, **options)  # fmt: skip
+        except Exception as error:  # datasets raises many types; name the files either way
+            raise DataError(f"could not read {files} as {kind}: {error}") from error
+        if text_field not in rows.column_names:
+            raise DataError(
+                f"{files} have no {text_field!r} column (columns: {rows.column_names}): "
+                "pass text_field= with the column that holds the text."
+            )
+        documents += [Document("local", f"{kind}:{i}", text) for i, text in
+                      enumerate(rows[text_field]) if text]  # fmt: skip
+    return documents
+
+
+def hub_documents(
+    name: str, split: str = "train", max_documents: int | None = None
+) -> list[Document]:
+    """A Hub dataset's texts (only with LLMLAB_ONLINE=1), streamed so only what is used comes."""
+    import datasets
+
+    if name not in HUB_DATASETS:
+        raise DataError(f"unknown Hub dataset {name!r}: use one of {sorted(HUB_DATASETS)}")
+    if not online():
+        raise DataError(
+            f"{name!r} comes from the Hugging Face Hub and the course is offline: set "
+            f"{ONLINE_VARIABLE}=1 before starting Python (or Jupyter) to download it, or use "
+            "the built-in corpus ('builtin')."
+        )
+    repository, config, field = HUB_DATASETS[name]
+    try:
+        rows = datasets.load_dataset(repository, config, split=split, streaming=True)
+        texts = (row[field] for row in rows)
+        if name.startswith("wikitext"):
+            texts = wikitext_articles(list(texts))  # small: about 36k lines of Wikipedia
+        kept = list(itertools.islice((text for text in texts if text.strip()), max_documents))
+    except Exception as error:  # reading streams, so the network errors surface here
+        raise DataError(
+            f"could not load {repository} ({config or 'default'}, {split}) from the Hub: {error}. "
+            f"If you set {ONLINE_VARIABLE}=1 in a running session, restart it: the Hugging Face "
+            "libraries read their offline switch when they are imported."
+        ) from error
+    return [Document(name, f"{split}:{i}", text) for i, text in enumerate(kept)]
+
+
+WIKITEXT_TITLE = re.compile(r"^ = [^=].* = \n?$")  # " = Title = " opens an article
+
+
+def wikitext_articles(lines: Sequence[str]) -> list[str]:
+    """Wikitext comes one line per row; join the lines of each article into one document."""
+    articles: list[list[str]] = []
+    for line in lines:
+        if WIKITEXT_TITLE.match(line) or not articles:
+            articles.append([])
+        articles[-1].append(line)
+    return ["".join(article) for article in articles]
+
+
+# Named corpora for `load_corpus` (and `prepare_default_dataset`).
+CORPORA: dict[str, Callable[[], list[Document]]] = {
+    "builtin": lambda: builtin_corpus("all"),
+    "builtin-smoke": lambda: builtin_corpus("smoke"),
+    "wikitext-2": lambda: hub_documents("wikitext-2"),
+    "tinystories": lambda: hub_documents("tinystories", max_documents=200_000),
+}
+
+
+def load_corpus(corpus: str | Path) -> list[Document]:
+    """A corpus by name (see CORPORA) or a folder of your own files (see `local_documents`)."""
+    if str(corpus) in CORPORA:
+        return CORPORA[str(corpus)]()
+    folder = Path(corpus)
+    if not folder.is_dir():
+        raise DataError(f"unknown corpus {corpus!r}: use one of {sorted(CORPORA)} or a folder")
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in LOCAL_KINDS)
+    if not files:
+        raise DataError(f"{folder} holds no {'/'.join(sorted(LOCAL_KINDS))} files")
+    return local_documents(files)

@@ -1,0 +1,106 @@
+"""Token shards: dtype choice, round trips, and clear errors for every kind of damage."""
+
+import numpy as np
+import pytest
+
+from llmlab.data.errors import DataError
+from llmlab.data.shards import (
+    HEADER_BYTES,
+    open_shard,
+    read_header,
+    shard_count,
+    token_dtype,
+    write_shard,
+)
+
+
+@pytest.mark.parametrize(
+    "vocab_size, dtype",
+    [(256, np.uint16), (50257, np.uint16), (65536, np.uint16), (65537, np.uint32),
+     (151936, np.uint32), (2**32, np.uint32)],
+)  # fmt: skip
+def test_token_dtype_is_the_smallest_that_holds_every_id(vocab_size, dtype):
+    assert token_dtype(vocab_size) == dtype
+
+
+def test_token_dtype_rejects_impossible_vocabularies():
+    with pytest.raises(ValueError, match="does not fit 32 bits"):
+        token_dtype(2**32 + 1)
+
+
+@pytest.mark.parametrize("vocab_size", [8192, 100_000])
+def test_round_trip(tmp_path, vocab_size):
+    tokens = np.random.default_rng(0).integers(0, vocab_size, size=1000)
+    header = write_shard(tmp_path / "s.bin", tokens, vocab_size=vocab_size, tokenizer="abc")
+    assert header.dtype == token_dtype(vocab_size).name
+    assert (tmp_path / "s.bin").stat().st_size == HEADER_BYTES + header.nbytes
+    again, ids = open_shard(tmp_path / "s.bin", tokenizer="abc")
+    assert again == header
+    np.testing.assert_array_equal(ids, tokens)
+
+
+def test_ids_outside_the_vocabulary_are_never_truncated(tmp_path):
+    with pytest.raises(DataError, match="outside the vocabulary of 65,536"):
+        write_shard(tmp_path / "s.bin", np.array([1, 70_000]), vocab_size=65536, tokenizer="x")
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_vocabulary_too_large_for_the_dtype_is_an_error(tmp_path):
+    with pytest.raises(DataError, match="s.bin: a vocabulary of 100,000 ids needs uint32"):
+        write_shard(tmp_path / "s.bin", np.array([1]), vocab_size=100_000, tokenizer="x",
+                    dtype="uint16")  # fmt: skip
+
+
+@pytest.fixture
+def shard(tmp_path):
+    path = tmp_path / "train_000.bin"
+    write_shard(path, np.arange(500), vocab_size=8192, tokenizer="good")
+    return path
+
+
+def test_truncated_shard(shard):
+    shard.write_bytes(shard.read_bytes()[:-10])
+    with pytest.raises(DataError, match="train_000.bin holds 990 bytes .* truncated.*rebuild"):
+        open_shard(shard)
+
+
+def test_corrupted_shard(shard):
+    data = bytearray(shard.read_bytes())
+    data[HEADER_BYTES + 7] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="train_000.bin is corrupted.*rebuild"):
+        open_shard(shard)
+    open_shard(shard, verify=False)  # without the checksum the damage goes unnoticed
+
+
+def test_shard_from_another_tokenizer(shard):
+    with pytest.raises(DataError, match="made with another tokenizer \\(fingerprint good; yours"):
+        open_shard(shard, tokenizer="other")
+
+
+def test_not_a_shard_and_missing_shard(tmp_path):
+    other = tmp_path / "notes.bin"
+    other.write_bytes(b"hello" * 300)
+    with pytest.raises(DataError, match="notes.bin is not an llmlab token shard"):
+        read_header(other)
+    with pytest.raises(DataError, match="missing.bin does not exist"):
+        read_header(tmp_path / "missing.bin")
+
+
+def test_a_failed_write_leaves_the_previous_shard_intact(shard, monkeypatch):
+    before = shard.read_bytes()
+    monkeypatch.setattr("llmlab.data.shards._header_bytes", lambda header: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        write_shard(shard, np.arange(10), vocab_size=8192, tokenizer="new")
+    assert shard.read_bytes() == before
+    assert [p.name for p in shard.parent.iterdir()] == [shard.name]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    "tokens, readers, max_tokens, expected",
+    [(1000, 8, 10_000, 8), (100_000, 8, 10_000, 16), (80_001, 8, 10_000, 16), (10, 1, 3, 4)],
+)
+def test_shard_count_is_a_multiple_of_the_readers(tokens, readers, max_tokens, expected):
+    count = shard_count(tokens, readers, max_tokens)
+    assert count == expected and count % readers == 0
+    assert tokens / count <= max_tokens
