@@ -32,6 +32,7 @@ def free_port() -> int:
 
 
 def train_on_rank(rank: int, world_size: int, port: int, micro: int, accum: int, out) -> None:
+    torch.set_num_threads(1)  # two processes on two cores: one math thread each (as torchrun does)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size)  # fmt: skip
     try:
