@@ -1,7 +1,8 @@
 """llmlab: the helper package of the LLM Training Lab course.
 
 Modules, bottom to top (a module imports only those below it):
-env, device, bench -> data -> models -> train -> prune, quant -> evaluate -> plots, course, cli.
+env, device, bench, network, distributed -> data -> models -> memory -> train -> prune, quant
+-> evaluate -> plots, course, cli.
 """
 
 from llmlab._quiet import silence_third_party_noise

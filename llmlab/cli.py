@@ -1,4 +1,4 @@
-"""The `llmlab` command: doctor, course, make-labs."""
+"""The `llmlab` command: doctor, estimate-memory, train, course, make-labs."""
 
 import argparse
 import json
@@ -71,6 +71,94 @@ def make_labs(solutions: Path, labs: Path) -> int:
     return 0
 
 
+def estimate_memory(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Print the itemised memory of a training step and which common GPUs it fits."""
+    from llmlab.memory import TrainingSetup, estimate_memory, fit_table
+    from llmlab.models import count_parameters
+
+    try:
+        setup = TrainingSetup(
+            batch=args.batch, seq=args.seq, dtype=args.dtype, optimizer=args.optimizer,
+            fused_optimizer=args.fused,
+            master_weights=not args.pure, fp32_grads=args.fp32_grads,
+            checkpointing=args.checkpointing, attention=args.attention,
+            grad_accumulation=args.accumulation, zero=args.zero, gpus=args.gpus,
+            tensor_parallel=args.tp, lora_rank=args.lora_rank, weights_4bit=args.weights_4bit,
+        )  # fmt: skip
+        estimate = estimate_memory(args.model, setup)
+    except ValueError as error:  # an unknown name, or numbers that do not go together
+        parser.error(str(error))  # exits with status 2
+    counts = count_parameters(args.model)
+    print(f"{args.model}: {counts.total / 1e9:.3f}B parameters "
+          f"({counts.non_embedding / 1e9:.3f}B non-embedding)")  # fmt: skip
+    print(f"set-up: {setup.describe()}\n")
+    print(estimate.table())
+    print()
+    print(fit_table({args.model: estimate}))
+    return 0
+
+
+def train(profile_name: str, steps: int | None, out_dir: Path | None) -> int:
+    """Train Lab 03's model with its recipe; under torchrun every process takes part (DDP)."""
+    from llmlab.course import profile
+    from llmlab.course.pretrained import lab03_config, lab03_data, lab03_shape
+    from llmlab.distributed import process_group
+    from llmlab.models import build_model, training_flops_per_token
+    from llmlab.train import Trainer
+
+    name = profile(profile_name).name
+    with process_group() as info:
+        changes = {"max_steps": steps} if steps else {}
+        config = lab03_config(name, out_dir=out_dir, progress=info.is_main, **changes)
+        data = lab03_data(name, config, seed=info.rank)  # each rank draws its own windows
+        shape = lab03_shape(name, data.dataset)
+        flops = training_flops_per_token(shape, config.seq_len).total
+        trainer = Trainer(build_model(shape), config, data.train, data.val,
+                          tokenizer=data.dataset.load_tokenizer(), flops_per_token=flops)
+        result = trainer.fit(resume=out_dir is not None)  # continue a run in out_dir, if any
+        if info.is_main:
+            print(f"{result.final_step} steps on {info.world_size} process(es), profile {name}: "
+                  f"validation loss {result.val_loss:.3f}, perplexity {result.perplexity:.1f}")
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _add_memory_parser(commands) -> argparse.ArgumentParser:
+    # Names are checked by llmlab.memory (its errors list the valid ones), not by `choices`:
+    # importing it here would add seconds to every other command.
+    p = commands.add_parser(
+        "estimate-memory", help="estimate the GPU memory of a training step, per GPU",
+        description="Itemised memory per GPU of one training step, and the GPUs it fits on.",
+    )  # fmt: skip
+    p.add_argument("--model", required=True, help="a preset: tiny, gpt2-124m, llama-7b, ...")
+    p.add_argument("--dtype", default="bf16", help="fp32, bf16 (default) or fp16")
+    p.add_argument("--optimizer", default="adamw",
+                   help="sgd, sgd-momentum, adam, adamw (default) or adam-8bit")
+    p.add_argument("--fused", action="store_true", help="a fused optimizer (no scratch buffer)")
+    p.add_argument("--batch", type=_positive, default=1, help="micro-batch, sequences per GPU")
+    p.add_argument("--seq", type=_positive, default=0,
+                   help="tokens per sequence (default: the model's context)")
+    p.add_argument("--accumulation", type=_positive, default=1, help="gradient accumulation")
+    p.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
+    p.add_argument("--attention", default="sdpa", help="sdpa (fused, default) or eager")
+    p.add_argument("--pure", action="store_true", help="16-bit everything, no fp32 master")
+    p.add_argument("--fp32-grads", action="store_true",
+                   help="torch.autocast's fp32 weights and gradients (18 bytes/param with Adam)")
+    p.add_argument("--gpus", type=_positive, default=1, help="all GPUs")
+    p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage")
+    p.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree")
+    p.add_argument("--lora-rank", type=_positive, default=0, help="train LoRA adapters only")
+    p.add_argument("--weights-4bit", default="",
+                   help="nf4 or gptq: frozen base weights in 4 bits (with --lora-rank: QLoRA)")
+    return p  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llmlab", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -84,6 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     p_course.add_argument("--solutions", type=Path, default=Path("solutions"))
     p_course.add_argument("--out", type=Path, default=Path("build"))
 
+    p_memory = _add_memory_parser(commands)
+
+    p_train = commands.add_parser(
+        "train", help="train Lab 03's model (run it under torchrun for DDP)",
+        description="Train Lab 03's model with its recipe. Under `torchrun --nproc_per_node N -m "
+        "llmlab train` the N processes train together with DDP (gloo on CPUs, NCCL on GPUs).",
+    )
+    p_train.add_argument("--profile", default="auto", help="smoke, full or auto (default)")
+    p_train.add_argument("--steps", type=_positive, default=None, help="override max_steps")
+    p_train.add_argument("--out", type=Path, default=None,
+                         help="metrics and checkpoints go here; a run there is resumed")
+
     p_labs = commands.add_parser("make-labs", help="regenerate labs/ from solutions/")
     p_labs.add_argument("--solutions", type=Path, default=Path("solutions"))
     p_labs.add_argument("--labs", type=Path, default=Path("labs"))
@@ -93,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         return doctor(args.json)
     if args.command == "course":
         return course(args.profile, args.only, args.solutions, args.out)
+    if args.command == "train":
+        return train(args.profile, args.steps, args.out)
+    if args.command == "estimate-memory":
+        return estimate_memory(args, p_memory)
     return make_labs(args.solutions, args.labs)
 
 

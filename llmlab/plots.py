@@ -164,3 +164,100 @@ def sequence_timing(seconds: Mapping[str, Mapping[int, float]], title: str = "")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+class LiveLoss:
+    """A trainer callback that redraws the loss curve in the notebook as training goes.
+
+    `Trainer(..., callbacks=[LiveLoss()])`; outside a notebook it draws nothing until `figure()`.
+    """
+
+    def __init__(self, every: int = 1, title: str = "Training loss"):
+        self.every, self.title = every, title
+        self.steps, self.losses, self.val_steps, self.val_losses = [], [], [], []
+        self.calls, self.handle = 0, None
+
+    def __call__(self, metrics) -> None:
+        self.steps.append(metrics.step)
+        self.losses.append(metrics.loss)
+        if metrics.val_loss is not None:
+            self.val_steps.append(metrics.step)
+            self.val_losses.append(metrics.val_loss)
+        self.calls += 1
+        if self.calls % self.every == 0:
+            self._show()
+
+    def figure(self) -> Figure:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.plot(self.steps, self.losses, label="train (each step's batch)")
+        if self.val_steps:
+            ax.plot(self.val_steps, self.val_losses, marker="o", label="validation")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("cross-entropy loss (nats per token)")
+        ax.set_title(self.title)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def _show(self) -> None:
+        try:
+            from IPython.display import display
+        except ImportError:  # not in IPython: nothing to redraw
+            return
+        fig = self.figure()
+        if self.handle is None:
+            self.handle = display(fig, display_id=True)
+        else:
+            self.handle.update(fig)
+        plt.close(fig)  # the display keeps the rendered image; free the figure
+
+
+def learning_rate_schedules(curves: Mapping[str, Sequence[float]], title: str = "") -> Figure:
+    """Learning rate against step for each schedule ({"cosine": [...], ...})."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for label, values in curves.items():
+        ax.plot(range(len(values)), values, label=label)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("learning rate")
+    ax.set_title(title or "Learning-rate schedules")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _running_mean(values: list[float], window: int) -> list[float]:
+    """Mean of each value and the window - 1 before it (fewer at the start)."""
+    means = []
+    for i in range(len(values)):
+        chunk = values[max(0, i - window + 1) : i + 1]
+        means.append(sum(chunk) / len(chunk))
+    return means
+
+
+def loss_curves(curves: Mapping[str, Sequence[float]], title: str = "", smooth: int = 1) -> Figure:
+    """Training loss against step for several runs; `smooth` > 1 averages over that window."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for label, losses in curves.items():
+        values = _running_mean(list(losses), smooth)
+        ax.plot(range(1, len(values) + 1), values, label=label)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss" + (f" (mean of {smooth} steps)" if smooth > 1 else ""))
+    ax.set_title(title or "Loss curves")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def throughput_bars(values: Mapping[str, float], unit: str = "tokens/s", title: str = "") -> Figure:
+    """Horizontal bars of one measured rate per setting."""
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(values) + 1.5))
+    bars = ax.barh(list(values), list(values.values()))
+    ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(unit)
+    ax.set_title(title or f"Measured {unit}")
+    fig.tight_layout()
+    return fig

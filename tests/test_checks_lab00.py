@@ -1,45 +1,11 @@
-"""Lab 00's checks pass on the solution notebook's code, fail on the lab's stubs and on likely
-mistakes, each with a message that points at the mistake."""
-
-from pathlib import Path
+"""Lab 00's checks reject likely mistakes, each with a message that points at the mistake.
+(tests/test_checks.py proves they pass on the solution and fail on the stub.)"""
 
 import pytest
 
 from llmlab import bench
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab00 as check
-from llmlab.course.notebook_code import load_definitions
-
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = "00_environment.ipynb"
-EXERCISES = {
-    "achieved_tflops": check.exercise_achieved_tflops,
-    "training_dtype": check.exercise_training_dtype,
-    "estimate_matmul_seconds": check.exercise_matmul_seconds,
-    "arithmetic_intensity": check.exercise_arithmetic_intensity,
-}
-
-
-@pytest.fixture(scope="module")
-def solution():
-    return load_definitions(ROOT / "solutions" / NOTEBOOK, list(EXERCISES))
-
-
-@pytest.fixture(scope="module")
-def lab():
-    return load_definitions(ROOT / "labs" / NOTEBOOK, list(EXERCISES))
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_passes_on_the_solution(solution, name, capsys):
-    EXERCISES[name](solution[name])
-    assert "PASSED" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("name", EXERCISES)
-def test_check_fails_on_the_stub_and_says_it_is_not_done(lab, name):
-    with pytest.raises(ExerciseFailed, match="not done yet"):
-        EXERCISES[name](lab[name])
 
 
 @pytest.mark.parametrize(

@@ -223,3 +223,17 @@ def test_nan_policy_skip_drops_the_bad_step_and_goes_on():
     history = trainer.fit().history
     assert [m.skipped for m in history] == [False, False, True, False, False]
     assert all(math.isfinite(p.sum().item()) for p in model.parameters())
+
+
+def test_gradient_checkpointing_keeps_the_losses_and_stores_fewer_activations():
+    from llmlab.memory.measure import measure_training_step
+
+    runs = {}
+    for checkpointing in (False, True):
+        trainer = Trainer(tiny_gpt2(), config(gradient_checkpointing=checkpointing, max_steps=3),
+                          FixedRows(global_rows(8), 8))  # fmt: skip
+        losses = [m.loss for m in trainer.fit().history]
+        step = measure_training_step(trainer.model, trainer.optimizer, global_rows(8)[:, :-1])
+        runs[checkpointing] = (losses, step.activations)
+    assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-5)
+    assert runs[True][1] < 0.7 * runs[False][1]

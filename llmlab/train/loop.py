@@ -97,7 +97,9 @@ class Trainer:
             model.config.use_cache = False  # a key/value cache only helps generation
         if config.gradient_checkpointing:
             # Keep only each block's input; recompute its activations during backward.
-            self.model.gradient_checkpointing_enable()
+            # (transformers 5 renamed gradient_checkpointing_enable; older versions lack this.)
+            enable = getattr(self.model, "activation_checkpointing_enable", None)
+            (enable or self.model.gradient_checkpointing_enable)()
         self.forward_model = self.model
         if self.dist.distributed:
             self.forward_model = DistributedDataParallel(self.model)

@@ -23,8 +23,10 @@ def call(exercise: str, fn: Callable, *args):
         ) from None
 
 
-def is_close(got, expected: float, rel: float) -> bool:
-    return isinstance(got, (int, float)) and math.isclose(got, expected, rel_tol=rel)
+def is_close(got, expected: float, rel: float, abs_tol: float = 0.0) -> bool:
+    return isinstance(got, (int, float)) and math.isclose(
+        got, expected, rel_tol=rel, abs_tol=abs_tol
+    )
 
 
 def expect_number(

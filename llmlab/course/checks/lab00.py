@@ -92,3 +92,13 @@ def exercise_arithmetic_intensity(arithmetic_intensity) -> None:
         text = f"arithmetic_intensity({m}, {n}, {k}, {nbytes})"
         expect_number(name, text, got, expected, mistakes=mistakes)
     passed(name, "a 4096^3 bf16 matmul does about 1365 FLOPs per byte; a matrix-vector product ~1")
+
+
+NOTEBOOK = "00_environment.ipynb"
+# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+EXERCISES = {
+    "achieved_tflops": exercise_achieved_tflops,
+    "training_dtype": exercise_training_dtype,
+    "estimate_matmul_seconds": exercise_matmul_seconds,
+    "arithmetic_intensity": exercise_arithmetic_intensity,
+}

@@ -198,3 +198,13 @@ def exercise_shards_for_rank(shards_for_rank) -> None:
                 "at its extra steps. Spread the shards so shares differ by at most one."
             )
     passed(name, "every shard is read by exactly one rank, and shares differ by at most one")
+
+
+NOTEBOOK = "01_data.ipynb"
+# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+EXERCISES = {
+    "normalize": exercise_normalize,
+    "pack": exercise_pack,
+    "token_dtype": exercise_token_dtype,
+    "shards_for_rank": exercise_shards_for_rank,
+}

@@ -1,0 +1,116 @@
+"""Lab 03's recipe and its trained model, for the labs that start from a trained model.
+
+`trained_model(profile)` loads the model Lab 03 saved in the artifacts folder; when it is not
+there (a lab run on its own, a fresh checkout) it trains one now with the same recipe, so every
+lab also runs alone.
+"""
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+from llmlab.course.artifacts import artifacts_dir
+from llmlab.data import DatasetPaths, prepare_default_dataset
+from llmlab.data.loaders import RandomWindows
+from llmlab.models import ModelShape, build_model, preset
+from llmlab.train import TrainConfig, Trainer, TrainResult
+
+MODEL_PRESET = {"smoke": "tiny", "full": "gpt2-124m"}
+
+
+def lab03_config(profile_name: str, **changes) -> TrainConfig:
+    """Lab 03's training settings for a profile (smoke: a few minutes on 2 CPU cores)."""
+    if profile_name == "smoke":
+        settings = dict(
+            max_steps=300,
+            micro_batch_size=8,
+            seq_len=128,
+            lr=2e-3,
+            warmup_steps=30,
+            eval_interval=50,
+            eval_batches=8,
+            log_interval=10,
+        )
+    elif profile_name == "full":
+        # GPT-2 small on one GPU: 16 x 4 sequences of 1024 tokens = 65k tokens per step.
+        settings = dict(
+            max_steps=2000,
+            micro_batch_size=16,
+            grad_accum_steps=4,
+            seq_len=1024,
+            lr=6e-4,
+            warmup_steps=100,
+            eval_interval=200,
+            eval_batches=20,
+            log_interval=20,
+            compile=True,
+        )
+    else:
+        raise ValueError(f"unknown profile {profile_name!r}: use 'smoke' or 'full'")
+    return TrainConfig(**{**settings, **changes})
+
+
+def lab03_shape(profile_name: str, dataset: DatasetPaths) -> ModelShape:
+    return preset(MODEL_PRESET[profile_name], vocab_size=dataset.vocab_size)
+
+
+@dataclass
+class Lab03Data:
+    dataset: DatasetPaths
+    train: RandomWindows
+    val: RandomWindows
+
+
+def lab03_data(profile_name: str, config: TrainConfig, seed: int = 0) -> Lab03Data:
+    """Lab 01's tokenizer and shards (built now if missing) as random-window batch sources."""
+    dataset = prepare_default_dataset(artifacts_dir(), profile_name)
+
+    def windows(paths, offset: int) -> RandomWindows:
+        return RandomWindows(
+            paths,
+            config.seq_len,
+            config.micro_batch_size,
+            tokenizer=dataset.fingerprint,
+            seed=seed + offset,
+        )
+
+    return Lab03Data(dataset, windows(dataset.train, 0), windows(dataset.val, 1))
+
+
+def model_folder(profile_name: str) -> Path:
+    return artifacts_dir() / f"lab03-{profile_name}-model"
+
+
+def save_trained_model(model, tokenizer: PreTrainedTokenizerFast, profile_name: str) -> Path:
+    """Save in Hugging Face format under a temporary name, then rename: never half a model."""
+    final = model_folder(profile_name)
+    temporary = final.with_name(final.name + ".tmp")
+    shutil.rmtree(temporary, ignore_errors=True)
+    model.save_pretrained(temporary)
+    tokenizer.save_pretrained(temporary)
+    shutil.rmtree(final, ignore_errors=True)
+    temporary.rename(final)
+    return final
+
+
+def train_lab03_model(profile_name: str, progress: bool = True) -> tuple[object, TrainResult]:
+    """Train Lab 03's model with its recipe and save it to the artifacts folder."""
+    config = lab03_config(profile_name, progress=progress)
+    data = lab03_data(profile_name, config)
+    tokenizer = data.dataset.load_tokenizer()
+    model = build_model(lab03_shape(profile_name, data.dataset))
+    result = Trainer(model, config, data.train, data.val, tokenizer=tokenizer).fit()
+    save_trained_model(model, tokenizer, profile_name)
+    return model, result
+
+
+def trained_model(profile_name: str = "smoke", progress: bool = True):
+    """(model, tokenizer) trained by Lab 03 for this profile: loaded, or trained now if missing."""
+    folder = model_folder(profile_name)
+    if not (folder / "config.json").is_file():
+        print(f"No Lab 03 model in {folder}: training it now (the {profile_name} recipe).")
+        train_lab03_model(profile_name, progress=progress)
+    model = AutoModelForCausalLM.from_pretrained(folder)  # safetensors; no remote code
+    return model, PreTrainedTokenizerFast.from_pretrained(folder)

@@ -1,0 +1,36 @@
+"""Training memory: estimate it by formula, measure it (a tensor tracker on any device, a dry
+run on fake tensors), see which GPUs it fits, and turn an out-of-memory error into options."""
+
+from llmlab.memory.dryrun import dry_run, make_optimizer, measure, prepare
+from llmlab.memory.estimate import (
+    CUDA_CONTEXT_BYTES,
+    DTYPE_BYTES,
+    GB,
+    OPTIMIZER_STATES,
+    WEIGHT_BITS_4BIT,
+    MemoryEstimate,
+    TrainingSetup,
+    block_activation_bytes,
+    bytes_per_parameter,
+    estimate_memory,
+    head_activation_bytes,
+    layer_activations,
+    model_states,
+)
+from llmlab.memory.gpus import GPU_SIZES_GB, fit_table, fits, gpus_with
+from llmlab.memory.measure import (
+    MeasuredStep,
+    MemoryTracker,
+    measure_training_step,
+    training_step,
+)
+from llmlab.memory.oom import Option, OutOfMemoryWithAdvice, memory_options, oom_advice
+
+__all__ = [
+    "CUDA_CONTEXT_BYTES", "DTYPE_BYTES", "GB", "GPU_SIZES_GB", "OPTIMIZER_STATES",
+    "WEIGHT_BITS_4BIT", "MeasuredStep", "MemoryEstimate", "MemoryTracker", "Option",
+    "OutOfMemoryWithAdvice", "TrainingSetup", "block_activation_bytes", "bytes_per_parameter",
+    "dry_run", "estimate_memory", "fit_table", "fits", "gpus_with", "head_activation_bytes",
+    "layer_activations", "make_optimizer", "measure", "measure_training_step", "memory_options",
+    "model_states", "oom_advice", "prepare", "training_step",
+]  # fmt: skip

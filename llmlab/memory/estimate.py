@@ -1,0 +1,381 @@
+"""How much memory a training step needs, by formula, itemised, per device.
+
+Model states (weights, fp32 master weights, gradients, optimizer states) are bytes per parameter;
+activations are bytes per token per layer; temporaries are the largest short-lived buffers. The
+peak is not the sum of everything: gradients are freed between steps (`zero_grad`) and the
+activations are gone by the optimizer step, so the peak is the largest of three moments:
+
+- the start of the backward pass: states + all activations + the loss's gradient buffers;
+- the end of the backward pass: states + all gradients + the first block's activations;
+- the optimizer step: states + gradients + the optimizer's scratch buffer.
+
+Sizes are in bytes; "GB" in this course means 10^9 bytes, as in the papers it quotes.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from llmlab.models import ModelShape, as_shape, count_parameters
+
+GB = 1e9
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# States the optimizer keeps per parameter: SGD's momentum buffer, Adam's two moments.
+OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2, "adam-8bit": 2}
+# bitsandbytes' 8-bit Adam: one byte per state plus an fp32 scale per block of 256 values.
+ADAM_8BIT_BYTES_PER_STATE = 1 + 4 / 256
+# 4-bit weight formats, in bits per weight including their scales:
+# NF4 with double quantization (QLoRA, Dettmers et al. 2023): 4 + 8/64 + 32/(64*256);
+# GPTQ with groups of 128: 4 + (fp16 scale + 4-bit zero point) / 128.
+WEIGHT_BITS_4BIT = {"nf4": 4 + 8 / 64 + 32 / (64 * 256), "gptq": 4 + (16 + 4) / 128}
+# An assumption, not a formula: what the CUDA context and library workspaces (cuBLAS, cuDNN,
+# NCCL) take outside PyTorch's allocator; typically 0.3-1 GB. `nvidia-smi` shows it, and
+# `torch.cuda.memory_allocated` does not.
+CUDA_CONTEXT_BYTES = 0.5 * GB
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """How a model is trained: batch shape, precision, optimizer and how it is spread over GPUs.
+
+    dtype is the compute precision. With bf16/fp16, `master_weights` keeps an fp32 copy of the
+    weights for the update (mixed precision); False is pure 16-bit training. `fp32_grads` picks
+    the convention: False is DeepSpeed/Megatron's 16-bit gradients (16 bytes per parameter with
+    Adam, as in the ZeRO paper); True is torch.autocast's fp32 weights and gradients plus the
+    16-bit weight copies it makes (18 bytes per parameter, as in Hugging Face's guide).
+    `gpus` counts all GPUs; `tensor_parallel` of them split each layer, the rest replicate the
+    model (data parallel), sharded by ZeRO `zero` stage 1-3 (FSDP's FULL_SHARD is stage 3).
+    `lora_rank` > 0 trains low-rank adapters on every linear layer of the blocks and freezes the
+    rest; `weights_4bit` ("nf4" or "gptq") then stores the frozen block weights in 4 bits (QLoRA).
+    """
+
+    batch: int = 1  # sequences per micro-batch, per data-parallel replica
+    seq: int = 0  # tokens per sequence; 0 means the model's context length
+    dtype: str = "bf16"
+    optimizer: str = "adamw"
+    fused_optimizer: bool = False  # e.g. AdamW(fused=True): one kernel, no scratch buffer
+    master_weights: bool = True
+    fp32_grads: bool = False
+    checkpointing: bool = False  # keep only each block's input; recompute the rest in backward
+    attention: str = "sdpa"  # "sdpa": a fused kernel; "eager": the seq x seq scores are kept
+    grad_accumulation: int = 1  # micro-batches per optimizer step
+    zero: int = 0
+    gpus: int = 1
+    tensor_parallel: int = 1
+    lora_rank: int = 0
+    weights_4bit: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "grad_accumulation", "gpus", "tensor_parallel"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("seq", "lora_rank"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"unknown dtype {self.dtype!r}: use one of {tuple(DTYPE_BYTES)}")
+        if self.optimizer not in OPTIMIZER_STATES:
+            raise ValueError(
+                f"unknown optimizer {self.optimizer!r}: use one of {tuple(OPTIMIZER_STATES)}"
+            )
+        if self.attention not in ("sdpa", "eager"):
+            raise ValueError(f"unknown attention {self.attention!r}: use 'sdpa' or 'eager'")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"zero must be a ZeRO stage 0, 1, 2 or 3, got {self.zero!r}")
+        if self.gpus % self.tensor_parallel:
+            raise ValueError(
+                f"gpus={self.gpus} is not a multiple of tensor_parallel={self.tensor_parallel}"
+            )
+        if self.weights_4bit and self.weights_4bit not in WEIGHT_BITS_4BIT:
+            raise ValueError(
+                f"unknown 4-bit format {self.weights_4bit!r}: use one of {tuple(WEIGHT_BITS_4BIT)}"
+            )
+        if self.weights_4bit and not self.lora_rank:
+            raise ValueError("4-bit weights cannot be trained directly: set lora_rank (QLoRA)")
+        if self.fp32_grads and self.dtype != "fp32" and not self.master_weights:
+            raise ValueError("fp32_grads describes mixed precision: it needs master_weights=True")
+
+    @property
+    def data_parallel(self) -> int:
+        return self.gpus // self.tensor_parallel
+
+    @property
+    def mixed(self) -> bool:
+        """16-bit compute with fp32 master weights."""
+        return self.dtype != "fp32" and self.master_weights
+
+    def replace(self, **changes) -> "TrainingSetup":
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """The set-up in words, for tables and the terminal."""
+        if self.dtype == "fp32":
+            precision = "fp32"
+        elif not self.master_weights:
+            precision = f"pure {self.dtype}"
+        else:
+            grads = "fp32 gradients (autocast)" if self.fp32_grads else f"{self.dtype} gradients"
+            precision = f"{self.dtype} mixed precision, {grads}"
+        optimizer = f"fused {self.optimizer}" if self.fused_optimizer else self.optimizer
+        parts = [f"micro-batch {self.batch} x {self.seq or 'context'} tokens", precision,
+                 optimizer, f"{self.attention} attention"]  # fmt: skip
+        if self.grad_accumulation > 1:
+            parts.append(f"{self.grad_accumulation} accumulation steps")
+        if self.checkpointing:
+            parts.append("activation checkpointing")
+        if self.gpus > 1:
+            parts.append(f"{self.gpus} GPUs" + (f", ZeRO-{self.zero}" if self.zero else ", DDP"))
+        if self.tensor_parallel > 1:
+            parts.append(f"tensor parallel {self.tensor_parallel}")
+        if self.lora_rank:
+            parts.append(f"LoRA rank {self.lora_rank}")
+        if self.weights_4bit:
+            parts.append(f"{self.weights_4bit} base weights")
+        return ", ".join(parts)
+
+
+def _seq(shape: ModelShape, setup: TrainingSetup) -> int:
+    """The setup's sequence length, or the model's context when it says 0."""
+    return setup.seq or shape.context
+
+
+def _state_bytes(setup: TrainingSetup) -> int:
+    """Bytes of each fp32 master weight and optimizer state: fp32 unless training is pure 16-bit."""
+    return 4 if setup.dtype == "fp32" or setup.mixed else DTYPE_BYTES[setup.dtype]
+
+
+def model_states(
+    params: float, setup: TrainingSetup, frozen_bytes: float = 0.0
+) -> dict[str, float]:
+    """Bytes per device of the weights, master weights, gradients and optimizer states of
+    `params` trainable parameters (plus `frozen_bytes` of frozen weights, e.g. a LoRA base).
+
+    ZeRO (Rajbhandari et al. 2020) shards over the data-parallel GPUs: stage 1 the optimizer
+    states (with the fp32 master weights), stage 2 also the gradients, stage 3 also the weights.
+    Tensor parallelism splits every weight matrix, so all of it, over its GPUs.
+    """
+    if params < 0 or frozen_bytes < 0:
+        raise ValueError(f"need non-negative sizes, got {params=} and {frozen_bytes=}")
+    compute = DTYPE_BYTES[setup.dtype]
+    if setup.mixed and setup.fp32_grads:  # autocast: the fp32 weights are the master copy,
+        weights, copies, master, grad_bytes = 4, compute, 0, 4  # and it makes 16-bit copies
+    else:
+        weights, copies, master, grad_bytes = compute, 0, 4 if setup.mixed else 0, compute
+    if setup.optimizer == "adam-8bit":
+        state_bytes = OPTIMIZER_STATES["adam-8bit"] * ADAM_8BIT_BYTES_PER_STATE
+    else:
+        state_bytes = OPTIMIZER_STATES[setup.optimizer] * _state_bytes(setup)
+    dp, tp = setup.data_parallel, setup.tensor_parallel
+
+    def shard(nbytes: float, from_stage: int) -> float:
+        return nbytes / tp / (dp if setup.zero >= from_stage else 1)
+
+    return {
+        "weights": shard(params * weights + frozen_bytes, 3),
+        "16-bit weight copies": shard(params * copies, 3),
+        "master weights": shard(params * master, 1),
+        "gradients": shard(params * grad_bytes, 2),
+        "optimizer states": shard(params * state_bytes, 1),
+    }
+
+
+def block_linear_shapes(shape: ModelShape) -> list[tuple[int, int]]:
+    """(in, out) of each weight matrix in one block: what LoRA adapts and 4-bit formats store."""
+    d, f, kv = shape.d_model, shape.ff, shape.kv_dim
+    if shape.family == "gpt2":
+        return [(d, d + 2 * kv), (d, d), (d, f), (f, d)]
+    return [(d, d), (d, kv), (d, kv), (d, d), (d, f), (d, f), (f, d)]
+
+
+def layer_activations(model: str | ModelShape, setup: TrainingSetup) -> dict[str, float]:
+    """Bytes per token that one block keeps for the backward pass, itemised (whole layer, before
+    tensor parallelism).
+
+    What PyTorch saves: the input of every matmul (to get the weight's gradient), the inputs of
+    norms and activation functions, and for eager attention the seq x seq softmax output per head.
+    A fused kernel (sdpa, FlashAttention) keeps only q, k, v, its output and per-row statistics,
+    and recomputes the scores in the backward pass. Dropout is off (it would add masks).
+    """
+    shape = as_shape(model)
+    seq = _seq(shape, setup)
+    d, f, kv = shape.d_model, shape.ff, shape.kv_dim
+    a = DTYPE_BYTES[setup.dtype]
+    if shape.family == "gpt2":
+        norms = 2 * d * a  # LayerNorm keeps its input (and two numbers per token)
+        mlp = 2 * f * a  # GELU's input and the second matmul's input
+    else:
+        # transformers' RMSNorm is written in Python: it keeps an fp32 copy of its input and
+        # the normalised result in the compute dtype, two norms per block.
+        norms = 2 * (4 * d + d * a)
+        mlp = 4 * f * a  # SwiGLU: gate output, SiLU of it, up output, their product
+    # Eager attention repeats grouped k/v heads to every query head before its matmuls.
+    k_and_v = 2 * (d if setup.attention == "eager" else kv)
+    scores = 0
+    if setup.attention == "eager":
+        scores = shape.n_head * seq * a
+        if shape.family == "llama" and a < 4:  # Llama's softmax runs (and is kept) in fp32,
+            scores = shape.n_head * seq * (4 + a)  # then a 16-bit copy feeds the next matmul
+    items = {
+        "norm inputs": norms,
+        "attention input": d * a,  # the normalised input, shared by the q, k, v matmuls
+        "q, k, v": (d + k_and_v) * a,
+        "attention scores": scores,
+        "attention output": d * a,
+        "MLP input": d * a,
+        "MLP hidden": mlp,
+    }
+    return {name: nbytes for name, nbytes in items.items() if nbytes}
+
+
+# The parts of a block that tensor parallelism splits; norms and the inputs to the first matmuls
+# of attention and MLP are replicated (Korthikanti et al. 2022, without sequence parallelism).
+TENSOR_PARALLEL_SPLIT = ("q, k, v", "attention scores", "attention output", "MLP hidden")
+
+
+def block_activation_bytes(model: str | ModelShape, setup: TrainingSetup, layers: int = 0) -> float:
+    """Bytes of activations that `layers` blocks (default: all) keep for the backward pass,
+    per device. With checkpointing a block keeps only its input and recomputes the rest."""
+    shape = as_shape(model)
+    tp = setup.tensor_parallel
+    per_token = sum(
+        nbytes / tp if name in TENSOR_PARALLEL_SPLIT else nbytes
+        for name, nbytes in layer_activations(shape, setup).items()
+    )
+    if setup.checkpointing:
+        per_token = shape.d_model * DTYPE_BYTES[setup.dtype]
+    return setup.batch * _seq(shape, setup) * (layers or shape.n_layer) * per_token
+
+
+def head_activation_bytes(model: str | ModelShape, setup: TrainingSetup) -> float:
+    """Bytes kept by the final norm, the LM head and the loss, per device.
+
+    transformers computes the loss in fp32 whatever the dtype, and cross-entropy keeps the
+    log-probabilities: vocabulary x 4 bytes per token, more than a small model's whole block.
+    """
+    shape = as_shape(model)
+    d, a = shape.d_model, DTYPE_BYTES[setup.dtype]
+    final_norm = d * a if shape.family == "gpt2" else 4 * d + d * a
+    per_token = final_norm + d * a + shape.vocab_size * 4 / setup.tensor_parallel
+    return setup.batch * _seq(shape, setup) * per_token
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per device, itemised; `peak_items` are the ones present at the peak."""
+
+    shape: ModelShape
+    setup: TrainingSetup
+    items: dict[str, float]
+    peak_phase: str
+    peak_items: tuple[str, ...]
+    overhead: float = CUDA_CONTEXT_BYTES
+
+    @property
+    def peak(self) -> float:
+        """Peak bytes allocated by PyTorch (what torch.cuda.max_memory_allocated reports)."""
+        return sum(self.items[name] for name in self.peak_items)
+
+    @property
+    def total(self) -> float:
+        """The peak plus the CUDA context: about what nvidia-smi would show."""
+        return self.peak + self.overhead
+
+    def table(self) -> str:
+        """The items as a text table, in GB, marking those present at the peak."""
+        rows = [(name, nbytes, "yes" if name in self.peak_items else "")
+                for name, nbytes in self.items.items()]  # fmt: skip
+        rows += [(f"peak, at the {self.peak_phase}", self.peak, ""),
+                 ("+ CUDA context (assumed)", self.overhead, ""),
+                 ("total per GPU", self.total, "")]  # fmt: skip
+        width = max(len(label) for label, _, _ in rows) + 2
+        lines = [f"{'per GPU':<{width}}{'GB':>9}  at peak"]
+        for label, nbytes, mark in rows:
+            lines.append(f"{label:<{width}}{nbytes / GB:>9.3f}  {mark}".rstrip())
+        lines.insert(len(self.items) + 1, "-" * (width + 18))
+        return "\n".join(lines)
+
+
+def _trainable_and_frozen(shape: ModelShape, setup: TrainingSetup) -> tuple[float, float]:
+    """Trainable parameters and bytes of frozen weights (LoRA freezes the base model)."""
+    total = count_parameters(shape).total
+    if not setup.lora_rank:
+        return total, 0.0
+    linears = block_linear_shapes(shape)
+    in_blocks = shape.n_layer * sum(i * o for i, o in linears)
+    adapters = shape.n_layer * sum(setup.lora_rank * (i + o) for i, o in linears)
+    base = DTYPE_BYTES[setup.dtype]
+    block_bytes = WEIGHT_BITS_4BIT[setup.weights_4bit] / 8 if setup.weights_4bit else base
+    return adapters, (total - in_blocks) * base + in_blocks * block_bytes
+
+
+# Persistent through the whole step.
+STATES = ("weights", "master weights", "optimizer states", "DDP gradient buckets")
+
+
+def estimate_memory(
+    model: str | ModelShape, setup: TrainingSetup | None = None, **changes
+) -> MemoryEstimate:
+    """Itemised bytes per GPU of a training step: `estimate_memory("llama-7b", batch=8, zero=3,
+    gpus=8)` or with a `TrainingSetup`. See the module docstring for the peak."""
+    shape = as_shape(model)
+    setup = (setup or TrainingSetup()).replace(**changes)
+    if setup.seq > shape.context:
+        raise ValueError(f"seq={setup.seq} is longer than the model's context {shape.context}")
+    tokens = setup.batch * _seq(shape, setup)
+    tp, dp = setup.tensor_parallel, setup.data_parallel
+    trainable, frozen = _trainable_and_frozen(shape, setup)
+    items = model_states(trainable, setup, frozen)
+    if dp > 1 and setup.zero == 0:
+        # DDP's reducer keeps its own flat copy of the gradients to all-reduce in buckets
+        # (unless DistributedDataParallel(gradient_as_bucket_view=True)).
+        items["DDP gradient buckets"] = items["gradients"]
+    items["block activations"] = block_activation_bytes(shape, setup)
+    items["head activations"] = head_activation_bytes(shape, setup)
+    # The gradients of the fp32 log-probabilities and of the logits, as backward starts.
+    items["loss buffers"] = 2 * tokens * shape.vocab_size * 4 / tp
+    # At the end of backward the first block's activations are still there (or recomputed).
+    items["block in backward"] = block_activation_bytes(
+        shape, setup.replace(checkpointing=False), layers=1
+    )
+    if setup.attention == "eager":  # gradients of the probabilities and of the scores
+        softmax_bytes = 4 if shape.family == "llama" else DTYPE_BYTES[setup.dtype]
+        items["attention backward"] = 2 * tokens * shape.n_head * _seq(shape, setup) * (
+            softmax_bytes / tp)
+    if dp > 1 and setup.zero == 3:
+        # ZeRO-3/FSDP gathers a whole block to compute it, and prefetches the next one.
+        block_params = count_parameters(shape).non_embedding / shape.n_layer
+        items["gathered blocks"] = 2 * block_params * DTYPE_BYTES[setup.dtype] / tp
+    items["optimizer scratch"] = _optimizer_scratch(trainable, setup)
+    items = {name: nbytes for name, nbytes in items.items() if nbytes > 0}
+
+    # Accumulating over micro-batches keeps the gradients alive through the next backward.
+    held = ("gradients",) if setup.grad_accumulation > 1 else ()
+    # Autograd keeps autocast's 16-bit weight copies for backward, unless checkpointing drops them.
+    copies = () if setup.checkpointing else ("16-bit weight copies",)
+    phases = {
+        "start of backward": (*STATES, *held, *copies, "block activations", "head activations",
+                              "loss buffers", "gathered blocks"),
+        "end of backward": (*STATES, "gradients", "block in backward", "attention backward",
+                            "gathered blocks"),
+        "optimizer step": (*STATES, "gradients", "optimizer scratch"),
+    }  # fmt: skip
+    present = {phase: tuple(n for n in names if n in items) for phase, names in phases.items()}
+    peak_phase = max(present, key=lambda phase: sum(items[n] for n in present[phase]))
+    return MemoryEstimate(shape, setup, items, peak_phase, present[peak_phase])
+
+
+def _optimizer_scratch(trainable: float, setup: TrainingSetup) -> float:
+    """PyTorch's multi-tensor (foreach) Adam, its default on CUDA, computes sqrt(v) for all
+    parameters at once: one buffer the size of the (local) optimizer states' dtype. Fused
+    kernels (fused=True, the 8-bit optimizer) and SGD with momentum need none."""
+    if setup.optimizer not in ("adam", "adamw") or setup.fused_optimizer:
+        return 0.0
+    shards = setup.tensor_parallel * (setup.data_parallel if setup.zero >= 1 else 1)
+    return trainable * _state_bytes(setup) / shards
+
+
+def bytes_per_parameter(setup: TrainingSetup) -> float:
+    """Model-state bytes per parameter on one GPU: 16 for mixed-precision Adam without ZeRO,
+    18 with fp32 gradients (their sum; the 16-bit copies are gone by the optimizer step)."""
+    return sum(model_states(1, setup).values())

@@ -1,0 +1,30 @@
+"""Model presets and builders (through `transformers` configs), parameter and FLOP counts, and an
+LSTM language model to compare with the transformer."""
+
+from llmlab.models.counts import (
+    FlopCounts,
+    ParamCounts,
+    block_parameters,
+    count_model_parameters,
+    count_parameters,
+    measure_training_flops,
+    parameter_table,
+    training_flops_per_token,
+)
+from llmlab.models.presets import (
+    ATTENTION,
+    PRESETS,
+    SMOKE_VOCAB,
+    ModelShape,
+    as_shape,
+    build_model,
+    preset,
+)
+from llmlab.models.rnn import LSTMLanguageModel, lstm_flops_per_token, lstm_layer_parameters
+
+__all__ = [
+    "ATTENTION", "PRESETS", "SMOKE_VOCAB", "FlopCounts", "LSTMLanguageModel", "ModelShape",
+    "ParamCounts", "as_shape", "block_parameters", "build_model", "count_model_parameters",
+    "count_parameters", "lstm_flops_per_token", "lstm_layer_parameters", "measure_training_flops",
+    "parameter_table", "preset", "training_flops_per_token",
+]  # fmt: skip

@@ -1,0 +1,49 @@
+"""Every lab's checks pass on the solution notebook's functions and, on the generated lab's stubs,
+fail with "not done yet". (Each test_checks_labNN.py adds the likely mistakes of its lab.)"""
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import llmlab.course.checks
+from llmlab.course.checks import ExerciseFailed
+from llmlab.course.notebook_code import load_definitions
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = [
+    importlib.import_module(f"llmlab.course.checks.{info.name}")
+    for info in pkgutil.iter_modules(llmlab.course.checks.__path__)
+]
+CASES = [(module, name) for module in MODULES for name in module.EXERCISES]
+
+
+def case_id(case) -> str:
+    module, name = case
+    return f"{module.NOTEBOOK}:{name}"
+
+
+def definitions(folder: str, module) -> dict:
+    return load_definitions(ROOT / folder / module.NOTEBOOK, list(module.EXERCISES))
+
+
+def test_every_exercise_check_is_registered():
+    for module in MODULES:
+        checks = {name for name in vars(module) if name.startswith("exercise_")}
+        registered = {check.__name__ for check in module.EXERCISES.values()}
+        assert checks == registered, f"{module.__name__}: EXERCISES misses {checks - registered}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_check_passes_on_the_solution(case, capsys):
+    module, name = case
+    module.EXERCISES[name](definitions("solutions", module)[name])
+    assert "PASSED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_check_fails_on_the_stub_and_says_it_is_not_done(case):
+    module, name = case
+    with pytest.raises(ExerciseFailed, match="not done yet"):
+        module.EXERCISES[name](definitions("labs", module)[name])

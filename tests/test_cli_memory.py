@@ -1,0 +1,47 @@
+"""`llmlab estimate-memory`: the itemised table and the GPUs it fits; bad arguments exit 2."""
+
+import pytest
+
+from llmlab import cli
+
+COMMAND = ["estimate-memory", "--model", "llama-7b", "--dtype", "bf16", "--optimizer", "adamw",
+           "--batch", "8", "--seq", "2048", "--zero", "3", "--gpus", "8"]  # fmt: skip
+
+
+def test_prints_the_itemised_table_and_which_gpus_it_fits(capsys):
+    assert cli.main(COMMAND) == 0
+    out = capsys.readouterr().out
+    assert "llama-7b: 6.738B parameters (6.476B non-embedding)" in out
+    assert "bf16 mixed precision, bf16 gradients, adamw" in out and "8 GPUs, ZeRO-3" in out
+    for item in ("weights", "master weights", "optimizer states", "block activations",
+                 "gathered blocks", "peak, at the start of backward", "total per GPU"):
+        assert item in out  # fmt: skip
+    assert "llama-7b     117.6        no        no        no        no        no       yes" in out
+    assert "141 GB: H200" in out
+
+
+def test_checkpointing_brings_it_down_to_a_40_gb_gpu(capsys):
+    assert cli.main([*COMMAND, "--checkpointing"]) == 0
+    row = capsys.readouterr().out.splitlines()[-8]
+    assert row.split()[1:] == ["24.2", "no", "no", "yes", "yes", "yes", "yes"]
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--model", "llama-8b"], "unknown model preset 'llama-8b': the presets are tiny"),
+        (["--dtype", "fp8"], "unknown dtype 'fp8'"),
+        (["--optimizer", "lion"], "unknown optimizer 'lion'"),
+        (["--batch", "0"], "must be a positive integer"),
+        (["--batch", "two"], "invalid _positive value"),
+        (["--zero", "4"], "invalid choice: 4"),
+        (["--gpus", "6", "--tp", "4"], "not a multiple of tensor_parallel"),
+        (["--seq", "8192"], "longer than the model's context 4096"),
+        (["--weights-4bit", "nf4"], "set lora_rank"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_clear_message(extra, words, capsys):
+    with pytest.raises(SystemExit) as caught:
+        cli.main([*COMMAND, *extra])
+    assert caught.value.code == 2
+    assert words in capsys.readouterr().err

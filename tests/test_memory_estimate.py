@@ -1,0 +1,194 @@
+"""The memory planner reproduces published figures, never returns a negative or NaN size, and
+refuses bad set-ups with a message that names the problem."""
+
+import math
+
+import pytest
+
+from llmlab import memory
+from llmlab.memory import GB, TrainingSetup, estimate_memory, model_states
+from llmlab.models import PRESETS, preset
+
+MIXED_ADAM = TrainingSetup(dtype="fp16", optimizer="adam")  # the ZeRO paper's set-up
+
+
+def test_a_billion_fp32_weights_take_4_gb():
+    """The seed's starting point: 1e9 parameters x 4 bytes."""
+    assert model_states(1e9, TrainingSetup(dtype="fp32"))["weights"] == 4 * GB
+
+
+def test_fp32_adam_needs_16_bytes_per_parameter_before_activations():
+    """The seed adds 8 more bytes per parameter "for activations and temporaries" to reach 24 GB
+    per billion; activations depend on batch and sequence, not on the parameter count."""
+    setup = TrainingSetup(dtype="fp32", optimizer="adamw")
+    assert memory.bytes_per_parameter(setup) == 16
+    small, large = (estimate_memory("llama-1b", setup, batch=b, seq=2048) for b in (1, 8))
+    assert large.items["block activations"] == 8 * small.items["block activations"]
+    assert large.items["weights"] == small.items["weights"]
+
+
+def test_zero_paper_mixed_precision_adam_is_16_bytes_per_parameter():
+    """Rajbhandari et al. 2020, section 3.1: 2 (fp16 weights) + 2 (fp16 gradients) + K = 12
+    (fp32 master weights, momentum, variance)."""
+    states = model_states(1, MIXED_ADAM)
+    assert states["weights"] == 2 and states["gradients"] == 2
+    assert states["master weights"] + states["optimizer states"] == 12
+
+
+def test_zero_paper_gpt2_1_5b_example():
+    """Section 3.1: a 1.5B-parameter GPT-2 has 3 GB of fp16 weights and needs at least 24 GB
+    for its model states with mixed-precision Adam."""
+    states = model_states(1.5e9, MIXED_ADAM)
+    assert states["weights"] == pytest.approx(3 * GB)
+    assert sum(states.values()) == pytest.approx(24 * GB)
+
+
+@pytest.mark.parametrize(
+    "stage, published_gb", [(0, 120), (1, 31.4), (2, 16.6), (3, 1.9)]
+)  # fmt: skip
+def test_zero_paper_7_5b_on_64_gpus_per_stage(stage, published_gb):
+    """Figure 1: 7.5B parameters, 64 data-parallel GPUs; baseline, Pos, Pos+g, Pos+g+p."""
+    states = model_states(7.5e9, MIXED_ADAM.replace(zero=stage, gpus=64))
+    assert sum(states.values()) / GB == pytest.approx(published_gb, abs=0.05)
+
+
+def test_autocast_convention_is_18_bytes_per_parameter():
+    """Hugging Face's guide: fp32 weights 4 + 16-bit copies 2 + fp32 gradients 4 + Adam 8."""
+    assert memory.bytes_per_parameter(TrainingSetup(fp32_grads=True)) == 18
+    assert memory.bytes_per_parameter(TrainingSetup()) == 16
+
+
+def test_8bit_adam_and_pure_16_bit():
+    assert model_states(1, TrainingSetup(optimizer="adam-8bit"))["optimizer states"] == (
+        pytest.approx(2.03125)
+    )
+    pure = model_states(1, TrainingSetup(dtype="bf16", master_weights=False))
+    assert sum(pure.values()) == 2 + 2 + 4  # weights, gradients, two bf16 moments
+
+
+def test_fused_attention_drops_the_sequence_squared_term():
+    shape, seq = preset("gpt2-124m"), 1024
+    eager = memory.layer_activations(shape, TrainingSetup(seq=seq, attention="eager"))
+    fused = memory.layer_activations(shape, TrainingSetup(seq=seq, attention="sdpa"))
+    assert eager["attention scores"] == shape.n_head * seq * 2
+    assert "attention scores" not in fused
+    # The textbook count (Korthikanti et al. 2022, without dropout): 16 d + heads x seq values.
+    assert sum(eager.values()) == (16 * shape.d_model + shape.n_head * seq) * 2
+
+
+def test_checkpointing_keeps_only_each_block_input():
+    shape = preset("llama-7b")
+    setup = TrainingSetup(batch=2, seq=1024, checkpointing=True)
+    kept = memory.block_activation_bytes(shape, setup)
+    assert kept == 2 * 1024 * shape.n_layer * shape.d_model * 2
+    estimate = estimate_memory(shape, setup)
+    full = estimate_memory(shape, setup.replace(checkpointing=False))
+    assert estimate.items["block activations"] < full.items["block activations"] / 10
+
+
+def test_sharding_and_tensor_parallelism_divide_the_states():
+    one = estimate_memory("llama-13b", batch=1, seq=2048)
+    zero3 = estimate_memory("llama-13b", batch=1, seq=2048, zero=3, gpus=8)
+    tp = estimate_memory("llama-13b", batch=1, seq=2048, tensor_parallel=4, gpus=4)
+    for item in ("weights", "gradients", "optimizer states"):
+        assert zero3.items[item] == pytest.approx(one.items[item] / 8)
+        assert tp.items[item] == pytest.approx(one.items[item] / 4)
+    # Norms and the inputs of the first matmuls stay whole on every GPU (no sequence parallelism).
+    assert tp.items["block activations"] < 0.6 * one.items["block activations"]
+    assert "gathered blocks" in zero3.items
+
+
+def test_ddp_keeps_a_second_copy_of_the_gradients():
+    ddp = estimate_memory("gpt2-124m", batch=4, gpus=4)
+    assert ddp.items["DDP gradient buckets"] == ddp.items["gradients"]
+
+
+def test_lora_and_qlora():
+    full = estimate_memory("llama-7b", batch=1, seq=2048)
+    lora = estimate_memory("llama-7b", batch=1, seq=2048, lora_rank=16)
+    qlora = estimate_memory("llama-7b", batch=1, seq=2048, lora_rank=16, weights_4bit="nf4")
+    adapters = 32 * 16 * (4 * (4096 + 4096) + 3 * (4096 + 11008))  # 40.0M trainable
+    assert lora.items["gradients"] == adapters * 2
+    assert lora.items["weights"] == pytest.approx(full.items["weights"] + adapters * 2)
+    # NF4 with double quantization: 4.127 bits per block weight; embeddings stay 16-bit.
+    block_weights = 6_476_005_376
+    expected = (6_738_415_616 - block_weights) * 2 + block_weights * 4.127 / 8 + adapters * 2
+    assert qlora.items["weights"] == pytest.approx(expected, rel=1e-4)
+    assert qlora.peak < lora.peak < full.peak
+
+
+def test_the_peak_is_one_moment_not_the_sum_of_everything():
+    estimate = estimate_memory("tiny", batch=4, seq=256, dtype="fp32")
+    assert estimate.peak_phase == "start of backward"
+    assert "gradients" not in estimate.peak_items  # freed by zero_grad between steps
+    assert estimate.peak < sum(estimate.items.values())
+    # Large weights and a short batch: the optimizer step is the peak.
+    assert estimate_memory("llama-7b", batch=1, seq=256).peak_phase == "optimizer step"
+
+
+SETUPS = [
+    TrainingSetup(),
+    TrainingSetup(dtype="fp32", optimizer="sgd", batch=3, seq=7),
+    TrainingSetup(optimizer="sgd-momentum", checkpointing=True, grad_accumulation=4),
+    TrainingSetup(attention="eager", zero=1, gpus=2),
+    TrainingSetup(zero=3, gpus=16, tensor_parallel=8, fp32_grads=True),
+    TrainingSetup(dtype="fp16", master_weights=False, optimizer="adam-8bit"),
+    TrainingSetup(lora_rank=8, weights_4bit="gptq", checkpointing=True),
+]
+
+
+@pytest.mark.parametrize("setup", SETUPS, ids=range(len(SETUPS)))
+@pytest.mark.parametrize("name", PRESETS)
+def test_no_figure_is_ever_negative_or_nan(name, setup):
+    estimate = estimate_memory(name, setup.replace(seq=min(setup.seq, PRESETS[name].context)))
+    assert all(math.isfinite(v) and v > 0 for v in estimate.items.values())
+    assert estimate.items["weights"] + estimate.items.get("optimizer states", 0) <= estimate.peak
+    assert estimate.peak <= sum(estimate.items.values()) and math.isfinite(estimate.total)
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"dtype": "fp8"}, "unknown dtype 'fp8': use one of"),
+        ({"optimizer": "lion"}, "unknown optimizer 'lion': use one of"),
+        ({"attention": "flash"}, "unknown attention"),
+        ({"batch": 0}, "batch must be a positive integer"),
+        ({"seq": -1}, "seq must be a non-negative integer"),
+        ({"zero": 4}, "ZeRO stage 0, 1, 2 or 3"),
+        ({"gpus": 6, "tensor_parallel": 4}, "not a multiple of tensor_parallel"),
+        ({"weights_4bit": "nf4"}, "set lora_rank"),
+        ({"weights_4bit": "int3", "lora_rank": 4}, "unknown 4-bit format"),
+        ({"master_weights": False, "fp32_grads": True}, "needs master_weights"),
+    ],
+)
+def test_bad_setups_are_refused_with_a_clear_message(changes, words):
+    with pytest.raises(ValueError, match=words):
+        TrainingSetup(**changes)
+
+
+def test_bad_model_or_sequence_is_refused():
+    with pytest.raises(ValueError, match="the presets are tiny"):
+        estimate_memory("gpt-5")
+    with pytest.raises(ValueError, match="longer than the model's context 256"):
+        estimate_memory("tiny", seq=512)
+    with pytest.raises(ValueError, match="non-negative"):
+        model_states(-1, TrainingSetup())
+
+
+def test_fits_says_yes_tight_or_no():
+    estimate = estimate_memory("llama-1b", batch=4, seq=2048)  # about 36 GB with the context
+    assert memory.fits(estimate, 80) == "yes"
+    assert memory.fits(estimate, estimate.total / GB / 0.95) == "tight"
+    assert memory.fits(estimate, 24) == "no"
+    with pytest.raises(ValueError, match="positive"):
+        memory.fits(estimate, 0)
+
+
+def test_table_and_fit_table_show_every_item_and_size():
+    estimate = estimate_memory("llama-7b", batch=8, seq=2048, zero=3, gpus=8)
+    table = estimate.table()
+    assert all(name in table for name in estimate.items)
+    assert "peak, at the start of backward" in table and "CUDA context (assumed)" in table
+    fit = memory.fit_table({"7b": estimate})
+    assert all(f"{size} GB" in fit for size in memory.GPU_SIZES_GB)
+    assert "H200" in fit and "T4" in fit
