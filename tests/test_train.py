@@ -237,3 +237,20 @@ def test_gradient_checkpointing_keeps_the_losses_and_stores_fewer_activations():
         runs[checkpointing] = (losses, step.activations)
     assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-5)
     assert runs[True][1] < 0.7 * runs[False][1]
+
+
+def test_tensorboard_without_the_package_says_how_to_get_it(monkeypatch, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name.startswith("torch.utils.tensorboard"):
+            raise ImportError("No module named 'tensorboard'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    trainer = Trainer(tiny_gpt2(), config(tensorboard=True, out_dir=tmp_path),
+                      RandomWindows(token_stream(), 4))  # fmt: skip
+    with pytest.raises(ImportError, match="pip install tensorboard"):
+        trainer.fit()
