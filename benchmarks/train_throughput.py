@@ -47,6 +47,7 @@ class BareLoop:
 
     def __init__(self, model, data):
         self.model, self.data = model, data
+        model.config.use_cache = False  # as llmlab.train does: a key/value cache is for generation
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def run(self, steps: int) -> list[float]:
@@ -114,6 +115,7 @@ class HFLoop:
 
     def __init__(self, model, data, bf16: bool):
         self.model, self.dataset, self.bf16 = model, WindowDataset(data), bf16
+        model.config.use_cache = False  # the same work as the other variants
         self.folder = tempfile.mkdtemp(prefix="hf-trainer-")
 
     def run(self, steps: int) -> list[float]:
