@@ -88,9 +88,8 @@ class Trainer:
         self.device = choose_device(config.device).device
         if self.device.type == "cuda" and self.dist.distributed:
             self.device = torch.device("cuda", self.dist.local_rank)
-        self.precision = (
-            choose_dtype(self.device) if config.dtype == "auto" else FIXED_DTYPES[config.dtype]
-        )
+        auto = config.dtype == "auto"
+        self.precision = choose_dtype(self.device) if auto else FIXED_DTYPES[config.dtype]
         seed_everything(config.seed)
         self.model = model.to(self.device)
         if hasattr(getattr(model, "config", None), "use_cache"):
@@ -113,11 +112,9 @@ class Trainer:
         self.callbacks = list(callbacks)
         self.step, self.tokens_seen, self.skipped_in_a_row = 0, 0, 0
         # Fixed validation batches: every evaluation sees the same tokens, so curves compare.
-        self.val_batches = (
-            [val_data.next_batch() for _ in range(config.eval_batches)]
-            if (val_data is not None)
-            else []
-        )
+        self.val_batches = []
+        if val_data is not None:
+            self.val_batches = [val_data.next_batch() for _ in range(config.eval_batches)]
 
     @property
     def tokens_per_step(self) -> int:
@@ -296,6 +293,8 @@ class Trainer:
             self.skipped_in_a_row = 0
             self.tokens_seen += self.tokens_per_step
         tokens_per_s = self.tokens_per_step / seconds
+        known = self.flops_per_token is not None
+        utilization = mfu(tokens_per_s, self.flops_per_token, self.peak_flops) if known else None
         return StepMetrics(
             step=self.step + 1,
             loss=loss_value,
@@ -304,9 +303,7 @@ class Trainer:
             tokens_per_s=tokens_per_s,
             tokens_seen=self.tokens_seen,
             step_seconds=seconds,
-            mfu=mfu(tokens_per_s, self.flops_per_token, self.peak_flops)
-            if self.flops_per_token
-            else None,
+            mfu=utilization,
             memory_gb=memory_gb(self.device),
             gpu_util=gpu_utilization(self.device),
             skipped=skipped,
