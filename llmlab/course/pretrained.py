@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from llmlab.course.artifacts import artifacts_dir
 from llmlab.data import DatasetPaths, prepare_default_dataset
+from llmlab.data.atomic import replace_folder, temporary_sibling
 from llmlab.data.loaders import RandomWindows
 from llmlab.models import ModelShape, build_model, preset
 from llmlab.train import TrainConfig, Trainer, TrainResult
@@ -86,12 +87,13 @@ def model_folder(profile_name: str) -> Path:
 def save_trained_model(model, tokenizer: PreTrainedTokenizerFast, profile_name: str) -> Path:
     """Save in Hugging Face format under a temporary name, then rename: never half a model."""
     final = model_folder(profile_name)
-    temporary = final.with_name(final.name + ".tmp")
-    shutil.rmtree(temporary, ignore_errors=True)
-    model.save_pretrained(temporary)
-    tokenizer.save_pretrained(temporary)
-    shutil.rmtree(final, ignore_errors=True)
-    temporary.rename(final)
+    temporary = temporary_sibling(final)
+    try:
+        model.save_pretrained(temporary)
+        tokenizer.save_pretrained(temporary)
+        replace_folder(temporary, final)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)  # gone already after a successful rename
     return final
 
 

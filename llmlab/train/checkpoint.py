@@ -9,7 +9,6 @@ through a save leaves the previous checkpoints untouched and loadable.
 """
 
 import json
-import os
 import random
 import re
 import shutil
@@ -18,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
+
+from llmlab.data.atomic import replace_folder, temporary_sibling, write_atomically
 
 STEP_DIR = re.compile(r"^step_(\d{7})$")
 IGNORED_CONFIG_KEYS = {
@@ -93,12 +94,6 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _write_json(path: Path, data: dict) -> None:
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    temporary.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(temporary, path)  # atomic on POSIX: readers see the old file or the new one
-
-
 def completed_checkpoints(root: Path) -> list[Path]:
     """Finished checkpoint folders, oldest first (temporary folders of a killed save are not)."""
     if not root.is_dir():
@@ -135,8 +130,7 @@ def save_checkpoint(
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:07d}"
-    temporary = root / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(temporary, ignore_errors=True)
+    temporary = temporary_sibling(final)  # not a step_NNNNNNN name: never taken for a checkpoint
     temporary.mkdir()
     save_model(model, str(temporary / "model.safetensors"))  # handles tied (shared) weights
     torch.save({**state, "step": step}, temporary / "state.pt")
@@ -147,9 +141,7 @@ def save_checkpoint(
         "train_config": train_config,
     }
     (temporary / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    if final.exists():  # the same step saved again (e.g. after a resume): replace it whole
-        shutil.rmtree(final)
-    os.replace(temporary, final)
+    replace_folder(temporary, final)  # the same step saved again (after a resume) is replaced whole
     _update_best(root, final, val_loss)
     _prune(root, keep_last)
     return final
@@ -163,7 +155,8 @@ def _update_best(root: Path, checkpoint: Path, val_loss: float | None) -> None:
         best = json.loads(best_file.read_text(encoding="utf-8"))
         if (root / best["checkpoint"]).is_dir() and best["val_loss"] <= val_loss:
             return
-    _write_json(best_file, {"checkpoint": checkpoint.name, "val_loss": val_loss})
+    best = {"checkpoint": checkpoint.name, "val_loss": val_loss}
+    write_atomically(best_file, json.dumps(best, indent=2).encode())  # old or new, never half
 
 
 def _prune(root: Path, keep_last: int) -> None:
