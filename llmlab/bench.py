@@ -1,6 +1,7 @@
 """Honest timing, achieved matmul FLOP/s, a table of GPU peak figures, and MFU."""
 
 import contextlib
+import os
 import re
 import statistics
 import time
@@ -20,6 +21,25 @@ class Timing:
     max_s: float
     times_s: tuple[float, ...]
     warmup: int
+
+
+def busy_warning(load: float | None = None, cores: int | None = None) -> str | None:
+    """A warning when other work competes for the cores, else None. Timings taken while the
+    1-minute load average exceeds the core count measure the contention, not the code."""
+    load = os.getloadavg()[0] if load is None else load
+    cores = cores or os.cpu_count() or 1
+    if load <= cores:
+        return None
+    return (f"WARNING: this machine is busy (load average {load:.1f} on {cores} cores): the "
+            "timings below are slowed by other work. Re-run this cell when the machine is idle.")
+
+
+def warn_if_busy() -> bool:
+    """Print `busy_warning()` if there is one (call it at the top of a timing cell)."""
+    warning = busy_warning()
+    if warning:
+        print(warning)
+    return warning is not None
 
 
 def time_fn(

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from llmlab import bench
 from llmlab.bench import (
     DTYPES,
     GPU_SPECS,
@@ -128,3 +129,10 @@ def test_measure_matmul_on_the_gpu(dtype):
     peak = peak_tflops(torch.cuda.get_device_name(), dtype)
     if peak is not None:
         assert result.tflops < 2 * peak  # faster than the datasheet would mean broken timing
+
+
+def test_busy_warning_only_when_the_load_exceeds_the_cores():
+    assert bench.busy_warning(load=1.5, cores=2) is None
+    assert bench.busy_warning(load=2.0, cores=2) is None
+    warning = bench.busy_warning(load=3.2, cores=2)
+    assert "busy" in warning and "3.2" in warning and "2 cores" in warning

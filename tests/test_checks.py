@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 import llmlab.course.checks
-from llmlab.course.checks import ExerciseFailed
 from llmlab.course.notebook_code import load_definitions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +42,9 @@ def test_check_passes_on_the_solution(case, capsys):
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_check_fails_on_the_stub_and_says_it_is_not_done(case):
+def test_check_on_the_stub_says_it_is_not_done_and_lets_the_lab_go_on(case, capsys):
     module, name = case
-    with pytest.raises(ExerciseFailed, match="not done yet"):
-        module.EXERCISES[name](definitions("labs", module)[name])
+    stub = definitions("labs", module)[name]
+    returned = module.EXERCISES[name](stub)
+    assert "not done yet" in capsys.readouterr().out
+    assert returned is not stub  # llmlab's version, or a function that says what to finish

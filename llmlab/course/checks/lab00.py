@@ -1,7 +1,7 @@
 """Checks for Lab 00 (environment and GPU check)."""
 
 from llmlab.bench import matmul_flops, peak_tflops
-from llmlab.course.checks import ExerciseFailed, call, expect_number, passed
+from llmlab.course.checks import ExerciseFailed, call, exercise, expect_number, passed
 from llmlab.device import training_dtype_for
 
 UNIT_MISTAKES = (
@@ -11,6 +11,7 @@ UNIT_MISTAKES = (
 )
 
 
+@exercise()
 def exercise_achieved_tflops(achieved_tflops) -> None:
     """Exercise 1: achieved_tflops(m, n, k, seconds) -> TFLOP/s of one m x k @ k x n matmul."""
     name = "Exercise 1 (achieved TFLOP/s)"
@@ -35,6 +36,7 @@ WHY_DTYPE = {
 }
 
 
+@exercise()
 def exercise_training_dtype(training_dtype) -> None:
     """Exercise 2: training_dtype((major, minor)) -> "bf16" | "fp16" | "fp32" for a CUDA GPU."""
     name = "Exercise 2 (training dtype)"
@@ -49,6 +51,7 @@ def exercise_training_dtype(training_dtype) -> None:
     passed(name, "bf16 from Ampere (8.0) on, fp16 with a scaler on Volta/Turing, else fp32")
 
 
+@exercise()
 def exercise_matmul_seconds(estimate_matmul_seconds) -> None:
     """Exercise 3: estimate_matmul_seconds(m, n, k, gpu, dtype, efficiency) from the peak table."""
     name = "Exercise 3 (matmul time from the peak)"
@@ -76,6 +79,7 @@ def exercise_matmul_seconds(estimate_matmul_seconds) -> None:
     passed(name, "an 8192^3 bf16 matmul takes about 1.6 ms on an H100 SXM at 70% of peak")
 
 
+@exercise()
 def exercise_arithmetic_intensity(arithmetic_intensity) -> None:
     """Exercise 4: FLOPs per byte moved for a matmul that reads A and B and writes C once."""
     name = "Exercise 4 (arithmetic intensity)"

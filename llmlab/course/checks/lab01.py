@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from llmlab.course.checks import ExerciseFailed, call, passed
+from llmlab.course.checks import ExerciseFailed, call, exercise, passed
 from llmlab.data.clean import CONTROL_CHARACTERS, normalize_text
 from llmlab.data.packing import pack
 from llmlab.data.shards import token_dtype
@@ -39,6 +39,7 @@ def _normalize_hint(text: str, got: str, expected: str) -> str:
     return ""
 
 
+@exercise()
 def exercise_normalize(normalize) -> None:
     """Exercise 1: normalize(text) -> NFC, '\\n' line ends, no control characters except tab and
     newline, no trailing whitespace on any line."""
@@ -88,6 +89,7 @@ PACK_CASES = [
 ]
 
 
+@exercise()
 def exercise_pack(pack_documents) -> None:
     """Exercise 2: pack(documents, block_size, eos_id) -> blocks of exactly block_size tokens."""
     name = "Exercise 2 (pack documents into blocks)"
@@ -143,6 +145,7 @@ def _dtype_hint(vocab_size: int, got: np.dtype | None, expected: np.dtype) -> st
     )
 
 
+@exercise()
 def exercise_token_dtype(choose_dtype) -> None:
     """Exercise 3: token_dtype(vocab_size) -> the smallest unsigned NumPy dtype for every id."""
     name = "Exercise 3 (token dtype)"
@@ -158,6 +161,7 @@ def exercise_token_dtype(choose_dtype) -> None:
     passed(name, "uint16 for vocabularies up to 65,536 ids (GPT-2's 50,257), uint32 above")
 
 
+@exercise()
 def exercise_shards_for_rank(shards_for_rank) -> None:
     """Exercise 4: shards_for_rank(num_shards, rank, world_size) -> the shard indices of one rank.
 

@@ -1,6 +1,6 @@
 """Checks for Lab 02 (model configuration and training memory)."""
 
-from llmlab.course.checks import ExerciseFailed, call, expect_number, passed
+from llmlab.course.checks import ExerciseFailed, call, exercise, expect_number, passed
 from llmlab.memory import GB, TrainingSetup, layer_activations, model_states
 from llmlab.models import ModelShape, block_parameters
 
@@ -9,6 +9,7 @@ def _gpt2_block(d_model: int, d_ff: int, n_head: int) -> ModelShape:
     return ModelShape("gpt2", 1, d_model, n_head, 1000, 1024, d_ff=d_ff)
 
 
+@exercise()
 def exercise_block_params(block_params) -> None:
     """Exercise 1: block_params(d_model, d_ff, n_head) -> parameters of one GPT-2 block."""
     name = "Exercise 1 (parameters of a GPT-2 block)"
@@ -28,6 +29,7 @@ def exercise_block_params(block_params) -> None:
            "split d_model, they add none")  # fmt: skip
 
 
+@exercise()
 def exercise_model_state_bytes(model_state_bytes) -> None:
     """Exercise 2: model_state_bytes(n_params, optimizer, mixed) -> bytes of weights, gradients,
     optimizer states (and fp32 master weights when mixed), the ZeRO paper's convention."""
@@ -67,6 +69,7 @@ def exercise_model_state_bytes(model_state_bytes) -> None:
            "1B parameters need 16 GB before a single activation")  # fmt: skip
 
 
+@exercise()
 def exercise_layer_activation_bytes(layer_activation_bytes) -> None:
     """Exercise 3: layer_activation_bytes(batch, seq, d_model, n_head, bytes_per_value, eager)
     -> bytes one GPT-2 block keeps for the backward pass."""
@@ -111,6 +114,7 @@ def _zero_states_gb(n_params: float, gpus: int, stage: int) -> float:
     return sum(model_states(n_params, setup).values()) / GB
 
 
+@exercise()
 def exercise_smallest_zero_stage(smallest_zero_stage) -> None:
     """Exercise 4: smallest_zero_stage(n_params, gpus, gpu_gb) -> the smallest ZeRO stage whose
     mixed-precision Adam model states fit in gpu_gb per GPU, or None."""

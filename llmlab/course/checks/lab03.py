@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from llmlab.course.checks import ExerciseFailed, call, expect_number, is_close, passed
+from llmlab.course.checks import ExerciseFailed, call, exercise, expect_number, is_close, passed
 from llmlab.models import build_model, preset
 from llmlab.train import TrainConfig, learning_rate, next_token_loss
 
@@ -17,6 +17,7 @@ def _gradients(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
+@exercise()
 def exercise_accumulation(accumulate) -> None:
     """Exercise 1: accumulate(model, micro_batches, loss_fn) leaves the big batch's gradient."""
     name = "Exercise 1 (gradient accumulation)"
@@ -61,6 +62,7 @@ def exercise_accumulation(accumulate) -> None:
     passed(name, "4 micro-batches of 2 give the gradient of one batch of 8")
 
 
+@exercise()
 def exercise_warmup_cosine(warmup_cosine) -> None:
     """Exercise 2: warmup_cosine(step, max_steps, warmup_steps, lr, min_lr)."""
     name = "Exercise 2 (warm-up then cosine)"
@@ -92,6 +94,7 @@ def exercise_warmup_cosine(warmup_cosine) -> None:
     passed(name, "linear warm-up, then a half cosine from lr down to min_lr at max_steps")
 
 
+@exercise()
 def exercise_mfu(model_flops_utilization) -> None:
     """Exercise 3: MFU from tokens/s, FLOPs per token and the peak in TFLOP/s (a fraction)."""
     name = "Exercise 3 (MFU)"
@@ -114,6 +117,7 @@ def exercise_mfu(model_flops_utilization) -> None:
     passed(name, "GPT-2 small at 100k tokens/s on an H100 SXM is about 7.5% MFU")
 
 
+@exercise()
 def exercise_perplexity(perplexity) -> None:
     """Exercise 4: perplexity from a mean cross-entropy loss in nats."""
     name = "Exercise 4 (perplexity)"

@@ -1,0 +1,106 @@
+"""The machinery every lab's checks share: numbers of any type, messages without checker source,
+and an exercise left undone that does not stop the rest of the lab."""
+
+import numpy as np
+import pytest
+import torch
+
+from llmlab.course.checks import (
+    ExerciseFailed,
+    ExerciseNotDone,
+    call,
+    compare_prediction,
+    exercise,
+    expect_number,
+    real_number,
+)
+
+
+@pytest.mark.parametrize(
+    "value", [3, 3.0, np.float32(3.0), np.int64(3), np.float64(3.0), torch.tensor(3.0),
+              torch.tensor(3), np.array(3.0)]
+)  # fmt: skip
+def test_any_real_number_type_is_accepted(value):
+    assert real_number(value) == 3.0
+    expect_number("Exercise", "f()", value, 3.0)  # does not raise
+
+
+@pytest.mark.parametrize("value", [True, "3", [3.0], torch.tensor([3.0, 4.0]), None])
+def test_a_non_number_is_named_as_the_problem(value):
+    assert real_number(value) is None
+    with pytest.raises(ExerciseFailed, match="return a number"):
+        expect_number("Exercise", "f()", value, 3.0)
+
+
+def test_a_wrong_number_names_the_likely_mistake():
+    with pytest.raises(ExerciseFailed, match="expected about 6.*doubled"):
+        expect_number("Exercise", "f()", 12.0, 6.0, mistakes=[(2.0, "doubled")])
+
+
+def _reference(x):
+    return 2 * x
+
+
+@exercise(fallback=_reference, fallback_name="llmlab.reference")
+def _check_doubling(fn):
+    name = "Exercise 9 (doubling)"
+    for x in (1, 5):
+        expect_number(name, f"f({x})", call(name, fn, x), 2 * x)
+    print("PASSED Exercise 9 (doubling)")
+
+
+@exercise()
+def _check_without_fallback(fn):
+    call("Exercise 7 (no fallback)", fn, 1)
+
+
+def _stub(x):
+    raise NotImplementedError("a hint")
+
+
+def test_a_passing_check_returns_the_learners_function(capsys):
+    def mine(x):
+        return x + x
+
+    assert _check_doubling(mine) is mine
+    assert "PASSED" in capsys.readouterr().out
+
+
+def test_an_undone_exercise_does_not_stop_the_lab_and_hands_over_llmlabs_version(capsys):
+    assert _check_doubling(_stub) is _reference
+    out = capsys.readouterr().out
+    assert "not done yet" in out and "llmlab.reference" in out
+
+
+def test_without_a_fallback_later_use_says_which_exercise_to_finish(capsys):
+    stand_in = _check_without_fallback(_stub)
+    assert "not done yet" in capsys.readouterr().out
+    with pytest.raises(ExerciseNotDone, match="Exercise 7 .* not done yet"):
+        stand_in(1)
+
+
+def test_a_wrong_answer_still_raises():
+    with pytest.raises(ExerciseFailed, match="expected about 2"):
+        _check_doubling(lambda x: 3 * x)
+
+
+def test_a_failed_check_in_ipython_shows_its_message_and_no_checker_source(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.user_ns["check"] = _check_doubling
+    shell.run_cell("check(lambda x: 3 * x)")
+    shown = capsys.readouterr()
+    text = shown.out + shown.err
+    assert "ExerciseFailed: Exercise 9 (doubling): f(1) returned 3" in text
+    assert "expect_number(" not in text and "Traceback" not in text and "def " not in text
+    shell.run_cell("def broken():\n    raise ExerciseFailed('a plain failure')\n")  # sanity:
+    assert shell.user_ns["broken"]  # the shell really ran code
+
+
+def test_prediction_is_shown_against_the_measurement(capsys):
+    compare_prediction("step time", 2, 3.0, "s")
+    shown = capsys.readouterr().out
+    assert "you predicted 2 s, measured 3 s (measured / predicted = 1.50)" in shown
+    compare_prediction("step time", ..., 3.0, "s")
+    assert "No prediction was written" in capsys.readouterr().out
