@@ -7,16 +7,31 @@ from pathlib import Path
 
 from llmlab import env
 from llmlab.course.labs import capability_table
+from llmlab.course.profiles import ENV_VARIABLE, explicit_profile
 
 SEVERITY_MARK = {"error": "ERROR", "warning": "WARNING", "info": "note"}
 
 
 def _labs_section(report: env.EnvReport) -> str:
-    lines = ["Labs on this machine", f"  {'lab':<42} {'scale':<10} why"]
-    for lab, scale, why in capability_table(report):
-        planned = "" if lab.ready else " (planned)"
-        lines.append(f"  {lab.number:02d} {lab.title + planned:<39} {scale:<10} {why}")
+    rows = [
+        (f"{lab.number:02d} {lab.title}{'' if lab.ready else ' (planned)'}", name, why)
+        for lab, name, why in capability_table(report)
+    ]
+    width = max(len(label) for label, _, _ in rows)
+    lines = ["Labs on this machine", f"  {'lab':<{width}}  {'profile':<7}  why"]
+    lines += [f"  {label:<{width}}  {name:<7}  {why}" for label, name, why in rows]
     return "\n".join(lines)
+
+
+def _profile_note() -> str:
+    """Whether the notebooks follow the table (PROFILE = "auto"), or LLMLAB_PROFILE overrides it."""
+    try:
+        named = explicit_profile()
+    except ValueError as error:  # a bad LLMLAB_PROFILE: every notebook would stop with this
+        return f"{ENV_VARIABLE} is wrong: {error}"
+    if named is None:
+        return f'A notebook\'s profile("auto", lab=N) picks the same; {ENV_VARIABLE} overrides it.'
+    return f"{ENV_VARIABLE}={named.name} is set: every lab runs at the {named.name} profile."
 
 
 def _problems_section(problems: list[env.Problem]) -> str:
@@ -30,34 +45,37 @@ def _problems_section(problems: list[env.Problem]) -> str:
 
 
 def doctor(as_json: bool) -> int:
-    """Print the machine report and the lab scales here; exit code 1 when the stack is broken."""
+    """Print the machine report and each lab's profile here; exit 1 when the stack is broken."""
     report = env.collect()
     problems = env.diagnose(report)
-    profile = "full" if report.gpus else "smoke"
     if as_json:
         payload = env.report_to_dict(report)
         payload["problems"] = [vars(problem) for problem in problems]
         payload["labs"] = [
-            {"lab": lab.notebook, "ready": lab.ready, "scale": scale, "why": why}
-            for lab, scale, why in capability_table(report)
+            {"lab": lab.notebook, "ready": lab.ready, "profile": name, "why": why}
+            for lab, name, why in capability_table(report)
         ]
-        payload["recommended_profile"] = profile
         print(json.dumps(payload, indent=2))
     else:
         print(env.format_report(report))
         print()
         print(_labs_section(report))
+        print(_profile_note())
         print()
         print(_problems_section(problems))
-        print(f"\nRecommended profile: {profile} (LLMLAB_PROFILE=auto picks it)")
     return 1 if any(problem.severity == "error" for problem in problems) else 0
 
 
-def course(profile_name: str, only: list[str], solutions: Path, out: Path) -> int:
+def course(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Execute the solution notebooks headless and print lab, status, wall time, headline."""
-    from llmlab.course.runner import format_table, run_course  # needs the notebook stack
+    from llmlab.course.runner import find_notebooks, format_table, run_course  # notebook stack
 
-    runs = run_course(solutions, out, profile_name, only or None)
+    try:  # check the arguments before any kernel starts
+        explicit_profile(args.profile)
+        find_notebooks(args.solutions, args.only)
+    except ValueError as error:
+        parser.error(str(error))  # exits with status 2
+    runs = run_course(args.solutions, args.out, args.profile, args.only or None)
     print()
     print(format_table(runs))
     return 0 if all(run.ok for run in runs) else 1
@@ -95,7 +113,24 @@ def estimate_memory(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     print(estimate.table())
     print()
     print(fit_table({args.model: estimate}))
+    advice = _what_would_fit(args.model, setup, estimate)
+    if advice:
+        print(f"\n{advice}")
     return 0
+
+
+def _what_would_fit(model: str, setup, estimate) -> str:
+    """The changes that would fit the largest GPU size of the fit table that the set-up does not
+    fit comfortably (the advice an out-of-memory error gets); "" when it fits them all."""
+    from llmlab.memory import GB, GPU_SIZES_GB, fits, gpus_with, memory_options
+    from llmlab.memory.oom import format_options
+
+    too_small = [size for size in GPU_SIZES_GB if fits(estimate, size) != "yes"]
+    if not too_small:
+        return ""
+    size = max(too_small)
+    options = format_options(memory_options(model, setup, size * GB), size * GB)
+    return f"Too big for the {size} GB GPUs ({', '.join(gpus_with(size))}).\n{options}"
 
 
 def train(profile_name: str, steps: int | None, out_dir: Path | None) -> int:
@@ -142,8 +177,9 @@ def _add_memory_parser(commands) -> argparse.ArgumentParser:
                    help="sgd, sgd-momentum, adam, adamw (default) or adam-8bit")
     p.add_argument("--fused", action="store_true", help="a fused optimizer (no scratch buffer)")
     p.add_argument("--batch", type=_positive, default=1, help="micro-batch, sequences per GPU")
-    p.add_argument("--seq", type=_positive, default=0,
-                   help="tokens per sequence (default: the model's context)")
+    # 0 means "the model's context" and "no LoRA"; llmlab.memory rejects negative numbers.
+    p.add_argument("--seq", type=int, default=0,
+                   help="tokens per sequence (0, the default: the model's context)")
     p.add_argument("--accumulation", type=_positive, default=1, help="gradient accumulation")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
     p.add_argument("--attention", default="sdpa", help="sdpa (fused, default) or eager")
@@ -153,7 +189,8 @@ def _add_memory_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=_positive, default=1, help="all GPUs")
     p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage")
     p.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree")
-    p.add_argument("--lora-rank", type=_positive, default=0, help="train LoRA adapters only")
+    p.add_argument("--lora-rank", type=int, default=0,
+                   help="train LoRA adapters of this rank only (0, the default: no LoRA)")
     p.add_argument("--weights-4bit", default="",
                    help="nf4 or gptq: frozen base weights in 4 bits (with --lora-rank: QLoRA)")
     return p  # fmt: skip
@@ -192,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "doctor":
         return doctor(args.json)
     if args.command == "course":
-        return course(args.profile, args.only, args.solutions, args.out)
+        return course(args, p_course)
     if args.command == "train":
         return train(args.profile, args.steps, args.out)
     if args.command == "estimate-memory":

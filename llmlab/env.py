@@ -21,17 +21,23 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-GIB = 2**30
+GB = 10**9  # the course's unit: GB means 10^9 bytes, as GPU makers and papers use it
 
 REQUIRED_PACKAGES: tuple[str, ...] = (
     "torch", "numpy", "transformers", "tokenizers", "datasets", "accelerate", "safetensors",
     "matplotlib", "tqdm", "psutil",
 )  # fmt: skip
-COURSE_PACKAGES: tuple[str, ...] = (
-    "torch", "numpy", "transformers", "tokenizers", "datasets", "accelerate", "safetensors",
-    "peft", "bitsandbytes", "gptqmodel", "optimum", "matplotlib", "tqdm", "psutil",
-    "jupyterlab", "ipywidgets", "nbval",
-)  # fmt: skip
+# The other packages the doctor lists: what needs each one, and how to get it.
+OPTIONAL_PACKAGES: dict[str, str] = {
+    "peft": "Lab 08 LoRA; `make lab` installs it",
+    "bitsandbytes": "Lab 07 NF4 on a CUDA GPU; `make lab` installs it",
+    "gptqmodel": "Lab 07 GPTQ on a CUDA GPU; `pip install gptqmodel optimum`",
+    "optimum": "Lab 07 GPTQ on a CUDA GPU; `pip install gptqmodel optimum`",
+    "jupyterlab": "the notebooks; `make lab` installs it",
+    "ipywidgets": "notebook progress bars; `make lab` installs it",
+    "nbval": "the notebook tests; `make lab` installs it",
+}
+COURSE_PACKAGES: tuple[str, ...] = (*REQUIRED_PACKAGES, *OPTIONAL_PACKAGES)
 
 # x86 flags and arm64 features that decide which CPU kernels, and whether bf16, are fast.
 CPU_FEATURES = (
@@ -40,8 +46,15 @@ CPU_FEATURES = (
 )  # fmt: skip
 CPU_BF16_FEATURES = ("avx512_bf16", "amx_bf16", "bf16")
 
-MIN_RAM_AVAILABLE_BYTES = 4 * GIB
-MIN_DISK_FREE_BYTES = 5 * GIB
+MIN_RAM_AVAILABLE_BYTES = 4 * GB
+MIN_DISK_FREE_BYTES = 5 * GB
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# (limit, usage, statistics, the statistic of droppable page cache): cgroup v2, then v1.
+CGROUP_MEMORY_FILES = (
+    ("memory.max", "memory.current", "memory.stat", "inactive_file"),
+    ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "memory/memory.stat",
+     "total_inactive_file"),
+)  # fmt: skip
 NVIDIA_PCI_VENDOR = "0x10de"
 NVIDIA_SMI_TIMEOUT_S = 20
 FRAMEWORK_PROBE_TIMEOUT_S = 120  # importing TensorFlow alone can take half a minute
@@ -119,6 +132,15 @@ class FrameworkInfo:
 
 
 @dataclass(frozen=True)
+class MemoryLimit:
+    """A container's memory limit, as its control group (cgroup) sets it."""
+
+    limit_file: Path
+    limit_bytes: int
+    used_bytes: int  # charged to the container, less the page cache the kernel can drop
+
+
+@dataclass(frozen=True)
 class Problem:
     severity: str  # "error" | "warning" | "info"
     message: str
@@ -132,6 +154,7 @@ class EnvReport:
     cpu: CpuInfo
     ram_total_bytes: int  # 0 = unknown
     ram_available_bytes: int  # 0 = unknown
+    ram_limit_file: str | None  # the container's limit, when it is below the host's RAM
     disk_free_bytes: int  # of the current directory; 0 = unknown
     torch_version: str | None
     torch_build: str  # "cpu" | "cuda" | "rocm" | "missing"
@@ -217,11 +240,48 @@ def _cpu_capability(torch: ModuleType) -> str | None:
 
 
 def _memory_bytes() -> tuple[int, int]:
-    """(total, available) RAM in bytes."""
+    """(total, available) RAM of the host in bytes (a container may be limited to less)."""
     import psutil  # imported here: the doctor must still run when psutil is missing
 
     memory = psutil.virtual_memory()
     return memory.total, memory.available
+
+
+def _read_int(path: Path) -> int | None:
+    text = _read_text(path)
+    return int(text) if text.isdigit() else None  # None: missing, or "max" (no limit)
+
+
+def _stat_value(path: Path, key: str) -> int:
+    for line in _read_text(path).splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.isdigit():
+            return int(value)
+    return 0
+
+
+def container_memory_limit(root: Path) -> MemoryLimit | None:
+    """The memory limit of the cgroup mounted at `root` (v2, else v1), or None where none is set."""
+    for limit_name, usage_name, stat_name, cache_key in CGROUP_MEMORY_FILES:
+        limit = _read_int(root / limit_name)
+        if limit is None:
+            continue
+        # Page cache counts as used, but the kernel drops it when a program needs the memory
+        # (`docker stats` subtracts it the same way).
+        used = (_read_int(root / usage_name) or 0) - _stat_value(root / stat_name, cache_key)
+        return MemoryLimit(root / limit_name, limit, max(used, 0))
+    return None
+
+
+def usable_ram(
+    host_total: int, host_available: int, limit: MemoryLimit | None
+) -> tuple[int, int, str | None]:
+    """(total, available, limit file) of the RAM this process may use: the host's, or the
+    container's limit where that is smaller (on Binder, 1-2 GB of a host with far more)."""
+    if limit is None or limit.limit_bytes >= host_total:
+        return host_total, host_available, None
+    available = min(host_available, max(limit.limit_bytes - limit.used_bytes, 0))
+    return limit.limit_bytes, available, str(limit.limit_file)
 
 
 def _import_torch() -> ModuleType | None:
@@ -242,6 +302,12 @@ def _torch_gpus(torch: ModuleType) -> list[GpuInfo]:
     if not torch.cuda.is_available():
         return []
     return [_gpu_info(torch, index) for index in range(torch.cuda.device_count())]
+
+
+def visible_gpus() -> list[GpuInfo]:
+    """The CUDA GPUs torch sees, without the slow probes of `collect` (cheap at notebook start)."""
+    torch = _import_torch()
+    return [] if torch is None else _safely(lambda: _torch_gpus(torch), [])
 
 
 def _gpu_info(torch: ModuleType, index: int) -> GpuInfo:
@@ -400,7 +466,10 @@ def collect(include_frameworks: bool = True) -> EnvReport:
     """Probe this machine. TensorFlow/JAX are probed only when installed (and asked for)."""
     torch = _import_torch()
     torch_fields = _torch_fields(torch)
-    ram_total, ram_available = _safely(_memory_bytes, (0, 0))
+    host_total, host_available = _safely(_memory_bytes, (0, 0))
+    ram_total, ram_available, ram_limit_file = usable_ram(
+        host_total, host_available, container_memory_limit(CGROUP_ROOT)
+    )
     frameworks = [_probe_framework(name) for name in FRAMEWORK_PROBES] if include_frameworks else []
     return EnvReport(
         python=platform.python_version(),
@@ -408,6 +477,7 @@ def collect(include_frameworks: bool = True) -> EnvReport:
         cpu=_cpu_info(torch),
         ram_total_bytes=ram_total,
         ram_available_bytes=ram_available,
+        ram_limit_file=ram_limit_file,
         disk_free_bytes=_safely(lambda: shutil.disk_usage(Path.cwd()).free, 0),
         nvidia_device_present=_nvidia_device_present(),
         driver_version=_driver_version(),
@@ -538,15 +608,15 @@ def _resource_problems(report: EnvReport) -> list[Problem]:
     if 0 < report.ram_available_bytes < MIN_RAM_AVAILABLE_BYTES:
         problems.append(Problem(
             "warning",
-            f"only {_gib(report.ram_available_bytes)} of RAM available; the labs need about "
-            f"{_gib(MIN_RAM_AVAILABLE_BYTES)} (model, optimizer state and data in memory)",
+            f"only {_gb(report.ram_available_bytes)} of RAM available ({_ram_origin(report)}); the "
+            f"labs need about {_gb(MIN_RAM_AVAILABLE_BYTES)} (model, optimizer state and data)",
             "close other notebooks and programs, or use a machine with more memory",
         ))  # fmt: skip
     if 0 < report.disk_free_bytes < MIN_DISK_FREE_BYTES:
         problems.append(Problem(
             "warning",
-            f"only {_gib(report.disk_free_bytes)} free on this disk; about "
-            f"{_gib(MIN_DISK_FREE_BYTES)} are needed (the virtual environment alone takes several "
+            f"only {_gb(report.disk_free_bytes)} free on this disk; about "
+            f"{_gb(MIN_DISK_FREE_BYTES)} are needed (the virtual environment alone takes several "
             "GB, plus datasets and checkpoints)",
             "free some space, or work from a directory on a bigger disk",
         ))  # fmt: skip
@@ -565,8 +635,13 @@ def diagnose(report: EnvReport) -> list[Problem]:
 # ---------------------------------------------------------------- presenting a report
 
 
-def _gib(size_bytes: int) -> str:
-    return f"{size_bytes / GIB:.1f} GiB"
+def _gb(size_bytes: int) -> str:
+    return f"{size_bytes / GB:.1f} GB"
+
+
+def _ram_origin(report: EnvReport) -> str:
+    """Whose RAM the figures are: the host's, or a container's limit below it."""
+    return "host" if report.ram_limit_file is None else f"container limit, {report.ram_limit_file}"
 
 
 def _capability_text(gpu: GpuInfo) -> str:
@@ -583,7 +658,7 @@ def _or_na(value: object) -> str:
 
 def _gpu_line(gpu: GpuInfo) -> str:
     return (
-        f"{gpu.name} | {_capability_text(gpu)} | {_gib(gpu.total_memory_bytes)} | "
+        f"{gpu.name} | {_capability_text(gpu)} | {_gb(gpu.total_memory_bytes)} | "
         f"{gpu.multiprocessors} SMs | bf16 {_yes_no(gpu.bf16)} | tf32 {_yes_no(gpu.tf32)} | "
         f"tensor cores: {gpu.tensor_cores}"
     )
@@ -596,6 +671,14 @@ def _gpu_rows(report: EnvReport) -> list[tuple[str, str]]:
     if report.interconnect:
         rows.append(("interconnect", report.interconnect))
     return rows
+
+
+def _package_status(name: str, version: str | None) -> str:
+    if version is not None:
+        return version
+    if name in OPTIONAL_PACKAGES:
+        return f"not installed (optional: {OPTIONAL_PACKAGES[name]})"
+    return "missing"
 
 
 def _framework_rows(frameworks: list[FrameworkInfo]) -> list[tuple[str, str]]:
@@ -619,9 +702,9 @@ def _report_sections(report: EnvReport) -> dict[str, list[tuple[str, str]]]:
             ("fast bf16", _yes_no(cpu.fast_bf16)),
         ],
         "Memory / disk": [
-            ("RAM total", _gib(report.ram_total_bytes)),
-            ("RAM available", _gib(report.ram_available_bytes)),
-            ("disk free (here)", _gib(report.disk_free_bytes)),
+            ("RAM total", f"{_gb(report.ram_total_bytes)} ({_ram_origin(report)})"),
+            ("RAM available", _gb(report.ram_available_bytes)),
+            ("disk free (here)", _gb(report.disk_free_bytes)),
         ],
         "PyTorch": [
             ("torch", _or_na(report.torch_version)),
@@ -637,7 +720,9 @@ def _report_sections(report: EnvReport) -> dict[str, list[tuple[str, str]]]:
             ("driver supports CUDA", _or_na(report.driver_cuda_version)),
         ],
         "GPUs": _gpu_rows(report),
-        "Packages": [(name, version or "missing") for name, version in report.packages.items()],
+        "Packages": [
+            (name, _package_status(name, version)) for name, version in report.packages.items()
+        ],
         "TensorFlow / JAX": _framework_rows(report.frameworks),
     }
 

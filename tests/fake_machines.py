@@ -1,11 +1,18 @@
-"""Fake machine reports for tests: a healthy CPU laptop, CUDA boxes, an 8 x H100 node."""
+"""Fake machine reports for tests: a healthy CPU laptop, CUDA boxes, an 8 x H100 node, and the
+GPUs learners rent (their memory as torch reports it, a little below the marketed size)."""
 
 import dataclasses
 
 from llmlab import env
-from llmlab.env import GIB, CpuInfo, EnvReport, FrameworkInfo, GpuInfo
+from llmlab.env import GB, CpuInfo, EnvReport, FrameworkInfo, GpuInfo
 
 ALL_PACKAGES = {name: "1.0" for name in env.COURSE_PACKAGES}
+
+T4 = GpuInfo(0, "Tesla T4", (7, 5), int(15.8 * GB), 40)
+L4 = GpuInfo(0, "NVIDIA L4", (8, 9), int(24.1 * GB), 58)
+A100_40GB = GpuInfo(0, "NVIDIA A100-SXM4-40GB", (8, 0), int(42.3 * GB), 108)
+A100_80GB = GpuInfo(0, "NVIDIA A100-SXM4-80GB", (8, 0), int(85.1 * GB), 108)
+H100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", (9, 0), int(85.0 * GB), 132)
 
 
 def make_report(**overrides) -> EnvReport:
@@ -14,9 +21,10 @@ def make_report(**overrides) -> EnvReport:
         python="3.11.9",
         platform="Linux-6.8-x86_64",
         cpu=CpuInfo("Fake CPU", 8, 4, ("sse4_2", "avx", "avx2", "fma"), "AVX2"),
-        ram_total_bytes=16 * GIB,
-        ram_available_bytes=12 * GIB,
-        disk_free_bytes=100 * GIB,
+        ram_total_bytes=16 * GB,
+        ram_available_bytes=12 * GB,
+        ram_limit_file=None,
+        disk_free_bytes=100 * GB,
         torch_version="2.13.0+cpu",
         torch_build="cpu",
         cuda_runtime=None,
@@ -35,8 +43,13 @@ def make_report(**overrides) -> EnvReport:
     return dataclasses.replace(report, **overrides)
 
 
-def fake_gpu(index: int = 0, name: str = "NVIDIA H100 80GB HBM3", capability=(9, 0)) -> GpuInfo:
-    return GpuInfo(index, name, capability, 80 * GIB, 132)
+def fake_gpu(index: int = 0, name: str = H100.name, capability=H100.capability) -> GpuInfo:
+    return dataclasses.replace(H100, index=index, name=name, capability=capability)
+
+
+def gpus(model: GpuInfo, count: int = 1) -> list[GpuInfo]:
+    """`count` GPUs of one model, numbered from 0."""
+    return [dataclasses.replace(model, index=index) for index in range(count)]
 
 
 def cuda_box(**overrides) -> EnvReport:
@@ -55,7 +68,7 @@ def cuda_box(**overrides) -> EnvReport:
 
 def h100_box() -> EnvReport:
     return cuda_box(
-        gpus=[fake_gpu(index) for index in range(8)],
+        gpus=gpus(H100, 8),
         cudnn_version="9.10.2",
         nccl_version="2.27.3",
         interconnect="NVLink (NV18) between all pairs",

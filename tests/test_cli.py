@@ -1,30 +1,38 @@
-"""`llmlab doctor`: a true report here, JSON for bug reports, exit 1 on a broken stack."""
+"""`llmlab doctor`: a true report here, JSON for bug reports, exit 1 on a broken stack.
+`llmlab course`: bad arguments are one-line errors with exit code 2."""
 
 import json
+import os
 import subprocess
 import sys
 
+import nbformat
 import pytest
-from fake_machines import cuda_box, h100_box, make_report
+from fake_machines import ALL_PACKAGES, cuda_box, h100_box, make_report
+from nbformat.v4 import new_code_cell, new_notebook
 
 from llmlab import cli, env
+from llmlab.course import profile
 
 
 def test_doctor_runs_as_a_module_and_reports_this_machine():
+    quiet = {k: v for k, v in os.environ.items() if k != "LLMLAB_PROFILE"}
     result = subprocess.run(
-        [sys.executable, "-m", "llmlab", "doctor"], capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-m", "llmlab", "doctor"], capture_output=True, text=True, timeout=120,
+        env=quiet,
+    )  # fmt: skip
     report = env.collect(include_frameworks=False)
     broken = any(p.severity == "error" for p in env.diagnose(report))
     assert result.returncode == (1 if broken else 0), result.stderr
     assert "== PyTorch ==" in result.stdout and "Labs on this machine" in result.stdout
-    expected = "full" if report.gpus else "smoke"
-    assert f"Recommended profile: {expected}" in result.stdout
+    (lab_03,) = [line for line in result.stdout.splitlines() if "03 Training on one GPU" in line]
+    assert lab_03.split()[5] == profile("auto", lab=3).name  # "03 Training on one GPU <profile>"
 
 
 @pytest.fixture
 def fake_machine(monkeypatch):
-    """Make the doctor see a machine of the test's choosing."""
+    """Make the doctor see a machine of the test's choosing, with LLMLAB_PROFILE unset."""
+    monkeypatch.delenv("LLMLAB_PROFILE", raising=False)
 
     def use(report):
         monkeypatch.setattr(env, "collect", lambda include_frameworks=True: report)
@@ -37,15 +45,45 @@ def test_doctor_json_is_parseable_and_complete(fake_machine, capsys):
     assert cli.main(["doctor", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert len(payload["gpus"]) == 8 and payload["gpus"][0]["bf16"] is True
-    assert payload["recommended_profile"] == "full"
-    assert {lab["scale"] for lab in payload["labs"]} == {"full"}
+    assert {lab["profile"] for lab in payload["labs"]} == {"full"}
 
 
-def test_doctor_on_a_cpu_machine_says_so_and_recommends_smoke(fake_machine, capsys):
+def test_doctor_on_a_cpu_machine_says_so_and_gives_smoke_for_every_lab(fake_machine, capsys):
     fake_machine(make_report())
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert "No CUDA GPU" in out and "Recommended profile: smoke" in out
+    assert "No CUDA GPU" in out
+    assert 'profile("auto", lab=N) picks the same' in out
+
+
+def test_doctor_says_when_llmlab_profile_overrides_the_table(fake_machine, capsys, monkeypatch):
+    fake_machine(make_report())
+    monkeypatch.setenv("LLMLAB_PROFILE", "full")
+    cli.main(["doctor"])
+    out = capsys.readouterr().out
+    assert "LLMLAB_PROFILE=full is set: every lab runs at the full profile" in out
+
+
+def test_doctor_lines_up_the_lab_table_planned_rows_included(fake_machine, capsys):
+    fake_machine(make_report())
+    cli.main(["doctor"])
+    out = capsys.readouterr().out
+    header, *rows = out[out.index("Labs on this machine") :].splitlines()[1:10]
+    assert len(rows) == 8 and "(planned)" in rows[-1]
+    columns = {header.index("profile")} | {row.index(" smoke ") + 1 for row in rows}
+    assert len(columns) == 1
+
+
+def test_doctor_says_which_lab_needs_an_optional_package_and_how_to_install_it(
+    fake_machine, capsys
+):
+    fake_machine(make_report(packages={**ALL_PACKAGES, "gptqmodel": None, "optimum": None}))
+    assert cli.main(["doctor"]) == 0  # optional: not an error
+    rows = [line.split(":", 1) for line in capsys.readouterr().out.splitlines()]
+    status = {key.strip(): value.strip() for key, value in (row for row in rows if len(row) == 2)}
+    for name in ("gptqmodel", "optimum"):
+        assert status[name].startswith("not installed (optional: Lab 07")
+        assert "pip install gptqmodel optimum" in status[name]
 
 
 @pytest.mark.parametrize(
@@ -62,3 +100,39 @@ def test_doctor_exits_1_with_a_fix_when_the_stack_is_broken(fake_machine, capsys
     assert cli.main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "ERROR" in out and words in out and "what to do:" in out
+
+
+@pytest.fixture
+def solutions(tmp_path):
+    """A solutions folder with one lab that reports the profile its kernel was given."""
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    cells = ["import os\nfrom llmlab.course import headline",
+             "headline(os.environ['LLMLAB_PROFILE'])"]  # fmt: skip
+    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in cells]), folder / "00_env.ipynb")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "arguments, words",
+    [
+        (["--profile", "huge"], "unknown profile 'huge'"),
+        (["--only", "99"], "no lab in"),
+        (["--solutions", "no-such-folder"], "no-such-folder: no such folder"),
+    ],
+    ids=["unknown-profile", "unknown-lab", "missing-solutions"],
+)
+def test_course_rejects_bad_arguments_in_one_line(solutions, capsys, arguments, words):
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["course", "--solutions", str(solutions), "--out", str(solutions), *arguments])
+    assert caught.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("llmlab course: error:") and words in error
+
+
+def test_course_leaves_auto_to_each_labs_rule(solutions, capsys, monkeypatch):
+    monkeypatch.delenv("LLMLAB_PROFILE", raising=False)
+    assert cli.main(["course", "--solutions", str(solutions), "--out", str(solutions)]) == 0
+    assert "00_env.ipynb  ok" in capsys.readouterr().out
+    executed = nbformat.read(solutions / "00_env.ipynb", as_version=4)
+    assert executed.cells[1].outputs[0].text == "Headline: auto\n"

@@ -22,8 +22,23 @@ def test_prints_the_itemised_table_and_which_gpus_it_fits(capsys):
 
 def test_checkpointing_brings_it_down_to_a_40_gb_gpu(capsys):
     assert cli.main([*COMMAND, "--checkpointing"]) == 0
-    row = capsys.readouterr().out.splitlines()[-8]
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("llama-7b ")]
     assert row.split()[1:] == ["24.2", "no", "no", "yes", "yes", "yes", "yes"]
+
+
+def test_a_set_up_too_big_for_80_gb_gpus_gets_the_out_of_memory_advice(capsys):
+    assert cli.main(COMMAND) == 0
+    out = capsys.readouterr().out
+    advice = out[out.index("Too big for the 80 GB GPUs (A100 SXM 80GB, H100 PCIe, H100 SXM).") :]
+    assert "Options for a GPU with 80.0 GB (estimated by llmlab.memory):" in advice
+    assert "micro-batch 4 x 2 accumulation steps: 67.1 GB, fits." in advice
+    assert "activation checkpointing: 24.2 GB, fits." in advice
+
+
+@pytest.mark.parametrize("option", ["--seq", "--lora-rank"])
+def test_zero_is_the_documented_default_and_accepted(option, capsys):
+    assert cli.main(["estimate-memory", "--model", "tiny", option, "0"]) == 0
+    assert "total per GPU" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -38,6 +53,8 @@ def test_checkpointing_brings_it_down_to_a_40_gb_gpu(capsys):
         (["--gpus", "6", "--tp", "4"], "not a multiple of tensor_parallel"),
         (["--seq", "8192"], "longer than the model's context 4096"),
         (["--weights-4bit", "nf4"], "set lora_rank"),
+        (["--seq", "-1"], "seq must be a non-negative integer, got -1"),
+        (["--lora-rank", "-4"], "lora_rank must be a non-negative integer, got -4"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_clear_message(extra, words, capsys):

@@ -1,5 +1,6 @@
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -7,7 +8,7 @@ from fake_machines import ALL_PACKAGES, cuda_box, fake_gpu, h100_box, make_repor
 
 from llmlab import env
 from llmlab.env import (
-    GIB,
+    GB,
     CpuInfo,
     FrameworkInfo,
     collect,
@@ -125,12 +126,75 @@ def test_framework_blind_to_the_gpus_is_a_warning():
 
 
 @pytest.mark.parametrize(
-    ("field", "needed"), [("ram_available_bytes", "4.0 GiB"), ("disk_free_bytes", "5.0 GiB")]
+    ("field", "needed"), [("ram_available_bytes", "4.0 GB"), ("disk_free_bytes", "5.0 GB")]
 )
 def test_low_memory_or_disk_warns_with_the_amount_needed(field, needed):
-    problems = [p for p in diagnose(make_report(**{field: 2 * GIB})) if p.severity == "warning"]
+    problems = [p for p in diagnose(make_report(**{field: 2 * GB})) if p.severity == "warning"]
     (problem,) = problems
-    assert "2.0 GiB" in problem.message and needed in problem.message
+    assert "2.0 GB" in problem.message and needed in problem.message
+
+
+def test_memory_figures_are_in_the_courses_gb_and_say_so():
+    text = format_report(h100_box())
+    assert "GiB" not in text
+    assert "85.0 GB" in text  # the H100's 85.0e9 bytes (79.2 GiB)
+    assert "RAM total:            16.0 GB (host)" in text
+
+
+def write_files(folder, files: dict[str, str]):
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+CGROUP_V2 = {"memory.max": "2000000000\n", "memory.current": "900000000\n",
+             "memory.stat": "anon 700000000\ninactive_file 100000000\nactive_file 5\n"}  # fmt: skip
+CGROUP_V1 = {"memory/memory.limit_in_bytes": "1500000000\n",
+             "memory/memory.usage_in_bytes": "600000000\n",
+             "memory/memory.stat": "cache 1\ntotal_inactive_file 200000000\n"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("files", "limit_file", "limit", "used"),
+    [(CGROUP_V2, "memory.max", 2 * GB, 0.8 * GB),
+     (CGROUP_V1, "memory/memory.limit_in_bytes", 1.5 * GB, 0.4 * GB)],
+    ids=["v2", "v1"],
+)  # fmt: skip
+def test_a_containers_limit_is_read_from_its_cgroup(tmp_path, files, limit_file, limit, used):
+    found = env.container_memory_limit(write_files(tmp_path, files))
+    # used: usage less the page cache the kernel can drop (inactive_file)
+    assert found == env.MemoryLimit(tmp_path / limit_file, int(limit), int(used))
+
+
+@pytest.mark.parametrize(
+    "files",
+    [{}, {"memory.max": "max\n", "memory.current": "5\n"},
+     {"memory/memory.limit_in_bytes": "garbage"}],
+    ids=["no-cgroup", "v2-without-limit", "unreadable"],
+)  # fmt: skip
+def test_no_container_limit_when_none_is_set(tmp_path, files):
+    assert env.container_memory_limit(write_files(tmp_path, files)) is None
+
+
+def test_the_smaller_of_host_ram_and_container_limit_is_reported():
+    limit = env.MemoryLimit(Path("/sys/fs/cgroup/memory.max"), 2 * GB, int(0.8 * GB))
+    assert env.usable_ram(64 * GB, 50 * GB, limit) == (
+        2 * GB, int(1.2 * GB), "/sys/fs/cgroup/memory.max"
+    )  # fmt: skip
+    assert env.usable_ram(64 * GB, GB, limit) == (2 * GB, GB, "/sys/fs/cgroup/memory.max")
+    unlimited = env.MemoryLimit(Path("memory.limit_in_bytes"), 2**63 - 4096, 0)  # v1's "no limit"
+    assert env.usable_ram(64 * GB, 50 * GB, unlimited) == (64 * GB, 50 * GB, None)
+
+
+def test_doctor_on_binder_reports_the_container_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(env, "CGROUP_ROOT", write_files(tmp_path, CGROUP_V2))
+    report = collect(include_frameworks=False)
+    assert (report.ram_total_bytes, report.ram_limit_file) == (2 * GB, str(tmp_path / "memory.max"))
+    assert report.ram_available_bytes <= 1.2 * GB
+    assert f"2.0 GB (container limit, {tmp_path / 'memory.max'})" in format_report(report)
+    (warning,) = [p for p in diagnose(report) if "RAM" in p.message]
+    assert "container limit" in warning.message
 
 
 @pytest.mark.parametrize(
@@ -171,7 +235,7 @@ def test_format_report_lists_each_gpu_with_capability_and_memory():
     for index in range(8):
         assert f"GPU {index}:" in text
     assert text.count("NVIDIA H100 80GB HBM3") == 8
-    assert "9.0" in text and "80.0 GiB" in text and "NVLink" in text
+    assert "9.0" in text and "85.0 GB" in text and "NVLink" in text
 
 
 def test_format_report_says_when_there_is_no_cuda_gpu():

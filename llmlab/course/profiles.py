@@ -1,8 +1,9 @@
 """Profiles: one switch that sets the scale of every lab.
 
 `smoke` runs in minutes on a laptop-class CPU (what CI and Binder run); `full` uses real sizes on a
-GPU. `auto` picks `full` when a CUDA device is present, else `smoke`; the environment variable
-LLMLAB_PROFILE overrides `auto` (the headless course runner sets it).
+GPU. The environment variable LLMLAB_PROFILE overrides `auto` (the headless course runner sets it).
+Otherwise `profile("auto", lab=N)` follows lab N's rule on this machine, the answer `llmlab doctor`
+prints; without a lab, `auto` picks `full` when a CUDA device is present, else `smoke`.
 """
 
 import os
@@ -10,6 +11,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
+
+from llmlab import env
+from llmlab.course.labs import find_lab
 
 PROFILES = ("smoke", "full")
 ENV_VARIABLE = "LLMLAB_PROFILE"
@@ -37,14 +41,27 @@ def _named(name: str, reason: str) -> Profile:
     return Profile(name, reason)
 
 
-def profile(requested: str = "auto") -> Profile:
-    """The active profile: `requested` when it names one, else LLMLAB_PROFILE, else by hardware."""
+def explicit_profile(requested: str = "auto") -> Profile | None:
+    """The profile a person named: `requested`, else LLMLAB_PROFILE; None when both say auto."""
     requested = requested.strip().lower()
     if requested != "auto":
         return _named(requested, "asked for explicitly")
     from_env = os.environ.get(ENV_VARIABLE, "").strip().lower()
     if from_env and from_env != "auto":
         return _named(from_env, f"set by {ENV_VARIABLE}")
+    return None
+
+
+def profile(requested: str = "auto", lab: int | None = None) -> Profile:
+    """The active profile: `requested` when it names one, else LLMLAB_PROFILE, else this machine's:
+    with `lab`, that lab's rule (as `llmlab doctor` prints it), without, a CUDA GPU or not."""
+    named = explicit_profile(requested)
+    if named is not None:
+        return named
+    if lab is not None:
+        # Only torch's device query: no slow probes when a notebook starts.
+        name, why = find_lab(lab).profile_on(env.visible_gpus())
+        return Profile(name, f"Lab {lab:02d}: {why}")
     if torch.cuda.is_available():
         return Profile("full", "a CUDA GPU is present")
     return Profile("smoke", "no CUDA GPU: small sizes that run in minutes on a CPU")

@@ -14,7 +14,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from llmlab.course.headline import HEADLINE_VARIABLE
-from llmlab.course.profiles import ENV_VARIABLE, profile
+from llmlab.course.profiles import ENV_VARIABLE, explicit_profile
 
 
 @dataclass(frozen=True)
@@ -67,22 +67,38 @@ def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 
     return LabRun(path.name, ok, seconds, summary)
 
 
+def find_notebooks(solutions: Path, only: list[str] | None = None) -> list[Path]:
+    """The lab notebooks in `solutions`, or those whose names start with one of `only`."""
+    if not solutions.is_dir():
+        raise ValueError(
+            f"{solutions}: no such folder; run from the course's root folder or pass --solutions"
+        )
+    notebooks = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
+    if not notebooks:
+        raise ValueError(f"{solutions} holds no lab notebooks (named like 00_environment.ipynb)")
+    unmatched = [p for p in only or [] if not any(nb.name.startswith(p) for nb in notebooks)]
+    if unmatched:
+        labs = ", ".join(nb.stem for nb in notebooks)
+        raise ValueError(f"no lab in {solutions} starts with {', '.join(unmatched)}; "
+                         f"the labs are {labs}")  # fmt: skip
+    return [nb for nb in notebooks if not only or nb.name.startswith(tuple(only))]
+
+
 def run_course(
     solutions: Path, out_dir: Path, profile_name: str = "auto", only: list[str] | None = None
 ) -> list[LabRun]:
     """Run every solution notebook (or those whose name starts with one of `only`)."""
-    active = profile(profile_name)
-    notebooks = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
-    if only:
-        notebooks = [nb for nb in notebooks if nb.name.startswith(tuple(only))]
-    if not notebooks:
-        raise FileNotFoundError(f"no notebooks to run in {solutions} (filter: {only})")
+    named = explicit_profile(profile_name)
+    notebooks = find_notebooks(solutions, only)
     out_dir.mkdir(parents=True, exist_ok=True)
-    print(f"Running {len(notebooks)} lab(s) with {active}; executed notebooks go to {out_dir}/")
+    # "auto" reaches the kernels as it is, so that each lab's profile("auto", lab=N) applies its
+    # own rule (Lab 03 needs more GPU memory than Lab 00).
+    how = named or "profile auto: each lab's rule picks (see `llmlab doctor`)"
+    print(f"Running {len(notebooks)} lab(s) with {how}; executed notebooks go to {out_dir}/")
     runs = []
     for number, path in enumerate(notebooks, start=1):
         print(f"[{number}/{len(notebooks)}] {path.name} ...", flush=True)
-        runs.append(run_notebook(path, out_dir, active.name))
+        runs.append(run_notebook(path, out_dir, named.name if named else "auto"))
     return runs
 
 
