@@ -117,7 +117,7 @@ def solutions(tmp_path):
     "arguments, words",
     [
         (["--profile", "huge"], "unknown profile 'huge'"),
-        (["--only", "99"], "no lab in"),
+        (["--only", "99"], "no notebook in"),
         (["--solutions", "no-such-folder"], "no-such-folder: no such folder"),
     ],
     ids=["unknown-profile", "unknown-lab", "missing-solutions"],

@@ -70,17 +70,16 @@ def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 
 def find_notebooks(solutions: Path, only: list[str] | None = None) -> list[Path]:
     """The lab notebooks in `solutions`, or those whose names start with one of `only`."""
     if not solutions.is_dir():
-        raise ValueError(
-            f"{solutions}: no such folder; run from the course's root folder or pass --solutions"
-        )
+        raise ValueError(f"{solutions}: no such folder; run from the course's root folder, "
+                         "or pass the folder with --solutions")  # fmt: skip
     notebooks = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
     if not notebooks:
         raise ValueError(f"{solutions} holds no lab notebooks (named like 00_environment.ipynb)")
     unmatched = [p for p in only or [] if not any(nb.name.startswith(p) for nb in notebooks)]
     if unmatched:
-        labs = ", ".join(nb.stem for nb in notebooks)
-        raise ValueError(f"no lab in {solutions} starts with {', '.join(unmatched)}; "
-                         f"the labs are {labs}")  # fmt: skip
+        prefixes, labs = ", ".join(map(repr, unmatched)), ", ".join(nb.stem for nb in notebooks)
+        raise ValueError(f"no notebook in {solutions} starts with {prefixes}; "
+                         f"the labs there are {labs}")  # fmt: skip
     return [nb for nb in notebooks if not only or nb.name.startswith(tuple(only))]
 
 
@@ -93,7 +92,7 @@ def run_course(
     out_dir.mkdir(parents=True, exist_ok=True)
     # "auto" reaches the kernels as it is, so that each lab's profile("auto", lab=N) applies its
     # own rule (Lab 03 needs more GPU memory than Lab 00).
-    how = named or "profile auto: each lab's rule picks (see `llmlab doctor`)"
+    how = str(named) if named else "profile 'auto': each lab's rule picks (see `llmlab doctor`)"
     print(f"Running {len(notebooks)} lab(s) with {how}; executed notebooks go to {out_dir}/")
     runs = []
     for number, path in enumerate(notebooks, start=1):
