@@ -65,10 +65,15 @@ def _no_warmup(fn, *, warmup=2, repeats=5, device=torch.cpu, clock=time.perf_cou
     return _timer(fn, 0, repeats, device, clock)
 
 
+def _one_repeat_too_many(fn, *, warmup=2, repeats=5, device=torch.cpu, clock=time.perf_counter):
+    return _timer(fn, warmup, repeats + 1, device, clock)
+
+
 @pytest.mark.parametrize(
     "wrong, hint",
     [
         pytest.param(_no_warmup, "untimed warm-up", id="no-warm-up"),
+        pytest.param(_one_repeat_too_many, "called fn 8 times", id="one-repeat-too-many"),
         pytest.param(timer_with(sync_before=False, sync_after=False), "synchronize",
                      id="no-synchronize"),
         pytest.param(_sync_only_at_start, "synchronize", id="synchronize-only-at-the-start"),

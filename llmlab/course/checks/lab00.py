@@ -40,8 +40,8 @@ class FakeGpu:
 
     def __init__(self, seed: int, warmup: int, repeats: int):
         rng = random.Random(seed)
-        self.durations = [rng.uniform(0.9e-3, 1.1e-3) for _ in range(warmup + repeats + 20)]
-        self.durations[: self.COLD_CALLS] = [40e-3] * self.COLD_CALLS
+        self.durations = [rng.uniform(0.9e-3, 1.1e-3) for _ in range(warmup + repeats)]
+        self.durations[: self.COLD_CALLS] = [40e-3] * min(self.COLD_CALLS, warmup + repeats)
         if repeats >= 3:  # one timed call slowed by another process, so mean and median differ
             self.durations[rng.randrange(max(warmup, self.COLD_CALLS), warmup + repeats)] = 30e-3
         self.now = 1000.0  # a clock does not start at 0: returning clock() itself is wrong
@@ -52,7 +52,9 @@ class FakeGpu:
 
     def work(self) -> None:
         self.now += self.LAUNCH_S
-        self.busy_until = max(self.busy_until, self.now) + self.durations[self.calls]
+        extra_call = self.calls >= len(self.durations)  # a timer that calls fn too often
+        duration = 1e-3 if extra_call else self.durations[self.calls]
+        self.busy_until = max(self.busy_until, self.now) + duration
         self.calls += 1
 
     def synchronize(self) -> None:
