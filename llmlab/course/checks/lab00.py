@@ -1,27 +1,226 @@
-"""Checks for Lab 00 (environment and GPU check)."""
+"""Checks for Lab 00 (environment and GPU check).
 
-from llmlab.bench import matmul_flops, peak_tflops
-from llmlab.course.checks import ExerciseFailed, call, exercise, expect_number, passed
+The timer is checked on a fake GPU with a fake clock: it runs each call asynchronously, as CUDA
+does, and records whether the clock was read while work was still running. The matmul measurement
+is checked by recording the PyTorch operations its timed function runs.
+"""
+
+import random
+import statistics
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from llmlab import bench
+from llmlab.course.checks import (
+    ExerciseFailed,
+    call,
+    exercise,
+    expect_number,
+    expect_real,
+    is_close,
+    passed,
+    real_number,
+)
 from llmlab.device import training_dtype_for
 
+# ---------------------------------------------------------------- Exercise 1: an honest timer
+
+
+class FakeGpu:
+    """A device that runs each call of `work` asynchronously, with a clock it controls.
+
+    `work()` returns at once (a launch costs LAUNCH_S) and leaves its duration queued, like a CUDA
+    kernel; `synchronize()` waits for the queue; `clock()` reads the time and notes whether work
+    was still running. The first COLD_CALLS calls are slow, as first calls are on a real GPU.
+    """
+
+    LAUNCH_S = 1e-5
+    COLD_CALLS = 2
+
+    def __init__(self, seed: int, warmup: int, repeats: int):
+        rng = random.Random(seed)
+        self.durations = [rng.uniform(0.9e-3, 1.1e-3) for _ in range(warmup + repeats)]
+        self.durations[: self.COLD_CALLS] = [40e-3] * min(self.COLD_CALLS, warmup + repeats)
+        if repeats >= 3:  # one timed call slowed by another process, so mean and median differ
+            self.durations[rng.randrange(max(warmup, self.COLD_CALLS), warmup + repeats)] = 30e-3
+        self.now = 1000.0  # a clock does not start at 0: returning clock() itself is wrong
+        self.busy_until = self.now
+        self.calls = 0
+        self.clock_reads = 0
+        self.reads_while_busy = 0
+
+    def work(self) -> None:
+        self.now += self.LAUNCH_S
+        extra_call = self.calls >= len(self.durations)  # a timer that calls fn too often
+        duration = 1e-3 if extra_call else self.durations[self.calls]
+        self.busy_until = max(self.busy_until, self.now) + duration
+        self.calls += 1
+
+    def synchronize(self) -> None:
+        self.now = max(self.now, self.busy_until)
+
+    def clock(self) -> float:
+        self.clock_reads += 1
+        self.reads_while_busy += self.busy_until > self.now
+        return self.now
+
+    def per_call(self, first: int, count: int) -> list[float]:
+        """What an honest timer measures for calls first .. first + count - 1."""
+        return [self.LAUNCH_S + d for d in self.durations[first : first + count]]
+
+
+def time_fn_median(fn, *, warmup=2, repeats=5, device=torch.cpu, clock=None) -> float:
+    """llmlab.bench.time_fn with this exercise's signature, for a learner who skips it.
+
+    `clock` is accepted and not used: llmlab reads its own (CUDA events on a GPU)."""
+    kind = device.__name__.removeprefix("torch.")  # the module torch.cuda -> the device "cuda"
+    return bench.time_fn(fn, warmup=warmup, repeats=repeats, device=kind).median_s
+
+
+def _timer_hint(got: float, gpu: FakeGpu, warmup: int, repeats: int) -> str:
+    timed = gpu.per_call(warmup, repeats)
+    wrong = [
+        (statistics.fmean(timed), "That is the mean: one slow repeat drags it; use the median."),
+        (min(timed), "That is the fastest repeat, not the typical one: use the median."),
+        (max(timed), "That is the slowest repeat, not the typical one: use the median."),
+        (sum(timed), "That is the total of all repeats: return seconds per call (the median)."),
+        (statistics.median(timed) * 1e3, "That is in milliseconds: return seconds."),
+        (statistics.median(gpu.per_call(0, warmup + repeats)),
+         "That median includes the warm-up calls: time only the calls after the warm-up."),
+    ]  # fmt: skip
+    return next((text for value, text in wrong if is_close(got, value, 1e-6)), "")
+
+
+def _check_timer_case(name: str, honest_time, seed: int, warmup: int, repeats: int) -> None:
+    gpu = FakeGpu(seed, warmup, repeats)
+    text = f"honest_time(fn, warmup={warmup}, repeats={repeats}, device=<fake GPU>, clock=<fake>)"
+    got = call(name, honest_time, gpu.work, warmup=warmup, repeats=repeats, device=gpu,
+               clock=gpu.clock)  # fmt: skip
+    if gpu.clock_reads == 0:
+        raise ExerciseFailed(f"{name}: {text} never called clock(): read the time with the "
+                             "`clock` argument (the check passes a fake one).")
+    if gpu.calls != warmup + repeats:
+        raise ExerciseFailed(
+            f"{name}: {text} called fn {gpu.calls} times; expected {warmup + repeats}: {warmup} "
+            f"untimed warm-up calls first, then {repeats} timed ones."
+        )
+    if gpu.reads_while_busy:
+        raise ExerciseFailed(
+            f"{name}: {text} read the clock {gpu.reads_while_busy} time(s) while the GPU was "
+            "still running earlier calls. GPU calls return before the work is done: call "
+            "device.synchronize() before every clock reading, so each timing covers whole calls."
+        )
+    number = expect_real(name, text, got)
+    timed = sorted(gpu.per_call(warmup, repeats))
+    low, high = timed[(repeats - 1) // 2], timed[repeats // 2]  # either middle one, if even
+    if not low * (1 - 1e-6) <= number <= high * (1 + 1e-6):
+        hint = _timer_hint(number, gpu, warmup, repeats)
+        expected = statistics.median(timed)
+        raise ExerciseFailed(
+            f"{name}: {text} returned {got!r}, expected about {expected:.6g} s. {hint}".strip()
+        )
+
+
+@exercise(fallback=time_fn_median, fallback_name="llmlab.bench.time_fn")
+def exercise_honest_time(honest_time) -> None:
+    """Exercise 1: honest_time(fn, *, warmup, repeats, device, clock) -> median seconds per call."""
+    name = "Exercise 1 (an honest timer)"
+    # (0, 1): no warm-up asked for, one call; (3, 6): an even count has two middle values.
+    for seed, (warmup, repeats) in enumerate([(2, 5), (3, 6), (1, 7), (0, 1)]):
+        _check_timer_case(name, honest_time, seed, warmup, repeats)
+    passed(name, "warm-up, synchronised clock readings and the median, on a fake GPU")
+
+
+# ---------------------------------------------------------------- Exercise 2: measured TFLOP/s
+
+MATMUL_OPS = {"mm", "bmm", "matmul", "addmm"}
+# Operations that make or copy a tensor: inside the timed function they are timed as matmul work.
+MAKES_DATA = ("rand", "empty", "zeros", "ones", "full", "normal", "uniform", "copy", "clone",
+              "arange", "fill")  # fmt: skip
+
+
+class RecordOps(TorchDispatchMode):
+    """Records the name and tensor arguments of every PyTorch operation run inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[tuple[str, list[torch.Tensor]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        self.ops.append((func.overloadpacket.__name__, tensors))
+        return func(*args, **(kwargs or {}))
+
+
+class FakeTimer:
+    """A timer that runs the function it is given under RecordOps and reports `seconds`."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.ops: list[tuple[str, list[torch.Tensor]]] | None = None
+
+    def __call__(self, fn, **ignored) -> float:
+        with RecordOps() as recorder:
+            fn()
+        self.ops = recorder.ops
+        return self.seconds
+
+
+def measure_matmul_tflops(n, dtype, device, timer=None) -> float:
+    """llmlab.bench.measure_matmul with this exercise's signature, for a learner who skips it.
+
+    `timer` is accepted and not used: llmlab times with its own `time_fn`."""
+    name = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    return bench.measure_matmul(n, name, device, repeats=10).tflops
+
+
+def _check_timed_ops(name: str, text: str, ops, n: int, dtype: torch.dtype) -> None:
+    if ops is None:
+        raise ExerciseFailed(f"{name}: {text} never called `timer`: time the matmul with it.")
+    makers = sorted({op for op, _ in ops if any(word in op for word in MAKES_DATA)})
+    if makers:
+        raise ExerciseFailed(
+            f"{name}: {text}: the timed function also runs {', '.join(makers)}: it makes or "
+            "copies tensors, and that time would count as matmul time. Create the inputs, in "
+            "`dtype`, before timing; time only the matmul."
+        )
+    matmuls = [tensors for op, tensors in ops if op in MATMUL_OPS]
+    if len(matmuls) != 1:
+        raise ExerciseFailed(f"{name}: {text}: the timed function ran {len(matmuls)} matmuls; "
+                             "it should run exactly one.")  # fmt: skip
+    for tensor in matmuls[0][:2]:
+        if tensor.dtype != dtype or tensor.numel() != n * n:
+            raise ExerciseFailed(
+                f"{name}: {text}: the matmul multiplied a {tensor.dtype} tensor of shape "
+                f"{tuple(tensor.shape)}; expected {n} x {n} inputs in {dtype}."
+            )
+
+
 UNIT_MISTAKES = (
-    (0.5, "A multiply-add is 2 FLOPs: an m x k by k x n matmul does 2*m*n*k."),
+    (0.5, "A multiply-add is 2 FLOPs: count both the multiply and the add."),
     (1e3, "Units: 1 TFLOP/s is 1e12 FLOP/s (you may have divided by 1e9)."),
     (1e-3, "Units: 1 TFLOP/s is 1e12 FLOP/s (you may have divided by 1e15)."),
 )
 
 
-@exercise()
-def exercise_achieved_tflops(achieved_tflops) -> None:
-    """Exercise 1: achieved_tflops(m, n, k, seconds) -> TFLOP/s of one m x k @ k x n matmul."""
-    name = "Exercise 1 (achieved TFLOP/s)"
-    for m, n, k, seconds in [(4096, 4096, 4096, 1.5e-3), (1024, 2048, 512, 2e-4), (8, 16, 32, 1.0)]:
-        got = call(name, achieved_tflops, m, n, k, seconds)
-        expected = matmul_flops(m, n, k) / seconds / 1e12
-        text = f"achieved_tflops({m}, {n}, {k}, {seconds})"
-        expect_number(name, text, got, expected, mistakes=UNIT_MISTAKES)
-    passed(name, "a 4096^3 matmul in 1.5 ms is 91.6 TFLOP/s")
+@exercise(fallback=measure_matmul_tflops, fallback_name="llmlab.bench.measure_matmul")
+def exercise_matmul_tflops(matmul_tflops) -> None:
+    """Exercise 2: matmul_tflops(n, dtype, device, timer) -> TFLOP/s of one n x n matmul."""
+    name = "Exercise 2 (measured TFLOP/s)"
+    for n, dtype, seconds in [(64, torch.float32, 2.5e-4), (33, torch.bfloat16, 1e-5),
+                              (8, torch.float32, 3e-6)]:  # fmt: skip
+        timer = FakeTimer(seconds)
+        text = f"matmul_tflops({n}, {dtype}, 'cpu', timer)"
+        got = call(name, matmul_tflops, n, dtype, torch.device("cpu"), timer)
+        _check_timed_ops(name, text, timer.ops, n, dtype)
+        expected = bench.matmul_flops(n, n, n) / seconds / 1e12
+        expect_number(name, f"{text} (timer says {seconds} s)", got, expected,
+                      mistakes=UNIT_MISTAKES)  # fmt: skip
+    passed(name, "inputs made before the clock, one matmul timed, 2 n^3 FLOPs over the time")
 
+
+# ---------------------------------------------------------------- Exercise 3: training dtype
 
 DTYPE_ALIASES = {
     "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
@@ -32,15 +231,22 @@ DTYPE_ALIASES = {
 WHY_DTYPE = {
     "bf16": "capability 8.0+ (Ampere and newer) has bf16 tensor cores: fp32's range, fp16's speed",
     "fp16": "capability 7.x (Volta, Turing) has fp16 tensor cores but no bf16; use a grad scaler",
-    "fp32": "below 7.0 there are no tensor cores, so half precision saves memory but not time",
+    "fp32": "below 7.0 there are no tensor cores and no bf16, and fp16 would need a grad scaler "
+    "for little or no gain: most of these GPUs run fp16 no faster than fp32 (6.1 Pascal "
+    "GeForce cards at 1/64 of it); P100 (6.0) runs it at twice fp32, the one exception",
 }
 
 
-@exercise()
+@exercise(
+    fallback=lambda capability: training_dtype_for("cuda", capability).name,
+    fallback_name="llmlab.device.training_dtype_for",
+)
 def exercise_training_dtype(training_dtype) -> None:
-    """Exercise 2: training_dtype((major, minor)) -> "bf16" | "fp16" | "fp32" for a CUDA GPU."""
-    name = "Exercise 2 (training dtype)"
-    for capability in [(6, 0), (6, 1), (7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (12, 0)]:
+    """Exercise 3: training_dtype((major, minor)) -> "bf16" | "fp16" | "fp32" for a CUDA GPU."""
+    name = "Exercise 3 (training dtype)"
+    capabilities = [(3, 7), (5, 2), (6, 0), (6, 1), (7, 0), (7, 2), (7, 5), (8, 0), (8, 6),
+                    (8, 9), (9, 0), (10, 0), (12, 0)]  # fmt: skip
+    for capability in capabilities:
         got = call(name, training_dtype, capability)
         expected = training_dtype_for("cuda", capability).name
         if DTYPE_ALIASES.get(str(got).lower()) != expected:
@@ -51,58 +257,111 @@ def exercise_training_dtype(training_dtype) -> None:
     passed(name, "bf16 from Ampere (8.0) on, fp16 with a scaler on Volta/Turing, else fp32")
 
 
-@exercise()
-def exercise_matmul_seconds(estimate_matmul_seconds) -> None:
-    """Exercise 3: estimate_matmul_seconds(m, n, k, gpu, dtype, efficiency) from the peak table."""
-    name = "Exercise 3 (matmul time from the peak)"
-    cases = [
-        (8192, 8192, 8192, "NVIDIA H100 80GB HBM3", "bf16", 0.7),
-        (4096, 4096, 4096, "NVIDIA A100-SXM4-80GB", "fp32", 0.9),
-        (16384, 4096, 1024, "Tesla T4", "fp16", 0.5),
+# ---------------------------------------------------------------- Exercise 4: the roofline
+
+
+def _roofline(m, n, k, spec, dtype, *, element_bytes=None, write_c=True, flops_per_mac=2,
+              combine=max, bytes_per_gb=1e9):  # fmt: skip
+    """The reference, with knobs that reproduce likely mistakes (for the hints)."""
+    peak = spec.tflops[dtype]
+    if peak is None:
+        return None
+    element_bytes = element_bytes or (4 if dtype in ("fp32", "tf32") else 2)  # tf32 stores fp32
+    compute_s = flops_per_mac * m * n * k / (peak * 1e12)
+    moved = element_bytes * (m * k + k * n + (m * n if write_c else 0))
+    memory_s = moved / (spec.bandwidth_gbs * bytes_per_gb)
+    return combine(compute_s, memory_s), "compute" if compute_s >= memory_s else "memory"
+
+
+def matmul_roofline(m: int, n: int, k: int, spec: bench.GpuSpec, dtype: str):
+    """The roofline time of an (m x k) @ (k x n) matmul, and whether compute or memory bounds it;
+    None when the GPU lacks `dtype`. (The checks' reference and fallback: llmlab has none.)"""
+    return _roofline(m, n, k, spec, dtype)
+
+
+def _roofline_hint(got: float, m, n, k, spec, dtype) -> str:
+    wrong = [
+        (dict(combine=lambda c, _: c), "That is the compute time alone: moving A, B and C at the "
+         "memory bandwidth can take longer (small m)."),
+        (dict(combine=lambda _, b: b), "That is the memory time alone: the FLOPs at the peak can "
+         "take longer (large matrices)."),
+        (dict(combine=lambda c, b: c + b), "That adds the two: a GPU moves data while it "
+         "computes, so the slower of the two sets the time."),
+        (dict(combine=min), "That is the faster of the two: the slower one sets the time."),
+        (dict(write_c=False), "The result C (m x n) is written to memory too."),
+        (dict(element_bytes=1), "Count bytes, not elements."),
+        (dict(element_bytes=2 if dtype in ("fp32", "tf32") else 4),
+         "Bytes per element: fp32 and tf32 tensors take 4 bytes (TF32 is a math mode, the tensors "
+         "stay fp32), bf16 and fp16 take 2."),
+        (dict(flops_per_mac=1), "A multiply-add is 2 FLOPs."),
+        (dict(bytes_per_gb=2**30), "Datasheet GB/s are 1e9 bytes per second, not 2**30."),
+    ]  # fmt: skip
+    # Several mistakes can give the same number on one input: name each of them.
+    matching = [text for knobs, text in wrong
+                if is_close(got, _roofline(m, n, k, spec, dtype, **knobs)[0], 1e-6)]  # fmt: skip
+    return " Or: ".join(matching)
+
+
+def _roofline_cases() -> list[tuple[int, int, int, bench.GpuSpec, str]]:
+    rng = random.Random(0)
+    by_name = {spec.name: spec for spec in bench.GPU_SPECS}
+    fixed = [
+        (1, 4096, 4096, by_name["H100 SXM"], "bf16"),  # one token: memory-bound
+        (16, 4096, 4096, by_name["H100 SXM"], "tf32"),  # memory-bound: tf32 moves 4-byte floats
+        (8192, 8192, 8192, by_name["H100 SXM"], "bf16"),  # compute-bound
+        (4096, 4096, 4096, by_name["RTX 3090"], "tf32"),  # tf32 no faster than fp32 here
+        (64, 4096, 4096, by_name["A100 SXM 80GB"], "fp32"),
+        (512, 11008, 4096, by_name["T4"], "fp16"),
     ]
-    for m, n, k, gpu, dtype, efficiency in cases:
-        got = call(name, estimate_matmul_seconds, m, n, k, gpu, dtype, efficiency)
-        expected = matmul_flops(m, n, k) / (peak_tflops(gpu, dtype) * 1e12 * efficiency)
-        text = f"estimate_matmul_seconds({m}, {n}, {k}, {gpu!r}, {dtype!r}, {efficiency})"
-        mistakes = (
-            *UNIT_MISTAKES,
-            (efficiency, "Include the efficiency: real matmuls reach only part of the peak."),
-            (efficiency**2, "Efficiency below 1 makes the matmul slower: divide by it."),
-        )
-        expect_number(name, text, got, expected, mistakes=mistakes)
-    got = call(name, estimate_matmul_seconds, 4096, 4096, 4096, "Tesla T4", "bf16", 0.7)
-    if got is not None:
-        raise ExerciseFailed(
-            f"{name}: a T4 has no bf16 math, so peak_tflops('Tesla T4', 'bf16') is None and the "
-            f"estimate must be None too (an unknown peak gives no estimate), not {got!r}."
-        )
-    passed(name, "an 8192^3 bf16 matmul takes about 1.6 ms on an H100 SXM at 70% of peak")
+    drawn = [
+        (rng.choice([1, 16, 128, 1024, 4096]), rng.choice([256, 1024, 4096]),
+         rng.choice([64, 1024, 8192]), rng.choice(bench.GPU_SPECS), rng.choice(bench.DTYPES))
+        for _ in range(12)
+    ]  # fmt: skip
+    return fixed + drawn
 
 
-@exercise()
-def exercise_arithmetic_intensity(arithmetic_intensity) -> None:
-    """Exercise 4: FLOPs per byte moved for a matmul that reads A and B and writes C once."""
-    name = "Exercise 4 (arithmetic intensity)"
-    for m, n, k, nbytes in [(4096, 4096, 4096, 2), (1, 4096, 4096, 2), (512, 1024, 64, 4)]:
-        got = call(name, arithmetic_intensity, m, n, k, nbytes)
-        moved = nbytes * (m * k + k * n + m * n)
-        expected = matmul_flops(m, n, k) / moved
-        only_inputs = matmul_flops(m, n, k) / (nbytes * (m * k + k * n))
-        mistakes = [
-            (0.5, "A multiply-add is 2 FLOPs."),
-            (only_inputs / expected, "The result matrix C (m x n) is written to memory too."),
-            (float(nbytes), "Count bytes, not elements: multiply by bytes_per_element."),
-        ]
-        text = f"arithmetic_intensity({m}, {n}, {k}, {nbytes})"
-        expect_number(name, text, got, expected, mistakes=mistakes)
-    passed(name, "a 4096^3 bf16 matmul does about 1365 FLOPs per byte; a matrix-vector product ~1")
+def _read_roofline_answer(name: str, text: str, got) -> tuple[float, str]:
+    if not (isinstance(got, tuple | list) and len(got) == 2):
+        raise ExerciseFailed(f"{name}: {text} returned {got!r}; return a pair "
+                             "(seconds, 'compute' or 'memory').")  # fmt: skip
+    seconds = expect_real(name, text + "[0]", got[0])
+    bound = str(got[1]).lower().removesuffix("-bound").removesuffix(" bound")
+    return seconds, bound
+
+
+@exercise(fallback=matmul_roofline, fallback_name="llmlab.course.checks.lab00.matmul_roofline")
+def exercise_matmul_roofline(roofline) -> None:
+    """Exercise 4: matmul_roofline(m, n, k, spec, dtype) -> (seconds, "compute" | "memory")."""
+    name = "Exercise 4 (the roofline of a matmul)"
+    for m, n, k, spec, dtype in _roofline_cases():
+        text = f"matmul_roofline({m}, {n}, {k}, <{spec.name}>, {dtype!r})"
+        got = call(name, roofline, m, n, k, spec, dtype)
+        expected = matmul_roofline(m, n, k, spec, dtype)
+        if expected is None:
+            if got is not None:
+                raise ExerciseFailed(f"{name}: the {spec.name} has no {dtype} math, so {text} "
+                                     f"must return None (no peak, no estimate), not {got!r}.")
+            continue
+        seconds, bound = _read_roofline_answer(name, text, got)
+        if not is_close(seconds, expected[0], 1e-6):
+            hint = _roofline_hint(seconds, m, n, k, spec, dtype)
+            raise ExerciseFailed(f"{name}: {text} returned {real_number(got[0])!r} s, expected "
+                                 f"about {expected[0]:.6g} s. {hint}".strip())  # fmt: skip
+        if bound != expected[1]:
+            raise ExerciseFailed(
+                f"{name}: {text} said {got[1]!r}, expected {expected[1]!r}: the bound is whichever "
+                "of the compute time and the memory time is longer."
+            )
+    passed(name, "one token through a 4096 x 4096 layer is memory-bound on an H100; 8192^3 is "
+           "compute-bound")  # fmt: skip
 
 
 NOTEBOOK = "00_environment.ipynb"
 # The function each exercise asks for -> its check (tests/test_checks.py runs them all).
 EXERCISES = {
-    "achieved_tflops": exercise_achieved_tflops,
+    "honest_time": exercise_honest_time,
+    "matmul_tflops": exercise_matmul_tflops,
     "training_dtype": exercise_training_dtype,
-    "estimate_matmul_seconds": exercise_matmul_seconds,
-    "arithmetic_intensity": exercise_arithmetic_intensity,
+    "matmul_roofline": exercise_matmul_roofline,
 }
