@@ -134,7 +134,7 @@ def pip(venv: Path, args: list[str]) -> None:
 def install(venv: Path, stamp_text: str) -> None:
     torch_args = torch_pip_args(platform.system(), has_nvidia_driver(), pinned_version("torch"))
     if torch_args:
-        print(f"No NVIDIA driver here: installing PyTorch's CPU build from {CPU_INDEX}")
+        print(f"No NVIDIA driver here, so PyTorch's CPU build, from {CPU_INDEX}")
         pip(venv, torch_args)
     print(f"Installing the pinned packages into {venv} (the first time takes a few minutes)")
     pip(venv, ["-c", "constraints.txt", "-e", f".[{EXTRAS}]"])
