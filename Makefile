@@ -1,5 +1,7 @@
-# The README's commands. The environment (.venv) is created on first use and reused after;
-# it is rebuilt only when constraints.txt or pyproject.toml change.
+# The README's commands. Each first runs tools/install.py, which creates the environment (.venv)
+# on first use and reuses it after; it updates it when constraints.txt or pyproject.toml change,
+# and rebuilds it when another Python made it or an earlier install did not finish.
+# PYTHON needs to be 3.11 or newer: make PYTHON=python3.12 lab
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -15,13 +17,11 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 PYTEST_WORKERS ?= 2
 TEST_THREADS ?= 1
 
-.PHONY: lab course test labs solutions doctor bench lint clean
+.PHONY: lab course test labs solutions doctor bench lint clean FORCE
 
-$(STAMP): constraints.txt pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is needed (the pins are for 3.11)")'
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[course,extras,dev]"
-	touch $(STAMP)
+# Always run: which Python made .venv, and whether the pins changed, are checks make cannot do.
+$(STAMP): FORCE
+	@$(PYTHON) tools/install.py $(VENV)
 
 lab: $(STAMP)  ## open JupyterLab on the learner's notebooks
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) $(LAB_ARGS) labs/
@@ -42,7 +42,7 @@ bench: $(STAMP)  ## speed and memory benchmarks (tables, not tests)
 	for script in benchmarks/*.py; do $(PY) $$script || exit 1; done
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check llmlab tests benchmarks
+	$(VENV)/bin/ruff check llmlab tests benchmarks tools
 
 clean:
 	rm -rf $(VENV) build

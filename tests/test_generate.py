@@ -56,3 +56,12 @@ def test_make_lab_clears_outputs_keeps_tags_and_markdown_and_leaves_the_input_al
     assert lab.cells[2].outputs == [] and lab.cells[2].execution_count is None
     assert solution.cells[2].outputs and "w * h" in solution.cells[2].source
     nbformat.validate(lab)
+
+
+def test_make_lab_drops_the_solution_runs_widget_state():
+    state = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2}}
+    solution = new_notebook(cells=[new_code_cell("x = 1")], metadata={"widgets": state})
+    solution.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    lab = make_lab(solution)
+    assert "widgets" not in lab.metadata and lab.metadata["kernelspec"]["name"] == "python3"
+    assert "widgets" in solution.metadata

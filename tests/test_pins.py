@@ -1,9 +1,9 @@
 """The pins live in constraints.txt; every other place that names a version must agree with it."""
 
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -72,3 +72,9 @@ def test_conda_files_agree_with_constraints(path, groups):
 
 def test_binder_takes_the_cpu_build_of_torch():
     assert conda_pip_pins(ROOT / "binder/environment.yml")["torch"].local == "cpu"
+
+
+def test_nvml_bindings_are_a_pinned_dependency():
+    """GPU utilisation, memory and power come from NVML (`import pynvml`): installed everywhere."""
+    names = {canonicalize_name(requirement.name) for requirement in pyproject_requirements()}
+    assert "nvidia-ml-py" in names and "nvidia-ml-py" in read_constraints()

@@ -40,3 +40,10 @@ def test_runner_filters_labs_by_prefix(tmp_path):
     write(tmp_path / "01_b.ipynb", "raise SystemExit")
     runs = run_course(tmp_path, tmp_path / "out", profile_name="smoke", only=["00"])
     assert [run.notebook for run in runs] == ["00_a.ipynb"]
+
+
+def test_kernels_start_without_the_unencrypted_tcp_warning(tmp_path, capfd):
+    """The kernel's own log goes to this process's stderr: once per lab in `make course`."""
+    write(tmp_path / "00_a.ipynb", "x = 1")
+    run_course(tmp_path, tmp_path / "out", profile_name="smoke")
+    assert "without encryption" not in capfd.readouterr().err

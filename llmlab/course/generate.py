@@ -6,8 +6,9 @@ solutions/ is the single source. In a code cell, the lines between
     ...
     # END SOLUTION
 
-become `raise NotImplementedError("<hint>")` at the same indentation. Outputs and execution counts
-are cleared; cell ids, tags (the `parameters` cell) and markdown stay as they are.
+become `raise NotImplementedError("<hint>")` at the same indentation. Outputs, execution counts
+and the saved widget state are cleared; cell ids, tags (the `parameters` cell) and markdown stay
+as they are.
 """
 
 import re
@@ -50,6 +51,8 @@ def stub_source(source: str, where: str = "cell") -> str:
 def make_lab(solution: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
     """The lab notebook for a solution notebook (a new object; the input is not changed)."""
     lab = nbformat.from_dict(solution)  # deep copy
+    # Saved widget state (the solution run's progress bars) belongs to outputs a lab does not have.
+    lab.metadata.pop("widgets", None)
     for index, cell in enumerate(lab.cells):
         if cell.cell_type != "code":
             continue

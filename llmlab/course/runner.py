@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from traitlets.config import Config
 
 from llmlab.course.headline import HEADLINE_VARIABLE
 from llmlab.course.profiles import ENV_VARIABLE, explicit_profile
@@ -40,6 +41,16 @@ def _environment(**values: str):
                 os.environ[key] = value
 
 
+def _kernel_over_unix_sockets(folder: Path) -> Config:
+    """Talk to the kernel through Unix sockets in `folder` instead of TCP on localhost.
+
+    Other users of the machine cannot connect to them, and ipykernel no longer warns at every
+    kernel start that it is "running over TCP without encryption". The folder is the run's own:
+    without it the sockets would be `./kernel-ipc-N`, shared by two runs in one folder.
+    """
+    return Config(KernelManager={"transport": "ipc", "ip": str(folder / "kernel")})
+
+
 def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 1800) -> LabRun:
     """Execute one notebook in its own folder; write the executed copy to out_dir.
 
@@ -47,10 +58,12 @@ def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 
     (`make solutions` does that with the smoke profile, before a commit).
     """
     notebook = nbformat.read(path, as_version=4)
-    headline_file = Path(tempfile.mkdtemp(prefix="llmlab-")) / "headline.json"
+    scratch = Path(tempfile.mkdtemp(prefix="llmlab-"))  # the headline file and the kernel's sockets
+    headline_file = scratch / "headline.json"
     client = NotebookClient(
         notebook, timeout=timeout_s, kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
+        config=_kernel_over_unix_sockets(scratch),
     )  # fmt: skip
     start = time.perf_counter()
     with _environment(**{ENV_VARIABLE: profile_name, HEADLINE_VARIABLE: str(headline_file)}):
@@ -63,7 +76,7 @@ def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 
     nbformat.write(notebook, out_dir / path.name)
     if ok and headline_file.exists():
         summary = json.loads(headline_file.read_text(encoding="utf-8"))["headline"]
-    shutil.rmtree(headline_file.parent, ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     return LabRun(path.name, ok, seconds, summary)
 
 
