@@ -22,12 +22,12 @@ def test_solution_region_becomes_an_indented_stub_with_the_hint():
 
 
 def test_stub_without_a_hint_gets_the_default_one():
-    source = "# BEGIN SOLUTION\nx = 1\n# END SOLUTION"
+    source = "# BEGIN SOLUTION\nx = compute()\n# END SOLUTION"
     assert stub_source(source) == 'raise NotImplementedError("write your solution here")'
 
 
 def test_quotes_in_a_hint_cannot_break_the_stub():
-    stub = stub_source('# BEGIN SOLUTION: use "2*m*n*k"\nx = 1\n# END SOLUTION')
+    stub = stub_source('# BEGIN SOLUTION: use "2*m*n*k"\nx = compute()\n# END SOLUTION')
     compile(stub, "<stub>", "exec")
 
 
@@ -65,3 +65,18 @@ def test_make_lab_drops_the_solution_runs_widget_state():
     lab = make_lab(solution)
     assert "widgets" not in lab.metadata and lab.metadata["kernelspec"]["name"] == "python3"
     assert "widgets" in solution.metadata
+
+
+def test_a_region_of_plain_assignments_becomes_values_to_fill_in_not_a_stop():
+    source = (
+        "N = 8\n# BEGIN SOLUTION: your two guesses in TFLOP/s\nPREDICTED_FP32 = 0.3\n"
+        "PREDICTED_BF16 = 1.0\n# END SOLUTION\nprint(N)"
+    )
+    assert stub_source(source) == (
+        "N = 8\n# your two guesses in TFLOP/s\nPREDICTED_FP32 = ...\nPREDICTED_BF16 = ...\nprint(N)"
+    )
+
+
+def test_a_region_with_any_other_statement_still_raises():
+    source = "# BEGIN SOLUTION: guess\nGUESS = 0.3\nprint(GUESS)\n# END SOLUTION"
+    assert stub_source(source) == 'raise NotImplementedError("guess")'

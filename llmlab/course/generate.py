@@ -6,11 +6,14 @@ solutions/ is the single source. In a code cell, the lines between
     ...
     # END SOLUTION
 
-become `raise NotImplementedError("<hint>")` at the same indentation. Outputs, execution counts
-and the saved widget state are cleared; cell ids, tags (the `parameters` cell) and markdown stay
-as they are.
+become `raise NotImplementedError("<hint>")` at the same indentation. A region that only
+assigns literal values (`NAME = 0.3` lines: a prediction, a number the learner writes down)
+becomes the hint as a comment and `NAME = ...` lines instead, so "Run All" does not stop there.
+Outputs, execution counts and the saved widget state are cleared; cell ids, tags (the
+`parameters` cell) and markdown stay as they are.
 """
 
+import ast
 import re
 from pathlib import Path
 
@@ -25,23 +28,57 @@ class MarkerError(ValueError):
     """The solution markers in a cell are unbalanced or nested."""
 
 
+def _is_literal(node: ast.expr) -> bool:
+    try:
+        ast.literal_eval(node)
+    except ValueError:
+        return False
+    return True
+
+
+def _assigned_names(region: list[str]) -> list[str] | None:
+    """The names a region assigns when it is nothing but `NAME = literal` lines, else None."""
+    try:
+        body = ast.parse("\n".join(line.strip() for line in region)).body
+    except SyntaxError:
+        return None
+    simple = all(
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and _is_literal(node.value)
+        for node in body
+    )
+    return [node.targets[0].id for node in body] if body and simple else None
+
+
+def _stub(indent: str, hint: str, region: list[str]) -> list[str]:
+    names = _assigned_names(region)
+    if names:
+        return [f"{indent}# {hint}", *(f"{indent}{name} = ..." for name in names)]
+    return [f'{indent}raise NotImplementedError("{hint}")']
+
+
 def stub_source(source: str, where: str = "cell") -> str:
     """Replace each marked solution region of one cell's source by a stub."""
     out: list[str] = []
     open_marker: re.Match | None = None
+    region: list[str] = []
     for number, line in enumerate(source.splitlines(), start=1):
         begin, end = BEGIN.match(line), END.match(line)
         if begin:
             if open_marker:
                 raise MarkerError(f"{where}, line {number}: BEGIN SOLUTION inside another one")
-            open_marker = begin
-            hint = (begin["hint"] or DEFAULT_HINT).replace('"', "'")
-            out.append(f'{begin["indent"]}raise NotImplementedError("{hint}")')
+            open_marker, region = begin, []
         elif end:
             if not open_marker:
                 raise MarkerError(f"{where}, line {number}: END SOLUTION without BEGIN SOLUTION")
+            hint = (open_marker["hint"] or DEFAULT_HINT).replace('"', "'")
+            out.extend(_stub(open_marker["indent"], hint, region))
             open_marker = None
-        elif not open_marker:
+        elif open_marker:
+            region.append(line)
+        else:
             out.append(line)
     if open_marker:
         raise MarkerError(f"{where}: BEGIN SOLUTION is never closed by END SOLUTION")
