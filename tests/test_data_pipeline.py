@@ -140,6 +140,5 @@ def test_a_folder_corpus_that_changed_is_rebuilt_not_reused(tmp_path):
     assert sum(grown.info["documents"].values()) > sum(first.info["documents"].values())
     edited = folder / f"{topics[0].name}.txt"
     edited.write_text(topics[0].text.swapcase())  # same size, new content and time
-    assert prepare_dataset(tmp_path / "out", spec).info["corpus_version"] != (
-        grown.info["corpus_version"]
-    )
+    rebuilt = prepare_dataset(tmp_path / "out", spec)
+    assert rebuilt.info["corpus_version"] != grown.info["corpus_version"]
