@@ -148,6 +148,7 @@ def test_unknown_corpus_is_an_error():
         ("b.jsonl", b'{"text": "ok"}\n7\n', "b.jsonl, line 2 is a JSON int, not an object"),
         ("b.json", b'[{"text": "ok"},\n {"text": 3.5}]', "b.json, item 2: 'text' is float 3.5"),
         ("b.parquet", None, "b.parquet, row 1: 'text' is int 7, not a string"),
+        ("b.parquet", b"PAR1 and then no Parquet", "b.parquet, the file cannot be read as Parq"),
     ],
 )  # fmt: skip
 def test_a_bad_row_is_an_error_naming_the_file_and_the_row(tmp_path, name, content, message):
@@ -155,6 +156,8 @@ def test_a_bad_row_is_an_error_naming_the_file_and_the_row(tmp_path, name, conte
     if name.endswith(".parquet"):
         pq.write_table(pa.table({"text": ["a good row"]}), good)
         pq.write_table(pa.table({"text": [7, 8]}), tmp_path / name)
+        if content is not None:
+            (tmp_path / name).write_bytes(content)
     else:
         good.write_text(json.dumps([{"text": "a good row"}]) if name.endswith(".json")
                         else json.dumps({"text": "a good row"}) + "\n")  # fmt: skip

@@ -83,7 +83,10 @@ def json_problem(path: Path, field: str) -> str | None:
 
 def parquet_problem(path: Path, field: str) -> str | None:
     """The first row of a Parquet file whose `field` is not text ("row N: why"), or None."""
-    values = pq.read_table(path, columns=[field]).column(field).to_pylist()
+    try:
+        values = pq.read_table(path, columns=[field]).column(field).to_pylist()
+    except (pa.ArrowException, OSError) as error:
+        return f"the file cannot be read as Parquet ({error}): rewrite it or leave it out"
     return _first_problem(((f"row {n}", {field: v}) for n, v in enumerate(values, 1)), field)
 
 
