@@ -145,7 +145,7 @@ def _replay(trace, views_count=False, forget_frees=False, reuse_never=False, tie
         pytest.param(lambda t: _replay(t, ties_last=True), "reached first", id="tie-last-phase"),
         pytest.param(lambda t: _replay(t, last_phase=True), "phase", id="phase-at-the-end"),
         pytest.param(lambda t: _replay(t, final=True), "running total", id="final-not-peak"),
-        pytest.param(lambda t: _replay(t, unit=2**20), "expected", id="mebibytes"),
+        pytest.param(lambda t: _replay(t, unit=2**20), "in bytes", id="mebibytes"),
         pytest.param(lambda t: _replay(t)[0], "return a pair", id="peak-without-phase"),
         pytest.param(lambda t: max(e[2] for e in t if e[0] == "alloc"), "return a pair",
                      id="largest-allocation"),
