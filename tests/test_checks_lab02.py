@@ -1,92 +1,188 @@
 """Lab 02's checks reject likely mistakes, each with a message that points at the mistake.
 (tests/test_checks.py proves they pass on the solution and fail on the stub.)"""
 
+import numpy as np
 import pytest
 
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab02 as check
+from llmlab.memory import TrainingSetup
+
+# ---------------------------------------------------------------- Exercise 1: parameter count
 
 
-def _block(d, f, biases=True, norm_values=4):
-    return 4 * d * d + 2 * d * f + (3 * d + d + f + d if biases else 0) + norm_values * d
+def _params(shape, biases=True, gqa=True, positions=True, final_norm=True, tied=True,
+            gated=True, layernorm_shift=True, rmsnorm_shift=False):
+    """A parameter count with switches for the mistakes; all defaults give the right answer."""
+    d, f, vocab = shape.d_model, shape.ff, shape.vocab_size
+    kv = shape.kv_dim if gqa else d
+    if shape.family == "gpt2":
+        attention = d * (d + 2 * kv) + d * d + (d + 2 * kv + d) * biases
+        mlp = 2 * d * f + (f + d) * biases
+        norm = 2 * d if layernorm_shift else d
+        embeddings = vocab * d + shape.context * d * positions
+    else:
+        attention = d * (d + 2 * kv) + d * d
+        mlp = (3 if gated else 2) * d * f
+        norm = 2 * d if rmsnorm_shift else d
+        embeddings = vocab * d
+    head = vocab * d if (not shape.tied_embeddings or not tied) else 0
+    return shape.n_layer * (attention + mlp + 2 * norm) + norm * final_norm + embeddings + head
 
 
 @pytest.mark.parametrize(
     "wrong, hint",
     [
-        (lambda d, f, h: _block(d, f, biases=False), "Count the biases"),
-        (lambda d, f, h: _block(d, f, norm_values=0), "Count the two LayerNorms"),
-        (lambda d, f, h: _block(d, f, norm_values=2), "a shift as well as a scale"),
-        (lambda d, f, h: _block(d, 4 * d), "width is d_ff"),
-        (lambda d, f, h: _block(d, f) + h * d, "expected about"),  # heads add parameters
+        pytest.param(lambda s: _params(s, biases=False), "have biases", id="no-biases"),
+        pytest.param(lambda s: _params(s, gqa=False), "Grouped-query", id="ignores-gqa"),
+        pytest.param(lambda s: _params(s, positions=False), "position embedding",
+                     id="no-position-embedding"),
+        pytest.param(lambda s: _params(s, final_norm=False), "one more norm", id="no-final-norm"),
+        pytest.param(lambda s: _params(s, tied=False), "counted once", id="tied-head-twice"),
+        pytest.param(lambda s: _params(s.replace(tied_embeddings=True)), "matrix of its own",
+                     id="untied-head-missing"),
+        pytest.param(lambda s: _params(s, gated=False), "three", id="swiglu-as-two-matrices"),
+        pytest.param(lambda s: _params(s, layernorm_shift=False), "shift as well",
+                     id="layernorm-scale-only"),
+        pytest.param(lambda s: _params(s, rmsnorm_shift=True), "no shift", id="rmsnorm-shift"),
+        pytest.param(lambda s: _params(s.replace(d_ff=0) if s.family == "gpt2" else s),
+                     "expected about", id="mlp-always-4d"),
     ],
-)
-def test_block_params_rejects_likely_mistakes(wrong, hint):
+)  # fmt: skip
+def test_count_params_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
-        check.exercise_block_params(wrong)
+        check.exercise_count_params(wrong)
 
+
+def test_count_params_accepts_numpy_integers(capsys):
+    check.exercise_count_params(lambda shape: np.int64(_params(shape)))
+    assert "PASSED" in capsys.readouterr().out
+
+
+def test_random_shapes_cover_both_families_gqa_and_untied_heads():
+    shapes = check._random_shapes(seed=2, count=8)
+    assert {s.family for s in shapes} == {"gpt2", "llama"}
+    assert any(s.kv_heads < s.n_head for s in shapes)
+    assert {s.tied_embeddings for s in shapes} == {True, False}
+    assert any(s.d_ff for s in shapes) and any(not s.d_ff for s in shapes)
+
+
+# ---------------------------------------------------------------- Exercise 2: model states
 
 STATES = {"adamw": 2, "sgd-momentum": 1, "sgd": 0}
 
 
-def _states(n, optimizer, mixed, master=4, grads=None, state_bytes=4, unit=1):
-    weights_and_grads = (
-        (2 + (2 if grads is None else grads) + master)
-        if mixed
-        else (4 + (4 if grads is None else grads))
-    )
-    return n * (weights_and_grads + state_bytes * STATES[optimizer]) / unit
+def _states(n, optimizer, precision, master=4, grads=True, state_bytes=None, unit=1):
+    k = STATES[optimizer]
+    if precision == "fp32":
+        nbytes = 4 + 4 * grads + (4 if state_bytes is None else state_bytes) * k
+    elif precision == "mixed":
+        nbytes = 2 + 2 * grads + master + (4 if state_bytes is None else state_bytes) * k
+    else:
+        nbytes = 2 + 2 * grads + (2 if state_bytes is None else state_bytes) * k
+    return n * nbytes / unit
 
 
 @pytest.mark.parametrize(
     "wrong, hint",
     [
-        (lambda n, o, m: _states(n, o, m, master=0), "master copy"),
-        (lambda n, o, m: _states(n, o, m, grads=0), "Gradients count too"),
-        (lambda n, o, m: _states(n, o, m, state_bytes=0), "optimizer's states count too"),
-        # 16-bit optimizer states: refused, but as many bytes as a missing gradient (one state)
-        # or a missing master copy (two), so no hint can tell which.
-        (lambda n, o, m: _states(n, o, m, state_bytes=2 if m else 4), "expected about"),
-        (lambda n, o, m: _states(n, o, m, unit=1e9), "not GB"),
-        (lambda n, o, m: n * 16, "expected about"),  # 16 bytes whatever the optimizer
+        pytest.param(lambda n, o, p: _states(n, o, "fp32"), "ignore `precision`",
+                     id="precision-ignored"),
+        pytest.param(lambda n, o, p: _states(n, o, "mixed" if p == "bf16" else p), "no fp32 master",
+                     id="pure-bf16-as-mixed"),
+        pytest.param(lambda n, o, p: _states(n, o, p, master=0), "master copy",
+                     id="no-master-copy"),
+        pytest.param(lambda n, o, p: _states(n, o, p, grads=False), "Gradients count too",
+                     id="no-gradients"),
+        pytest.param(lambda n, o, p: _states(n, o, p, state_bytes=0), "optimizer's states count",
+                     id="no-optimizer-states"),
+        pytest.param(lambda n, o, p: _states(n, o, p, state_bytes=4), "bf16 too",
+                     id="pure-bf16-fp32-states"),
+        pytest.param(lambda n, o, p: _states(n, o, p, unit=1e9), "not GB", id="gigabytes"),
+        pytest.param(lambda n, o, p: n * 16, "expected about", id="always-16-bytes"),
     ],
-)
+)  # fmt: skip
 def test_model_state_bytes_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_model_state_bytes(wrong)
 
 
-def _activations(b, s, d, h, nbytes, eager, batch=True, scores=True, heads=True, per_byte=True):
-    per_token = 16 * d + (h if heads else 1) * s * (eager and scores)
-    return (b if batch else 1) * s * per_token * (nbytes if per_byte else 1)
+# ---------------------------------------------------------------- Exercise 3: peak of a trace
+
+
+def _replay(trace, views_count=False, forget_frees=False, reuse_never=False, ties_last=False,
+            last_phase=False, final=False, unit=1):
+    """A replay with switches for the mistakes; all defaults give the right answer."""
+    live, seen = {}, set()
+    total = peak = 0
+    phase = peak_phase = ""
+    for kind, *rest in trace:
+        if kind == "phase":
+            phase = rest[0]
+        elif kind == "alloc":
+            number, nbytes = rest
+            if (number in live and not views_count) or (reuse_never and number in seen):
+                continue
+            seen.add(number)
+            live[number] = live.get(number, 0) + nbytes
+            total += nbytes
+            if total > peak or (ties_last and total == peak):
+                peak, peak_phase = total, phase
+        elif not forget_frees:
+            total -= live.pop(rest[0], 0)  # a skipped allocation frees nothing
+    if final:
+        peak = total
+    return peak / unit, (phase if last_phase else peak_phase)
 
 
 @pytest.mark.parametrize(
     "wrong, hint",
     [
-        (lambda *a: _activations(*a, batch=False), "Multiply by the batch"),
-        (lambda *a: _activations(*a, scores=False), "keeps the softmax output"),
-        (lambda *a: _activations(*a, heads=False), "for every head"),
-        (lambda *a: _activations(*a, per_byte=False), "bytes_per_value"),
-        (lambda b, s, d, h, n, e: b * s * (34 * d + 5 * h * s) * n / 2, "expected about"),
+        pytest.param(lambda t: _replay(t, views_count=True), "a view", id="views-counted"),
+        pytest.param(lambda t: _replay(t, forget_frees=True), "running total", id="no-frees"),
+        pytest.param(lambda t: _replay(t, reuse_never=True), "takes memory again",
+                     id="reused-number-skipped"),
+        pytest.param(lambda t: _replay(t, ties_last=True), "reached first", id="tie-last-phase"),
+        pytest.param(lambda t: _replay(t, last_phase=True), "phase", id="phase-at-the-end"),
+        pytest.param(lambda t: _replay(t, final=True), "running total", id="final-not-peak"),
+        pytest.param(lambda t: _replay(t, unit=2**20), "in bytes", id="mebibytes"),
+        pytest.param(lambda t: _replay(t)[0], "return a pair", id="peak-without-phase"),
+        pytest.param(lambda t: max(e[2] for e in t if e[0] == "alloc"), "return a pair",
+                     id="largest-allocation"),
     ],
-)
-def test_layer_activation_bytes_rejects_likely_mistakes(wrong, hint):
+)  # fmt: skip
+def test_peak_from_trace_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
-        check.exercise_layer_activation_bytes(wrong)
+        check.exercise_peak_from_trace(wrong)
 
 
-def test_layer_activation_bytes_says_fused_attention_keeps_no_scores():
-    def always_scores(b, s, d, h, nbytes, eager):
-        return b * s * (16 * d + h * s) * nbytes
-
-    with pytest.raises(ExerciseFailed, match="does not keep the seq x seq"):
-        check.exercise_layer_activation_bytes(always_scores)
+def test_peak_from_trace_accepts_a_list_and_numpy_numbers(capsys):
+    check.exercise_peak_from_trace(lambda t: [np.int64(check.replay_peak(t)[0]),
+                                              check.replay_peak(t)[1]])  # fmt: skip
+    assert "PASSED" in capsys.readouterr().out
 
 
-def _zero(n, gpus, gpu_gb, unit=1e9, strict=False, last=None):
+def test_a_recorded_trace_replays_to_the_trackers_peak_and_holds_views():
+    trace, tracker = check.record_trace("tiny", TrainingSetup(batch=1, seq=16, dtype="fp32"))
+    assert check.replay_peak(trace) == (sum(tracker.peak.values()), tracker.peak_phase)
+    allocs = [event[1] for event in trace if event[0] == "alloc"]
+    assert len(allocs) > len(set(allocs))  # some allocations are views of a live storage
+    assert [event[1] for event in trace if event[0] == "phase"] == [
+        "forward", "forward", "backward", "optimizer", "forward"]
+
+
+def test_the_real_steps_peak_in_different_phases():
+    phases = {check._real_trace(label)[2] for label in check.REAL_STEPS}
+    assert phases == {"backward", "optimizer"}
+
+
+# ---------------------------------------------------------------- Exercise 4: ZeRO stage
+
+
+def _zero(n, gpus, gpu_gb, unit=1e9, strict=False, last=None, stages=(0, 1, 2, 3)):
     sizes = [16 * n, 4 * n + 12 * n / gpus, 2 * n + 14 * n / gpus, 16 * n / gpus]
-    for stage, nbytes in enumerate(sizes):
+    for stage in stages:
+        nbytes = sizes[stage]
         if nbytes < gpu_gb * unit or (not strict and nbytes == gpu_gb * unit):
             return stage
     return last
@@ -95,12 +191,17 @@ def _zero(n, gpus, gpu_gb, unit=1e9, strict=False, last=None):
 @pytest.mark.parametrize(
     "wrong, hint",
     [
-        (lambda n, g, gb: _zero(n, g, gb, last=3), "Even stage 3 does not fit"),
-        (lambda n, g, gb: _zero(n, g, gb, unit=2**30), "returned 2, expected 3"),  # GiB, not GB
-        (lambda n, g, gb: _zero(n, g, gb, strict=True), "at most gpu_gb"),  # < instead of <=
-        (lambda n, g, gb: 3, "stage 0: 120.00 GB"),  # always the most sharding
+        pytest.param(lambda n, g, gb: _zero(n, g, gb, last=3), "Even stage 3 does not fit",
+                     id="never-none"),
+        pytest.param(lambda n, g, gb: _zero(n, g, gb, unit=2**30), "expected", id="gibibytes"),
+        pytest.param(lambda n, g, gb: _zero(n, g, gb, strict=True), "at most gpu_gb",
+                     id="strictly-less"),
+        pytest.param(lambda n, g, gb: 3, "stage 0: 120.00 GB", id="always-stage-3"),
+        pytest.param(lambda n, g, gb: _zero(n, g, gb, stages=(0, 1, 3)), "expected 2",
+                     id="never-stage-2"),
     ],
-)
+)  # fmt: skip
 def test_smallest_zero_stage_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_smallest_zero_stage(wrong)
+
