@@ -9,6 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab01 as check
@@ -211,59 +212,73 @@ def test_token_dtype_accepts_uint8_and_every_spelling(right, capsys):
     assert "PASSED" in capsys.readouterr().out
 
 
-def _strided(n, rank, world, worker, workers):
-    return list(range(rank, n, world))[worker::workers]
+def _shuffled(n, epoch):
+    return random.Random(epoch).sample(range(n), n)  # the same order in every process
 
 
-def _contiguous(n, rank, world, worker, workers, remainder_to_last=False):
-    size = n // world
-    end = n if remainder_to_last and rank == world - 1 else (rank + 1) * size
-    return list(range(rank * size, end))[worker::workers]
-
-
-def _unseeded_shuffle(n, rank, world, worker, workers):
-    order = random.sample(range(n), n)  # each process draws its own order
+def _strided(n, rank, world, worker, workers, epoch, shuffle=True):
+    order = _shuffled(n, epoch) if shuffle else list(range(n))
     return order[rank::world][worker::workers]
 
 
-def _remainder_to_last_worker(n, rank, world, worker, workers):
-    mine = _strided(n, rank, world, 0, 1)
+def _contiguous(n, rank, world, worker, workers, epoch, remainder_to_last=False):
+    order, size = _shuffled(n, epoch), n // world
+    end = n if remainder_to_last and rank == world - 1 else (rank + 1) * size
+    return order[rank * size : end][worker::workers]
+
+
+def _remainder_to_last_worker(n, rank, world, worker, workers, epoch):
+    mine = _strided(n, rank, world, 0, 1, epoch)
     size = len(mine) // workers
     return mine[worker * size :] if worker == workers - 1 else mine[worker * size :][:size]
 
 
-def _no_validation(n, rank, world, worker, workers):
-    return _strided(n, rank, world, worker, workers)
-
-
 def _validated(split):
-    def shards_for(n, rank, world, worker, workers):
-        check.reference_shards_for(n, rank, world, worker, workers)  # raises on bad input
-        return split(n, rank, world, worker, workers)
+    """`split`, after the argument checks of a correct answer."""
+
+    def shards_for(n, rank, world, worker, workers, epoch):
+        check.reference_shards_for(n, rank, world, worker, workers, epoch)  # raises on bad input
+        return split(n, rank, world, worker, workers, epoch)
 
     return shards_for
+
+
+def _llmlab_flat_readers(n, rank, world, worker, workers, epoch):
+    """llmlab.data.loaders today: reader rank * workers + worker of world * workers, strided."""
+    return loaders.shards_for_reader(n, rank * workers + worker, world * workers)
+
+
+def _each_rank_its_own_seed(n, rank, world, worker, workers, epoch):
+    return random.Random(epoch * 100 + rank).sample(range(n), n)[rank::world][worker::workers]
+
+
+def _unseeded_shuffle(n, rank, world, worker, workers, epoch):
+    return random.sample(range(n), n)[rank::world][worker::workers]
 
 
 @pytest.mark.parametrize(
     "wrong, hint",
     [
-        pytest.param(_validated(lambda n, r, w, k, ks: loaders.shards_for_reader(n, r * ks + k,
-                                                                                 w * ks)),
-                     "the ranks get \\[4, 2\\] shards", id="flat_reader_stride_as_llmlab_loaders"),
-        pytest.param(_validated(lambda n, r, w, k, ks: _strided(n, r, w, 0, 1)),
+        pytest.param(_validated(_llmlab_flat_readers), "the ranks get \\[4, 2\\] shards",
+                     id="flat_reader_stride_as_llmlab_loaders"),
+        pytest.param(_validated(lambda n, r, w, k, ks, e: _strided(n, r, w, 0, 1, e)),
                      "is read by \\(rank, worker\\)", id="workers_not_split"),
-        pytest.param(_validated(lambda n, r, w, k, ks: list(range(0, n, w))[k::ks]),
+        pytest.param(_validated(lambda n, r, w, k, ks, e: _strided(n, 0, w, k, ks, e)),
                      "is read by", id="rank_offset_forgotten"),
         pytest.param(_validated(_contiguous), "nobody reads shards", id="remainder_dropped"),
         pytest.param(_validated(lambda *a: _contiguous(*a, remainder_to_last=True)),
                      "differ by at most one", id="remainder_to_last_rank"),
         pytest.param(_validated(_remainder_to_last_worker), "the workers of rank",
                      id="remainder_to_last_worker"),
-        pytest.param(_validated(_unseeded_shuffle), "the same arguments must give the same list",
+        pytest.param(_validated(_unseeded_shuffle), "seed the shuffle with the epoch",
                      id="unseeded_shuffle"),
-        pytest.param(_no_validation, "Raise ValueError", id="bad_rank_accepted"),
-        pytest.param(_validated(lambda n, r, w, k, ks: [s + 1 for s in _strided(n, r, w, k, ks)]),
-                     "indices run from 0", id="one_based"),
+        pytest.param(_validated(_each_rank_its_own_seed), "every process must shuffle the same",
+                     id="each_rank_its_own_seed"),
+        pytest.param(_validated(lambda *a: _strided(*a, shuffle=False)), "DistributedSampler",
+                     id="same_order_every_epoch"),
+        pytest.param(_strided, "Raise ValueError", id="bad_rank_accepted"),
+        pytest.param(_validated(lambda *a: [s + 1 for s in _strided(*a)]), "indices run from 0",
+                     id="one_based"),
     ],
 )  # fmt: skip
 def test_shards_for_rejects_likely_mistakes(wrong, hint):
@@ -271,18 +286,20 @@ def test_shards_for_rejects_likely_mistakes(wrong, hint):
         check.exercise_shards_for(wrong)
 
 
-def _seeded_shuffle(n, rank, world, worker, workers):
-    order = random.Random(1234).sample(range(n), n)  # every process draws the same order
-    return order[rank::world][worker::workers]
+def _torch_randperm_blocks(n, rank, world, worker, workers, epoch):
+    """The way torch's DistributedSampler shuffles, then contiguous blocks per rank and worker."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(epoch))
+    return np.array_split(np.array_split(order.numpy(), world)[rank], workers)[worker]
 
 
 @pytest.mark.parametrize(
     "right",
     [
         pytest.param(check.reference_shards_for, id="strided"),
-        pytest.param(_validated(lambda n, r, w, k, ks: np.array_split(
-            np.array_split(np.arange(n), w)[r], ks)[k]), id="contiguous_numpy_blocks"),
-        pytest.param(_validated(_seeded_shuffle), id="seeded_shuffle"),
+        pytest.param(_validated(_torch_randperm_blocks), id="contiguous_blocks_of_torch_randperm"),
+        pytest.param(_validated(lambda n, r, w, k, ks, e: [
+            int(s) for s in np.random.default_rng(e).permutation(n)[r::w][k::ks]]),
+            id="numpy_generator"),
     ],
 )  # fmt: skip
 def test_shards_for_accepts_any_balanced_deterministic_split(right, capsys):

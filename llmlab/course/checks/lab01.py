@@ -350,16 +350,18 @@ def exercise_token_dtype(choose_dtype) -> None:
 # ------------------------------------------------- Exercise 5: shards for a rank and a worker
 
 
-def reference_shards_for(num_shards: int, rank: int, world_size: int, worker: int = 0,
-                         num_workers: int = 1) -> list[int]:  # fmt: skip
-    """One correct split: every world_size-th shard from `rank`, then every num_workers-th of
-    those from `worker`."""
+def reference_shards_for(num_shards: int, rank: int, world_size: int, worker: int,
+                         num_workers: int, epoch: int) -> list[int]:  # fmt: skip
+    """One correct split: shuffle the shards with the epoch as seed (the same order in every
+    process), give every world_size-th of them to `rank`, then every num_workers-th of those to
+    `worker`."""
     if not 0 <= rank < world_size or not 0 <= worker < num_workers:
         raise ValueError(f"rank {rank} of {world_size} or worker {worker} of {num_workers} "
                          "does not exist")  # fmt: skip
     if num_shards < world_size:
         raise ValueError(f"{num_shards} shards leave some of {world_size} ranks without data")
-    return list(range(rank, num_shards, world_size))[worker::num_workers]
+    order = random.Random(epoch).sample(range(num_shards), num_shards)
+    return order[rank::world_size][worker::num_workers]
 
 
 def _random_shard_cases(seed: int, count: int) -> list[tuple[int, int, int]]:
@@ -374,6 +376,7 @@ def _random_shard_cases(seed: int, count: int) -> list[tuple[int, int, int]]:
 # (num_shards, world_size, num_workers); 6 shards on 2 ranks x 2 workers catches a flat split.
 SHARD_CASES = [(8, 2, 2), (6, 2, 2), (8, 2, 3), (10, 4, 1), (9, 2, 3), (3, 3, 4), (5, 1, 1),
                *_random_shard_cases(seed=0, count=30)]  # fmt: skip
+SHARD_EPOCHS = (0, 1, 7)
 # (num_shards, rank, world_size, worker, num_workers, what is wrong): each must be a ValueError.
 BAD_SHARD_CALLS = [
     (8, 2, 2, 0, 1, "rank 2 does not exist in a world of 2 ranks (0 and 1)"),
@@ -395,17 +398,21 @@ def _shard_list(name: str, call_text: str, got, num_shards: int) -> list[int]:
     return shards
 
 
-def _split(name, shards_for, num_shards, world_size, num_workers, order) -> dict:
+def _split(name, shards_for, num_shards, world_size, num_workers, epoch, readers) -> dict:
+    """{(rank, worker): its shards}, asking the readers in the order given."""
     split = {}
-    for rank, worker in order:
-        call_text = f"shards_for({num_shards}, {rank}, {world_size}, {worker}, {num_workers})"
-        got = _call(name, call_text, shards_for, num_shards, rank, world_size, worker, num_workers)
+    for rank, worker in readers:
+        args = (num_shards, rank, world_size, worker, num_workers, epoch)
+        call_text = f"shards_for{args}"
+        got = _call(name, call_text, shards_for, *args)
         split[rank, worker] = _shard_list(name, call_text, got, num_shards)
     return split
 
 
-def _check_split(name: str, split: dict, num_shards: int, world_size: int, num_workers: int):
-    setting = f"with {num_shards} shards, {world_size} ranks and {num_workers} workers each"
+def _check_split(name: str, split: dict, num_shards: int, world_size: int, num_workers: int,
+                 epoch: int):  # fmt: skip
+    workers = f"{num_workers} worker{'s' if num_workers > 1 else ''}"
+    setting = f"in epoch {epoch} with {num_shards} shards, {world_size} ranks and {workers} each"
     owners: dict[int, list] = {}
     for reader, shards in split.items():
         for shard in shards:
@@ -415,7 +422,8 @@ def _check_split(name: str, split: dict, num_shards: int, world_size: int, num_w
         shard, readers = min(shared.items())
         raise ExerciseFailed(
             f"{name}: {setting}, shard {shard} is read by (rank, worker) {readers}: they would "
-            "train on the same tokens twice. Give each (rank, worker) pair shards of its own."
+            "train on the same tokens twice. Give each (rank, worker) pair shards of its own; "
+            "if you shuffle, every process must shuffle the same way."
         )
     missing = sorted(set(range(num_shards)) - owners.keys())
     if missing:
@@ -438,49 +446,76 @@ def _check_split(name: str, split: dict, num_shards: int, world_size: int, num_w
             )
 
 
+def _check_deterministic(name: str, first: dict, again: dict, setting: tuple) -> None:
+    num_shards, world_size, num_workers, epoch = setting
+    changed = next((reader for reader in first if first[reader] != again[reader]), None)
+    if changed:
+        rank, worker = changed
+        raise ExerciseFailed(
+            f"{name}: shards_for{(num_shards, rank, world_size, worker, num_workers, epoch)} "
+            f"returned {first[changed]}, then {again[changed]}. Each process works out its own "
+            "share without asking the others, so the same arguments must give the same list, "
+            "every time and in every process: seed the shuffle with the epoch."
+        )
+
+
+def _check_new_order_each_epoch(name: str, shards_for) -> None:
+    num_shards, world_size, num_workers = 48, 2, 2
+    readers = [(rank, worker) for rank in range(world_size) for worker in range(num_workers)]
+    epochs = [_split(name, shards_for, num_shards, world_size, num_workers, epoch, readers)
+              for epoch in range(4)]  # fmt: skip
+    if all(split == epochs[0] for split in epochs):
+        raise ExerciseFailed(
+            f"{name}: with {num_shards} shards, {world_size} ranks and {num_workers} workers, "
+            "epochs 0 to 3 all give every worker the same shards in the same order. Shuffle the "
+            "shard order once per epoch, with the epoch as the seed, so that each epoch reads "
+            "the data in a new order (the job of DistributedSampler.set_epoch in PyTorch)."
+        )
+
+
 def _check_bad_input(name: str, shards_for) -> None:
     for num_shards, rank, world_size, worker, num_workers, problem in BAD_SHARD_CALLS:
-        call_text = f"shards_for({num_shards}, {rank}, {world_size}, {worker}, {num_workers})"
+        args = (num_shards, rank, world_size, worker, num_workers, 0)
         try:
-            got = call(name, shards_for, num_shards, rank, world_size, worker, num_workers)
+            got = call(name, shards_for, *args)
         except ValueError:
             continue
         except Exception as error:  # any other error is reported, not raised
             got = f"{type(error).__name__}: {error}"
         raise ExerciseFailed(
-            f"{name}: {call_text} gave {got!r}, but {problem}. Raise ValueError with a message "
-            "that says so: a wrong launch setting should stop the run, not train on the wrong "
-            "data."
+            f"{name}: shards_for{args} gave {got!r}, but {problem}. Raise ValueError with a "
+            "message that says so: a wrong launch setting should stop the run, not train on the "
+            "wrong data."
         )
 
 
 @exercise(fallback=reference_shards_for,
           fallback_name="llmlab.course.checks.lab01.reference_shards_for")  # fmt: skip
 def exercise_shards_for(shards_for) -> None:
-    """Exercise 5: shards_for(num_shards, rank, world_size, worker, num_workers) -> the shard
-    indices one data-loader worker of one rank reads.
+    """Exercise 5: shards_for(num_shards, rank, world_size, worker, num_workers, epoch) -> the
+    shard indices one data-loader worker of one rank reads in one epoch.
 
     Any split is right if every shard is read exactly once, the ranks' shares differ by at most
-    one, so do the shares of a rank's workers, and the same arguments always give the same list.
+    one, so do the shares of a rank's workers, the same arguments always give the same list, and
+    the epoch changes the order.
     """
     name = "Exercise 5 (shards for a rank and a worker)"
     for num_shards, world_size, num_workers in SHARD_CASES:
         readers = [(rank, worker) for rank in range(world_size) for worker in range(num_workers)]
-        split = _split(name, shards_for, num_shards, world_size, num_workers, readers)
-        again = _split(name, shards_for, num_shards, world_size, num_workers, readers[::-1])
-        changed = next((reader for reader in readers if split[reader] != again[reader]), None)
-        if changed:
-            raise ExerciseFailed(
-                f"{name}: shards_for({num_shards}, {changed[0]}, {world_size}, {changed[1]}, "
-                f"{num_workers}) returned {split[changed]}, then {again[changed]}. Each process "
-                "works out its own share without asking the others, so the same arguments must "
-                "give the same list, every time and in every process."
-            )
-        _check_split(name, split, num_shards, world_size, num_workers)
+        for epoch in SHARD_EPOCHS:
+            split = _split(name, shards_for, num_shards, world_size, num_workers, epoch, readers)
+            again = _split(name, shards_for, num_shards, world_size, num_workers, epoch,
+                           readers[::-1])  # fmt: skip
+            _check_deterministic(name, split, again, (num_shards, world_size, num_workers, epoch))
+            _check_split(name, split, num_shards, world_size, num_workers, epoch)
+    _check_new_order_each_epoch(name, shards_for)
     _check_bad_input(name, shards_for)
-    passed(name, f"{len(SHARD_CASES)} splits: every shard read once, shares within one shard "
-                 "across ranks and across each rank's workers, the same every time; bad ranks "
-                 "and workers refused")  # fmt: skip
+    passed(
+        name,
+        f"{len(SHARD_CASES)} splits in {len(SHARD_EPOCHS)} epochs: every shard read once, shares "
+        "within one shard across ranks and across each rank's workers, the same every time, a "
+        "new order each epoch; bad ranks and workers refused",
+    )
 
 
 NOTEBOOK = "01_data.ipynb"
