@@ -189,7 +189,7 @@ def _bpe_hint(text: str, got: list, expected: list, k: int) -> str:
 
 @exercise(
     fallback=library_bpe_merges,
-    fallback_name="the tokenizers library (llmlab.course.checks.lab01.library_bpe_merges)",
+    fallback_name="llmlab.course.checks.lab01.library_bpe_merges, the tokenizers library's merges",
 )
 def exercise_bpe_merges(bpe_merges) -> None:
     """Exercise 2: bpe_merges(text, num_merges) -> the merges BPE learns, in order, as the
