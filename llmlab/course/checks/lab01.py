@@ -1,11 +1,33 @@
 """Checks for Lab 01 (data preprocessing, tokenization and token shards)."""
 
+import json
+import operator
+import random
+from collections import Counter
+from itertools import pairwise
+
 import numpy as np
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from llmlab.course.checks import ExerciseFailed, call, exercise, passed
 from llmlab.data.clean import CONTROL_CHARACTERS, normalize_text
 from llmlab.data.packing import pack
 from llmlab.data.shards import token_dtype
+
+
+def _call(name: str, call_text: str, fn, *args):
+    """The learner's fn(*args); an error it raises becomes a failure that names the input."""
+    try:
+        return call(name, fn, *args)
+    except ExerciseFailed:
+        raise
+    except Exception as error:  # the learner's own bug: show where, not the checker's source
+        raise ExerciseFailed(
+            f"{name}: {call_text} raised {type(error).__name__}: {error}"
+        ) from error
+
+
+# ---------------------------------------------------------------- Exercise 1: normalize a text
 
 NORMALIZE_CASES = [
     "cafe\u0301 au lait",  # "e" + combining acute accent
@@ -14,8 +36,15 @@ NORMALIZE_CASES = [
     "    indented code  \n\tstays indented\t\n",
     "the ligature in ﬁne stays, and so does ２",
     "spaces before an escape character \x1b\nare trailing too",
+    "C1 controls go too: a next-line\x85 and a CSI\x9b from a terminal log\x80",
+    # Text that `str.isprintable()` calls unprintable, yet is not a control character. The
+    # trailing no-break space is whitespace, so stripping trailing whitespace removes that one.
+    "no-break\u00a0space, soft\u00adhyphen, a family \U0001f468\u200d\U0001f469\u200d\U0001f467"
+    " of one emoji\u00a0",
     "",
 ]
+TEXT_NOT_CONTROLS = {"\u00a0": "no-break space", "\u00ad": "soft hyphen",
+                     "\u200d": "zero-width joiner"}  # fmt: skip
 
 
 def _normalize_hint(text: str, got: str, expected: str) -> str:
@@ -23,6 +52,15 @@ def _normalize_hint(text: str, got: str, expected: str) -> str:
         return "Turn '\\r\\n' and a lone '\\r' (old Mac line end) into '\\n'."
     if got == normalize_text(text.replace("\r\n", "\n").replace("\r", "")):
         return "A lone '\\r' is an old Mac line end: make it '\\n' before dropping controls."
+    lost = [name for char, name in TEXT_NOT_CONTROLS.items()
+            if got.count(char) < expected.count(char)]  # fmt: skip
+    if lost:
+        return (f"Keep the {' and the '.join(lost)}: they are text (categories Zs and Cf), not "
+                "control characters. str.isprintable() is False for them too: remove category "
+                "Cc only.")  # fmt: skip
+    if any("\x80" <= char <= "\x9f" for char in got):
+        return ("U+0080 .. U+009F (C1 controls such as '\\x85') are control characters too: "
+                "look at unicodedata.category, not at the ASCII range.")  # fmt: skip
     if CONTROL_CHARACTERS.search(got):
         return "Remove control characters (like '\\x07', '\\x00', '\\x1b') but keep '\\t', '\\n'."
     if got == normalize_text(text, "NFKC"):
@@ -39,13 +77,13 @@ def _normalize_hint(text: str, got: str, expected: str) -> str:
     return ""
 
 
-@exercise()
+@exercise(fallback=normalize_text, fallback_name="llmlab.data.clean.normalize_text")
 def exercise_normalize(normalize) -> None:
     """Exercise 1: normalize(text) -> NFC, '\\n' line ends, no control characters except tab and
     newline, no trailing whitespace on any line."""
     name = "Exercise 1 (normalize text)"
     for text in NORMALIZE_CASES:
-        got = call(name, normalize, text)
+        got = _call(name, f"normalize({text!r})", normalize, text)
         expected = normalize_text(text)
         if got != expected:
             hint = _normalize_hint(text, got, expected) if isinstance(got, str) else (
@@ -53,7 +91,142 @@ def exercise_normalize(normalize) -> None:
             raise ExerciseFailed(
                 f"{name}: normalize({text!r}) returned {got!r}, expected {expected!r}. {hint}"
             )
-    passed(name, "NFC, '\\n' line ends, no control characters, no trailing whitespace")
+    passed(name, "NFC, '\\n' line ends, no control characters (C0 or C1), text characters kept, "
+                 "no trailing whitespace")  # fmt: skip
+
+
+# ----------------------------------------------------------------- Exercise 2: the BPE merges
+
+
+def library_bpe_merges(text: str, num_merges: int) -> list[tuple[str, str]]:
+    """The merges, in order, that the `tokenizers` library's BPE trainer learns from `text`:
+    words split at whitespace, a vocabulary of the text's characters plus `num_merges` tokens."""
+    alphabet = set("".join(text.split()))
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # the words of str.split()
+    trainer = trainers.BpeTrainer(vocab_size=len(alphabet) + num_merges, show_progress=False)
+    tokenizer.train_from_iterator([text], trainer)
+    return [tuple(merge) for merge in json.loads(tokenizer.to_str())["model"]["merges"]]
+
+
+def _random_corpus(seed: int) -> str:
+    """A few lines of made-up words from a small alphabet: many ties, repeated words, runs of
+    spaces and newlines between them."""
+    rng = random.Random(seed)
+    alphabet = rng.sample("abcdeéXY.", k=rng.randint(3, 6))
+    words = ["".join(rng.choices(alphabet, k=rng.randint(1, 6))) for _ in range(12)]
+    lines = [" ".join(rng.choices(words, k=rng.randint(3, 10))) for _ in range(6)]
+    return "\n".join(lines).replace(" ", "  ", 2) + " \n"
+
+
+BPE_CASES = [
+    ("low " * 5 + "lower " * 2 + "newest " * 6 + "widest " * 3, 10),
+    ("aaaa aaa aa a", 6),  # only 3 merges are possible: stop when no pair is left
+    *((_random_corpus(seed), 25) for seed in range(4)),
+]
+
+
+def _merge(words: dict[tuple, int], pair: tuple[str, str]) -> dict[tuple, int]:
+    merged = {}
+    for word, count in words.items():
+        tokens, i = [], 0
+        while i < len(word):
+            if word[i : i + 2] == pair:
+                tokens.append(pair[0] + pair[1])
+                i += 2
+            else:
+                tokens.append(word[i])
+                i += 1
+        merged[tuple(tokens)] = merged.get(tuple(tokens), 0) + count
+    return merged
+
+
+def _pair_counts(text: str, merges: list[tuple[str, str]]) -> Counter:
+    """How often each adjacent pair occurs after `merges` were applied to the words of `text`."""
+    words = Counter(tuple(word) for word in text.split())
+    for pair in merges:
+        words = _merge(words, pair)
+    counts = Counter()
+    for word, count in words.items():
+        for pair in pairwise(word):
+            counts[pair] += count
+    return counts
+
+
+def _as_pairs(got) -> list[tuple[str, str]] | None:
+    try:
+        pairs = [tuple(pair) for pair in got]
+    except TypeError:
+        return None
+    ok = all(len(p) == 2 and all(isinstance(t, str) for t in p) for p in pairs)
+    return pairs if ok else None
+
+
+def _bpe_hint(text: str, got: list, expected: list, k: int) -> str:
+    """Why the learner's merge number k + 1 differs from the library's."""
+    if k == len(got):
+        return (f"You stopped after {k} merges; the library made {len(expected)}: stop only at "
+                "num_merges, or when no word has two tokens left. (If your loop found no pair, "
+                "look at how a merge rewrites a word: merge a pair only where both tokens stand "
+                "side by side as whole tokens.)")  # fmt: skip
+    if k == len(expected):
+        return (f"The library stops after {k} merges: then every word is a single token and no "
+                "pair is left to merge.")  # fmt: skip
+    if any(char.isspace() for char in "".join(got[k])):
+        return ("A merge holds whitespace: split the text into words at whitespace first "
+                "(pre-tokenization), and count pairs inside words only.")  # fmt: skip
+    counts = _pair_counts(text, expected[:k])
+    mine, theirs = counts[got[k]], counts[expected[k]]
+    if mine == theirs:
+        return (f"{got[k]} and {expected[k]} both occur {mine} times: a tie. The library breaks "
+                "ties by vocabulary order: single characters come first, in code-point order, "
+                "then each merged token in the order it was made; the pair whose first token "
+                "comes first wins, then the pair whose second token comes first.")  # fmt: skip
+    return (f"At this point {expected[k]} occurs {theirs} times and {got[k]} {mine} times. Count "
+            "every adjacent pair of every word, once per occurrence of the word; and merge a pair "
+            "only where both tokens stand side by side as whole tokens.")  # fmt: skip
+
+
+@exercise(
+    fallback=library_bpe_merges,
+    fallback_name="llmlab.course.checks.lab01.library_bpe_merges, the tokenizers library's merges",
+)
+def exercise_bpe_merges(bpe_merges) -> None:
+    """Exercise 2: bpe_merges(text, num_merges) -> the merges BPE learns, in order, as the
+    `tokenizers` library learns them (words split at whitespace, ties by vocabulary order)."""
+    name = "Exercise 2 (BPE merges)"
+    for text, num_merges in BPE_CASES:
+        expected = library_bpe_merges(text, num_merges)
+        call_text = f"bpe_merges({text!r}, {num_merges})"
+        try:
+            got = call(name, bpe_merges, text, num_merges)
+        except ExerciseFailed:
+            raise
+        except Exception as error:  # the learner's own bug: say where, and what to look at
+            stop = (f" Only {len(expected)} merges are possible here: stop when no pair is left."
+                    if len(expected) < num_merges else "")  # fmt: skip
+            raise ExerciseFailed(
+                f"{name}: {call_text} raised {type(error).__name__}: {error}.{stop}"
+            ) from error
+        pairs = _as_pairs(got)
+        if pairs is None:
+            raise ExerciseFailed(
+                f"{name}: {call_text} returned {got!r}: return a list of "
+                "(left, right) pairs of strings, in the order of the merges."
+            )
+        if pairs == expected:
+            continue
+        k = next((i for i, (a, b) in enumerate(zip(pairs, expected, strict=False)) if a != b),
+                 min(len(pairs), len(expected)))  # fmt: skip
+        raise ExerciseFailed(
+            f"{name}: {call_text}: your first {k} merges agree with the tokenizers library; "
+            f"then you merged {pairs[k : k + 3]}..., the library {expected[k : k + 3]}... "
+            f"{_bpe_hint(text, pairs, expected, k)}"
+        )
+    passed(name, "the same merges, in the same order, as the tokenizers library's BPE trainer")
+
+
+# ----------------------------------------------------------- Exercise 3: pack documents
 
 
 def _rows(blocks) -> list[list[int]]:
@@ -89,14 +262,15 @@ PACK_CASES = [
 ]
 
 
-@exercise()
+@exercise(fallback=pack, fallback_name="llmlab.data.packing.pack")
 def exercise_pack(pack_documents) -> None:
-    """Exercise 2: pack(documents, block_size, eos_id) -> blocks of exactly block_size tokens."""
-    name = "Exercise 2 (pack documents into blocks)"
+    """Exercise 3: pack(documents, block_size, eos_id) -> blocks of exactly block_size tokens."""
+    name = "Exercise 3 (pack documents into blocks)"
     for documents, block_size, eos_id in PACK_CASES:
         expected = _rows(pack(documents, block_size, eos_id))
         copies = [list(doc) for doc in documents]  # the learner's code may change its input
-        got = call(name, pack_documents, copies, block_size, eos_id)
+        call_text = f"pack({documents}, {block_size}, {eos_id})"
+        got = _call(name, call_text, pack_documents, copies, block_size, eos_id)
         try:
             got_rows = _rows(got)
         except TypeError:
@@ -106,10 +280,19 @@ def exercise_pack(pack_documents) -> None:
         hint = next((h for rows, h in _pack_variants(documents, block_size, eos_id)
                      if rows == got_rows), "")  # fmt: skip
         raise ExerciseFailed(
-            f"{name}: pack({documents}, {block_size}, {eos_id}) returned {got_rows or got!r}, "
-            f"expected {expected}. {hint}".strip()
+            f"{name}: {call_text} returned {got_rows or got!r}, expected {expected}. {hint}".strip()
         )
     passed(name, "each document ends with eos_id; only full blocks are kept")
+
+
+# --------------------------------------------------------------- Exercise 4: the token dtype
+
+UNSIGNED = [np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64)]
+
+
+def smallest_token_dtype(vocab_size: int) -> np.dtype:
+    """The smallest unsigned NumPy dtype that holds every id 0 .. vocab_size - 1."""
+    return next(dtype for dtype in UNSIGNED if np.iinfo(dtype).max >= vocab_size - 1)
 
 
 def _as_dtype(got) -> np.dtype | None:
@@ -130,85 +313,217 @@ def _dtype_hint(vocab_size: int, got: np.dtype | None, expected: np.dtype) -> st
     if got.kind == "i":
         return (f"{got.name} is signed: half its range is negative numbers, so it holds ids only "
                 f"up to {np.iinfo(got).max:,}. Use an unsigned dtype.")  # fmt: skip
-    if got == np.uint8:
-        return "uint8 holds only 256 ids."
-    if vocab_size == 2**16 and got == np.uint32:
-        return "Ids run from 0 to vocab_size - 1: 65,536 ids (0 .. 65,535) still fit uint16."
     if got.itemsize < expected.itemsize:
         return (
             f"{vocab_size:,} ids need id {vocab_size - 1:,}, which does not fit {got.name} "
             f"(max {np.iinfo(got).max:,}). Never let ids wrap around: use {expected.name}."
         )
+    if vocab_size - 1 == np.iinfo(expected).max:
+        return (f"Ids run from 0 to vocab_size - 1: {vocab_size:,} ids "
+                f"(0 .. {vocab_size - 1:,}) still fit {expected.name}.")  # fmt: skip
     return (
         f"{got.name} works but takes {got.itemsize // expected.itemsize}x the disk and memory "
         f"of {expected.name}: choose the smallest unsigned dtype that holds vocab_size - 1."
     )
 
 
-@exercise()
+TOKEN_DTYPE_CASES = [8192, 50257, 256, 257, 65535, 65536, 65537, 151936, 2**32, 2**32 + 1, 255, 1]
+
+
+@exercise(fallback=token_dtype, fallback_name="llmlab.data.shards.token_dtype")
 def exercise_token_dtype(choose_dtype) -> None:
-    """Exercise 3: token_dtype(vocab_size) -> the smallest unsigned NumPy dtype for every id."""
-    name = "Exercise 3 (token dtype)"
-    for vocab_size in [256, 8192, 32768, 50257, 65535, 65536, 65537, 100277, 151936, 262144]:
-        got = _as_dtype(call(name, choose_dtype, vocab_size))
-        expected = token_dtype(vocab_size)
+    """Exercise 4: token_dtype(vocab_size) -> the smallest unsigned NumPy dtype for every id."""
+    name = "Exercise 4 (token dtype)"
+    for vocab_size in TOKEN_DTYPE_CASES:
+        got = _as_dtype(_call(name, f"token_dtype({vocab_size:,})", choose_dtype, vocab_size))
+        expected = smallest_token_dtype(vocab_size)
         if got != expected:
             hint = _dtype_hint(vocab_size, got, expected)
             raise ExerciseFailed(
-                f"{name}: token_dtype({vocab_size}) returned "
+                f"{name}: token_dtype({vocab_size:,}) returned "
                 f"{got.name if got is not None else got!r}, expected {expected.name}. {hint}"
             )
-    passed(name, "uint16 for vocabularies up to 65,536 ids (GPT-2's 50,257), uint32 above")
+    passed(name, "uint8 up to 256 ids, uint16 up to 65,536 (GPT-2's 50,257), uint32 up to 2**32 "
+                 "(Llama 3's 128,256), uint64 above")  # fmt: skip
 
 
-@exercise()
-def exercise_shards_for_rank(shards_for_rank) -> None:
-    """Exercise 4: shards_for_rank(num_shards, rank, world_size) -> the shard indices of one rank.
+# ------------------------------------------------- Exercise 5: shards for a rank and a worker
 
-    Any split is right if every shard goes to exactly one rank and shares differ by at most one.
+
+def reference_shards_for(num_shards: int, rank: int, world_size: int, worker: int,
+                         num_workers: int, epoch: int) -> list[int]:  # fmt: skip
+    """One correct split: shuffle the shards with the epoch as seed (the same order in every
+    process), give every world_size-th of them to `rank`, then every num_workers-th of those to
+    `worker`."""
+    if not 0 <= rank < world_size or not 0 <= worker < num_workers:
+        raise ValueError(f"rank {rank} of {world_size} or worker {worker} of {num_workers} "
+                         "does not exist")  # fmt: skip
+    if num_shards < world_size:
+        raise ValueError(f"{num_shards} shards leave some of {world_size} ranks without data")
+    order = random.Random(epoch).sample(range(num_shards), num_shards)
+    return order[rank::world_size][worker::num_workers]
+
+
+def _random_shard_cases(seed: int, count: int) -> list[tuple[int, int, int]]:
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(count):
+        world_size, num_workers = rng.randint(1, 8), rng.randint(1, 4)
+        cases.append((rng.randint(world_size, 48), world_size, num_workers))
+    return cases
+
+
+# (num_shards, world_size, num_workers); 6 shards on 2 ranks x 2 workers catches a flat split.
+SHARD_CASES = [(8, 2, 2), (6, 2, 2), (8, 2, 3), (10, 4, 1), (9, 2, 3), (3, 3, 4), (5, 1, 1),
+               *_random_shard_cases(seed=0, count=30)]  # fmt: skip
+SHARD_EPOCHS = (0, 1, 7)
+# (num_shards, rank, world_size, worker, num_workers, what is wrong): each must be a ValueError.
+BAD_SHARD_CALLS = [
+    (8, 2, 2, 0, 1, "rank 2 does not exist in a world of 2 ranks (0 and 1)"),
+    (8, -1, 2, 0, 1, "rank -1 does not exist"),
+    (8, 0, 2, 2, 2, "worker 2 does not exist among 2 workers (0 and 1)"),
+    (1, 0, 2, 0, 1, "1 shard cannot give 2 ranks data: one would have nothing to train on"),
+]
+
+
+def _shard_list(name: str, call_text: str, got, num_shards: int) -> list[int]:
+    try:
+        shards = [operator.index(shard) for shard in got]
+    except TypeError:
+        raise ExerciseFailed(f"{name}: {call_text} returned {got!r}: return a list of shard "
+                             "indices (ints).") from None  # fmt: skip
+    if any(not 0 <= shard < num_shards for shard in shards):
+        raise ExerciseFailed(f"{name}: {call_text} returned {shards}: shard indices run from 0 "
+                             f"to {num_shards - 1}.")  # fmt: skip
+    return shards
+
+
+def _split(name, shards_for, num_shards, world_size, num_workers, epoch, readers) -> dict:
+    """{(rank, worker): its shards}, asking the readers in the order given."""
+    split = {}
+    for rank, worker in readers:
+        args = (num_shards, rank, world_size, worker, num_workers, epoch)
+        call_text = f"shards_for{args}"
+        got = _call(name, call_text, shards_for, *args)
+        split[rank, worker] = _shard_list(name, call_text, got, num_shards)
+    return split
+
+
+def _check_split(name: str, split: dict, num_shards: int, world_size: int, num_workers: int,
+                 epoch: int):  # fmt: skip
+    workers = f"{num_workers} worker{'s' if num_workers > 1 else ''}"
+    setting = f"in epoch {epoch} with {num_shards} shards, {world_size} ranks and {workers} each"
+    owners: dict[int, list] = {}
+    for reader, shards in split.items():
+        for shard in shards:
+            owners.setdefault(shard, []).append(reader)
+    shared = {shard: readers for shard, readers in owners.items() if len(readers) > 1}
+    if shared:
+        shard, readers = min(shared.items())
+        raise ExerciseFailed(
+            f"{name}: {setting}, shard {shard} is read by (rank, worker) {readers}: they would "
+            "train on the same tokens twice. Give each (rank, worker) pair shards of its own; "
+            "if you shuffle, every process must shuffle the same way."
+        )
+    missing = sorted(set(range(num_shards)) - owners.keys())
+    if missing:
+        raise ExerciseFailed(f"{name}: {setting}, nobody reads shards {missing}. When the shards "
+                             "do not divide evenly, the remainder must go somewhere.")  # fmt: skip
+    per_rank = [sum(len(split[rank, w]) for w in range(num_workers)) for rank in range(world_size)]
+    if max(per_rank) - min(per_rank) > 1:
+        raise ExerciseFailed(
+            f"{name}: {setting}, the ranks get {per_rank} shards: a rank with more data has more "
+            "steps, and waits forever for the others at its extra ones. Split across ranks "
+            "first so their shares differ by at most one; then split each rank's share among "
+            "its workers."
+        )
+    for rank in range(world_size):
+        per_worker = [len(split[rank, w]) for w in range(num_workers)]
+        if max(per_worker) - min(per_worker) > 1:
+            raise ExerciseFailed(
+                f"{name}: {setting}, the workers of rank {rank} get {per_worker} shards: the "
+                "busiest worker sets the pace. Give them shares that differ by at most one."
+            )
+
+
+def _check_deterministic(name: str, first: dict, again: dict, setting: tuple) -> None:
+    num_shards, world_size, num_workers, epoch = setting
+    changed = next((reader for reader in first if first[reader] != again[reader]), None)
+    if changed:
+        rank, worker = changed
+        raise ExerciseFailed(
+            f"{name}: shards_for{(num_shards, rank, world_size, worker, num_workers, epoch)} "
+            f"returned {first[changed]}, then {again[changed]}. Each process works out its own "
+            "share without asking the others, so the same arguments must give the same list, "
+            "every time and in every process: seed the shuffle with the epoch."
+        )
+
+
+def _check_new_order_each_epoch(name: str, shards_for) -> None:
+    num_shards, world_size, num_workers = 48, 2, 2
+    readers = [(rank, worker) for rank in range(world_size) for worker in range(num_workers)]
+    epochs = [_split(name, shards_for, num_shards, world_size, num_workers, epoch, readers)
+              for epoch in range(4)]  # fmt: skip
+    if all(split == epochs[0] for split in epochs):
+        raise ExerciseFailed(
+            f"{name}: with {num_shards} shards, {world_size} ranks and {num_workers} workers, "
+            "epochs 0 to 3 all give every worker the same shards in the same order. Shuffle the "
+            "shard order once per epoch, with the epoch as the seed, so that each epoch reads "
+            "the data in a new order (the job of DistributedSampler.set_epoch in PyTorch)."
+        )
+
+
+def _check_bad_input(name: str, shards_for) -> None:
+    for num_shards, rank, world_size, worker, num_workers, problem in BAD_SHARD_CALLS:
+        args = (num_shards, rank, world_size, worker, num_workers, 0)
+        try:
+            got = call(name, shards_for, *args)
+        except ValueError:
+            continue
+        except Exception as error:  # any other error is reported, not raised
+            got = f"{type(error).__name__}: {error}"
+        raise ExerciseFailed(
+            f"{name}: shards_for{args} gave {got!r}, but {problem}. Raise ValueError with a "
+            "message that says so: a wrong launch setting should stop the run, not train on the "
+            "wrong data."
+        )
+
+
+@exercise(fallback=reference_shards_for,
+          fallback_name="llmlab.course.checks.lab01.reference_shards_for")  # fmt: skip
+def exercise_shards_for(shards_for) -> None:
+    """Exercise 5: shards_for(num_shards, rank, world_size, worker, num_workers, epoch) -> the
+    shard indices one data-loader worker of one rank reads in one epoch.
+
+    Any split is right if every shard is read exactly once, the ranks' shares differ by at most
+    one, so do the shares of a rank's workers, the same arguments always give the same list, and
+    the epoch changes the order.
     """
-    name = "Exercise 4 (shards for a rank)"
-    for num_shards, world_size in [(8, 2), (8, 4), (16, 8), (10, 4), (7, 7), (5, 1), (9, 2)]:
-        owners: dict[int, list[int]] = {}
-        shares = []
-        for rank in range(world_size):
-            got = call(name, shards_for_rank, num_shards, rank, world_size)
-            got = [int(s) for s in got]
-            text = f"shards_for_rank({num_shards}, {rank}, {world_size}) returned {got}"
-            if any(not 0 <= s < num_shards for s in got):
-                raise ExerciseFailed(f"{name}: {text}: indices run from 0 to {num_shards - 1}.")
-            for shard in got:
-                owners.setdefault(shard, []).append(rank)
-            shares.append(len(got))
-        shared = {s: r for s, r in owners.items() if len(r) > 1}
-        if shared:
-            shard, ranks = min(shared.items())
-            raise ExerciseFailed(
-                f"{name}: with num_shards={num_shards}, world_size={world_size}, shard {shard} "
-                f"is read by ranks {ranks}: those ranks would train on the same tokens. Give "
-                "each rank its own shards (for example every world_size-th from index rank)."
-            )
-        missing = sorted(set(range(num_shards)) - owners.keys())
-        if missing:
-            raise ExerciseFailed(
-                f"{name}: with num_shards={num_shards}, world_size={world_size}, no rank reads "
-                f"shards {missing}. When num_shards is not a multiple of world_size, the "
-                "remainder must go somewhere."
-            )
-        if max(shares) - min(shares) > 1:
-            raise ExerciseFailed(
-                f"{name}: with num_shards={num_shards}, world_size={world_size}, the ranks get "
-                f"{shares} shards: a rank with more steps than the others waits for them forever "
-                "at its extra steps. Spread the shards so shares differ by at most one."
-            )
-    passed(name, "every shard is read by exactly one rank, and shares differ by at most one")
+    name = "Exercise 5 (shards for a rank and a worker)"
+    for num_shards, world_size, num_workers in SHARD_CASES:
+        readers = [(rank, worker) for rank in range(world_size) for worker in range(num_workers)]
+        for epoch in SHARD_EPOCHS:
+            split = _split(name, shards_for, num_shards, world_size, num_workers, epoch, readers)
+            again = _split(name, shards_for, num_shards, world_size, num_workers, epoch,
+                           readers[::-1])  # fmt: skip
+            _check_deterministic(name, split, again, (num_shards, world_size, num_workers, epoch))
+            _check_split(name, split, num_shards, world_size, num_workers, epoch)
+    _check_new_order_each_epoch(name, shards_for)
+    _check_bad_input(name, shards_for)
+    passed(
+        name,
+        f"{len(SHARD_CASES)} splits in {len(SHARD_EPOCHS)} epochs: every shard read once, shares "
+        "within one shard across ranks and across each rank's workers, the same every time, a "
+        "new order each epoch; bad ranks and workers refused",
+    )
 
 
 NOTEBOOK = "01_data.ipynb"
 # The function each exercise asks for -> its check (tests/test_checks.py runs them all).
 EXERCISES = {
     "normalize": exercise_normalize,
+    "bpe_merges": exercise_bpe_merges,
     "pack": exercise_pack,
     "token_dtype": exercise_token_dtype,
-    "shards_for_rank": exercise_shards_for_rank,
+    "shards_for": exercise_shards_for,
 }
