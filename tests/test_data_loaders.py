@@ -41,12 +41,21 @@ def expected_targets(count: int) -> Counter:
     return targets
 
 
-@pytest.mark.parametrize("num_shards, readers", [(8, 1), (8, 3), (8, 4), (3, 8)])
-def test_shards_for_reader_split_without_overlap(num_shards, readers):
-    owned = [shards_for_reader(num_shards, r, readers) for r in range(readers)]
-    flat = [s for shard_list in owned for s in shard_list]
+@pytest.mark.parametrize(
+    "num_shards, world_size, num_workers", [(8, 1, 1), (8, 1, 3), (8, 2, 3), (6, 2, 2), (8, 4, 2)]
+)
+def test_shards_for_reader_split_without_overlap_and_equal_per_rank(
+    num_shards, world_size, num_workers
+):
+    owned = {
+        (rank, worker): shards_for_reader(num_shards, rank, world_size, worker, num_workers)
+        for rank in range(world_size)
+        for worker in range(num_workers)
+    }
+    flat = [s for shard_list in owned.values() for s in shard_list]
     assert sorted(flat) == list(range(num_shards))  # all, each once
-    assert max(map(len, owned)) - min(map(len, owned)) <= 1
+    per_rank = [sum(len(owned[rank, w]) for w in range(num_workers)) for rank in range(world_size)]
+    assert len(set(per_rank)) == 1  # equal shares: no rank runs extra steps the others never join
 
 
 @pytest.mark.parametrize("world_size, num_workers", [(1, 0), (2, 0), (2, 2), (4, 2)])

@@ -18,15 +18,20 @@ from llmlab.data.errors import DataError
 from llmlab.data.shards import memmap_ids, open_shard, read_header
 
 
-def shards_for_reader(num_shards: int, reader: int, readers: int) -> list[int]:
-    """The shard indices one reader owns: every `readers`-th, starting at its own number.
+def shards_for_reader(
+    num_shards: int, rank: int, world_size: int, worker: int = 0, num_workers: int = 1
+) -> list[int]:
+    """The shard indices one reader (a rank's data-loader worker) owns.
 
-    A reader is one (rank, worker) pair: reader = rank * workers + worker. Strided, so readers
-    never share a shard and together read them all.
+    Split by rank first, then among that rank's workers: every rank gets the same number of
+    shards (a flat split over rank * workers + worker readers does not: 8 shards on 2 ranks with
+    3 workers each would give 5 and 3), and readers never share a shard.
     """
-    if not 0 <= reader < readers:
-        raise ValueError(f"reader {reader} is outside 0 .. {readers - 1}")
-    return list(range(reader, num_shards, readers))
+    if not 0 <= rank < world_size or not 0 <= worker < num_workers:
+        raise ValueError(
+            f"rank {rank} of {world_size} or worker {worker} of {num_workers} does not exist"
+        )
+    return list(range(num_shards))[rank::world_size][worker::num_workers]
 
 
 def _check_batch_shape(seq_len: int, batch_size: int) -> None:
@@ -42,7 +47,8 @@ def _as_tensors(windows: np.ndarray, device: torch.device) -> tuple[torch.Tensor
     x, y = batch[:, :-1], batch[:, 1:]
     if device.type != "cuda":
         return x.contiguous(), y.contiguous()
-    # Pinned (page-locked) host memory lets the copy to the GPU run while it computes.
+    # From pinned (page-locked) memory the copy is asynchronous: the CPU goes on to prepare the
+    # next step instead of waiting for the transfer.
     return tuple(t.pin_memory().to(device, non_blocking=True) for t in (x, y))
 
 
@@ -163,8 +169,10 @@ class TokenStream(IterableDataset):
     def __iter__(self) -> Iterator[dict]:
         reader, readers = self.reader()
         start = self.resume_from.get(reader, 0)
-        windows = self._windows(shards_for_reader(len(self.paths), reader, readers),
-                                start * self.batch_size)  # fmt: skip
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        shards = shards_for_reader(len(self.paths), self.rank, self.world_size, worker, workers)
+        windows = self._windows(shards, start * self.batch_size)
         index = start
         while True:
             rows = list(itertools.islice(windows, self.batch_size))
