@@ -32,7 +32,7 @@ def test_every_exercise_check_is_registered():
         checks = {name for name in vars(module) if name.startswith("exercise_")}
         registered = {check.__name__ for check in module.EXERCISES.values()}
         assert checks == registered, f"{module.__name__}: EXERCISES misses {checks - registered}"
-        undecorated = [c.__name__ for c in module.EXERCISES.values() if not hasattr(c, "__wrapped__")]
+        undecorated = [c for c in registered if not hasattr(getattr(module, c), "__wrapped__")]
         assert not undecorated, f"{module.__name__}: not wrapped by @exercise: {undecorated}"
 
 
