@@ -124,3 +124,16 @@ def test_random_windows_are_contiguous_and_resumable(shards):
 def test_random_windows_check_the_tokenizer(shards):
     with pytest.raises(DataError, match="made with another tokenizer"):
         RandomWindows(shards, SEQ_LEN, 2, tokenizer="other")
+
+
+@pytest.mark.parametrize("loader", [RandomWindows, TokenStream])
+@pytest.mark.parametrize("seq_len, batch_size, field", [(0, 2, "seq_len"), (8, 0, "batch_size")])
+def test_empty_windows_or_batches_are_refused(shards, loader, seq_len, batch_size, field):
+    with pytest.raises(ValueError, match=f"{field} must be at least 1, got 0"):
+        loader(shards, seq_len, batch_size)
+
+
+def test_a_seq_len_longer_than_every_shard_is_an_error_not_an_empty_stream(shards):
+    with pytest.raises(DataError, match=r"0 window\(s\) of seq_len \+ 1 = 501 tokens.*109 tokens"):
+        TokenStream(shards, 500, 2)
+    TokenStream(shards, 100, 2)  # the shards of 102 and 109 tokens give one window each: a batch

@@ -1,11 +1,14 @@
 """Token shards: dtype choice, round trips, and clear errors for every kind of damage."""
 
+import json
+
 import numpy as np
 import pytest
 
 from llmlab.data.errors import DataError
 from llmlab.data.shards import (
     HEADER_BYTES,
+    MAGIC,
     open_shard,
     read_header,
     shard_count,
@@ -104,3 +107,35 @@ def test_shard_count_is_a_multiple_of_the_readers(tokens, readers, max_tokens, e
     count = shard_count(tokens, readers, max_tokens)
     assert count == expected and count % readers == 0
     assert tokens / count <= max_tokens
+
+
+def edit_header(path, **fields):
+    """Rewrite header fields in place (the ids stay), as a damaged or tampered file would be."""
+    raw = path.read_bytes()
+    header = json.loads(raw[len(MAGIC) : HEADER_BYTES].decode("utf-8"))
+    text = (MAGIC + json.dumps({**header, **fields}).encode("utf-8")).ljust(HEADER_BYTES, b" ")
+    path.write_bytes(text + raw[HEADER_BYTES:])
+
+
+def test_a_changed_vocab_size_fails_the_checksum(shard):
+    edit_header(shard, vocab_size=9192)
+    assert read_header(shard).vocab_size == 9192  # the header alone looks plausible
+    with pytest.raises(DataError, match="train_000.bin is corrupted"):
+        open_shard(shard)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [(dict(dtype="uint1X"), "dtype 'uint1X' is not one of"), (dict(dtype=16), "dtype 16"),
+     (dict(tokens="500"), "tokens '500' is not a count"), (dict(format=1), "format 1")],
+)  # fmt: skip
+def test_a_damaged_header_field_is_a_clear_error(shard, fields, message):
+    edit_header(shard, **fields)
+    with pytest.raises(DataError, match=f"train_000.bin has a damaged or outdated.*{message}"):
+        read_header(shard)
+
+
+def test_float_ids_are_refused_not_truncated(tmp_path):
+    with pytest.raises(DataError, match="s.bin: token ids must be integers, got .* float64"):
+        write_shard(tmp_path / "s.bin", np.array([1.0, 2.7]), vocab_size=8192, tokenizer="x")
+    assert not list(tmp_path.iterdir())  # nothing written

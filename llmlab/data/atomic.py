@@ -14,6 +14,28 @@ def temporary_sibling(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
 
 
+def remove_temporaries(folder: Path, name: str = "*") -> list[Path]:
+    """Delete the temporaries that runs killed half-way left in `folder` (those of `name`, or all).
+
+    Call it only where no other process can be writing right now: their temporaries look the same.
+    """
+    stale = sorted(Path(folder).glob(f".{name}.*.tmp"))
+    for path in stale:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return stale
+
+
+def remove_folder(path: Path) -> None:
+    """Delete a folder. It is renamed to a temporary name first, so a run killed half-way through
+    the deletion leaves a temporary (for `remove_temporaries`), never a partial folder at `path`."""
+    aside = temporary_sibling(path)
+    os.replace(path, aside)
+    shutil.rmtree(aside)
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it to `path` on success, delete it on error."""

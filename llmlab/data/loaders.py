@@ -29,6 +29,13 @@ def shards_for_reader(num_shards: int, reader: int, readers: int) -> list[int]:
     return list(range(reader, num_shards, readers))
 
 
+def _check_batch_shape(seq_len: int, batch_size: int) -> None:
+    """Zero would give empty batches that train nothing without a word: refuse it."""
+    for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+
+
 def _as_tensors(windows: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets): each window's first T tokens, and the same shifted left by one."""
     batch = torch.from_numpy(windows.astype(np.int64))  # embeddings want int64 indices
@@ -52,6 +59,7 @@ class RandomWindows:
         seed: int = 0,
         device: torch.device | str = "cpu",
     ):
+        _check_batch_shape(seq_len, batch_size)
         self.paths = [Path(p) for p in paths]
         self.seq_len, self.batch_size = seq_len, batch_size
         self.device = torch.device(device)
@@ -105,6 +113,7 @@ class TokenStream(IterableDataset):
         tokenizer: str | None = None,
         verify: bool = True,
     ):
+        _check_batch_shape(seq_len, batch_size)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside 0 .. {world_size - 1}")
         if len(paths) % world_size:
@@ -119,7 +128,19 @@ class TokenStream(IterableDataset):
         self.tokenizer, self.verify = tokenizer, verify
         # Headers only (1 KB each): checks sizes and fingerprints now, data later, lazily.
         self.headers = [read_header(p) for p in self.paths]
+        windows = sum(self._window_count(index) for index in range(len(self.paths)))
+        if windows < batch_size:
+            longest = max((h.tokens for h in self.headers), default=0)
+            raise DataError(
+                f"the {len(self.paths)} shard(s) hold {windows} window(s) of seq_len + 1 = "
+                f"{seq_len + 1} tokens (the longest shard has {longest:,} tokens), fewer than one "
+                f"batch of {batch_size}: use a shorter seq_len, a smaller batch or more data."
+            )
         self.resume_from: dict[int, int] = {}  # reader -> batches it has already delivered
+
+    def _window_count(self, index: int) -> int:
+        """Windows of seq_len + 1 tokens in shard `index`, with stride seq_len."""
+        return max(0, (self.headers[index].tokens - 1) // self.seq_len)
 
     def reader(self) -> tuple[int, int]:
         """(this reader's number, number of readers) in the process that iterates."""
@@ -130,7 +151,7 @@ class TokenStream(IterableDataset):
     def _windows(self, shards: list[int], skip: int) -> Iterator[np.ndarray]:
         """Windows of seq_len + 1 tokens with stride seq_len, so every token is a target once."""
         for index in shards:
-            count = max(0, (self.headers[index].tokens - 1) // self.seq_len)
+            count = self._window_count(index)
             if skip >= count:  # the whole shard was consumed before: do not even open it
                 skip -= count
                 continue

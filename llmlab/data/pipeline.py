@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerFast
 
-from llmlab.data.atomic import replace_folder, temporary_sibling
+from llmlab.data.atomic import remove_temporaries, replace_folder, temporary_sibling
 from llmlab.data.clean import CleaningConfig, CleaningReport, clean_documents
 from llmlab.data.corpus import load_corpus
 from llmlab.data.documents import Document, total_bytes
@@ -212,8 +212,7 @@ def prepare_dataset(out_dir: str | Path, spec: DatasetSpec) -> DatasetPaths:
             return open_dataset(root, spec)
         except DataError:
             pass  # missing, damaged or made with other settings: rebuild it
-        for stale in out_dir.glob(f".{name}.*.tmp"):  # left by a run that was killed mid-build
-            shutil.rmtree(stale, ignore_errors=True)
+        remove_temporaries(out_dir, name)  # left by a run that was killed mid-build
         tmp = temporary_sibling(root)
         try:
             build_dataset(spec, tmp)

@@ -2,14 +2,14 @@
 
 Layout: a 1024-byte header (a magic line, then JSON padded with spaces), then the ids as
 little-endian uint16 (vocabularies up to 65,536 ids) or uint32. The header records the dtype, the
-vocabulary size, the tokenizer's fingerprint, the token count and the sha256 of the ids, so a
-reader can tell a truncated, corrupted or foreign shard from a good one.
+vocabulary size, the tokenizer's fingerprint, the token count and a sha256 of the ids and of those
+fields, so a reader can tell a truncated, corrupted, tampered or foreign shard from a good one.
 """
 
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,8 @@ from llmlab.data.errors import DataError
 
 MAGIC = b"llmlab token shard\n"
 HEADER_BYTES = 1024  # a multiple of 4, so the ids that follow stay aligned for uint32
-FORMAT = 1
+FORMAT = 2  # 2: the sha256 covers the header's fields too (in 1 it covered the ids only)
+ID_DTYPES = ("uint16", "uint32")
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -69,17 +70,31 @@ def write_shard(
             f"ids up to {np.iinfo(dtype).max:,}. Write it with dtype={needed.name!r} (or None)."
         )
     tokens = np.asarray(tokens)
+    if tokens.size and tokens.dtype.kind not in "iu":
+        raise DataError(
+            f"{path}: token ids must be integers, got an array of {tokens.dtype} (writing them "
+            "would silently truncate 3.7 to 3): pass the ids the tokenizer returned."
+        )
     if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
         raise DataError(
             f"{path}: token ids run from {tokens.min()} to {tokens.max()}, outside the vocabulary "
             f"of {vocab_size:,} ids: pass the vocab_size of the tokenizer that made them."
         )
     data = tokens.astype(dtype.newbyteorder("<"), copy=False).tobytes()
-    header = ShardHeader(dtype.name, vocab_size, tokenizer, int(tokens.size),
-                         hashlib.sha256(data).hexdigest())  # fmt: skip
+    header = ShardHeader(dtype.name, vocab_size, tokenizer, int(tokens.size), sha256="")
+    header = replace(header, sha256=_checksum(header, data))
     with atomic_file(path) as tmp:
         tmp.write_bytes(_header_bytes(header) + data)
     return header
+
+
+def _checksum(header: ShardHeader, ids) -> str:
+    """The sha256 of the header's other fields and the ids: a changed vocab_size or token count
+    fails it just as a flipped id does."""
+    fields = {k: v for k, v in asdict(header).items() if k != "sha256"}
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8"))
+    digest.update(ids)
+    return digest.hexdigest()
 
 
 def _header_bytes(header: ShardHeader) -> bytes:
@@ -103,6 +118,10 @@ def read_header(path: str | Path) -> ShardHeader:
         header = ShardHeader(**json.loads(raw[len(MAGIC) :].decode("utf-8")))
     except (ValueError, TypeError) as error:
         raise DataError(f"{path} has a damaged header ({error}): delete it and rebuild.") from None
+    problem = _header_problem(header)
+    if problem:
+        raise DataError(f"{path} has a damaged or outdated header ({problem}): delete it and "
+                        "rebuild the shards (prepare_default_dataset rebuilds them).")  # fmt: skip
     found = path.stat().st_size - HEADER_BYTES
     if found != header.nbytes:
         raise DataError(
@@ -113,13 +132,26 @@ def read_header(path: str | Path) -> ShardHeader:
     return header
 
 
+def _header_problem(header: ShardHeader) -> str | None:
+    """What is wrong with a header's fields, checked before any of them is used."""
+    if header.format != FORMAT:
+        return f"format {header.format!r}; this llmlab reads format {FORMAT}"
+    if header.dtype not in ID_DTYPES:
+        return f"dtype {header.dtype!r} is not one of {ID_DTYPES}"
+    for name in ("vocab_size", "tokens"):
+        value = getattr(header, name)
+        if type(value) is not int or value < 0:  # (bool is an int subclass: `type` rules it out)
+            return f"{name} {value!r} is not a count"
+    return None
+
+
 def open_shard(
     path: str | Path, *, tokenizer: str | None = None, verify: bool = True
 ) -> tuple[ShardHeader, np.ndarray]:
     """The header and a read-only memory map of the ids (nothing is read until it is indexed).
 
-    `tokenizer`: the fingerprint the shard must have been made with. `verify` checks the sha256,
-    which reads the whole file once.
+    `tokenizer`: the fingerprint the shard must have been made with. `verify` checks the sha256
+    (of the ids and the header's fields), which reads the whole file once.
     """
     path = Path(path)
     header = read_header(path)
@@ -130,10 +162,10 @@ def open_shard(
             "with yours."
         )
     ids = memmap_ids(path, header)
-    if verify and hashlib.sha256(ids).hexdigest() != header.sha256:
+    if verify and _checksum(header, ids) != header.sha256:
         raise DataError(
-            f"{path} is corrupted: the sha256 of its tokens differs from the one in its header. "
-            "Delete it and rebuild the shards."
+            f"{path} is corrupted: the sha256 of its tokens and header fields differs from the "
+            "one in its header. Delete it and rebuild the shards."
         )
     return header, ids
 

@@ -2,11 +2,16 @@
 checkpoints and metrics. `Trainer(model, TrainConfig(...), train_data, val_data).fit()`."""
 
 from llmlab.train.checkpoint import (
+    CheckpointCorrupt,
     CheckpointError,
     CheckpointMismatch,
     best_checkpoint,
     latest_checkpoint,
     load_checkpoint,
+    newest_verified_checkpoint,
+    save_checkpoint,
+    sweep_stale_temporaries,
+    verify_checkpoint,
 )
 from llmlab.train.config import TrainConfig
 from llmlab.train.loop import (
@@ -22,6 +27,7 @@ from llmlab.train.schedule import learning_rate, schedule_curve
 
 __all__ = [
     "BatchSource",
+    "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointMismatch",
     "EarlierRun",
@@ -34,6 +40,10 @@ __all__ = [
     "latest_checkpoint",
     "learning_rate",
     "load_checkpoint",
+    "newest_verified_checkpoint",
     "next_token_loss",
+    "save_checkpoint",
     "schedule_curve",
+    "sweep_stale_temporaries",
+    "verify_checkpoint",
 ]

@@ -4,23 +4,33 @@ A checkpoint is a folder `step_NNNNNNN/` holding
   model.safetensors  the weights (safetensors: no code runs when it is read)
   state.pt           optimizer, grad scaler, RNG states, data position (read with weights_only)
   meta.json          step, validation loss, the model's signature, the training config
+  checksums.sha256   the sha256 of each file above, in `sha256sum` format (`sha256sum -c` reads it)
 It is written under a temporary name and renamed when complete, so a run killed half-way
-through a save leaves the previous checkpoints untouched and loadable.
+through a save leaves the previous checkpoints untouched and loadable. A checkpoint damaged
+later (a flipped bit, a truncated copy) fails its checksums and is never loaded.
 """
 
 import json
 import random
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
-from llmlab.data.atomic import replace_folder, temporary_sibling, write_atomically
+from llmlab.data.atomic import (
+    remove_folder,
+    remove_temporaries,
+    replace_folder,
+    temporary_sibling,
+    write_atomically,
+)
+from llmlab.data.checksums import file_sha256
 
 STEP_DIR = re.compile(r"^step_(\d{7})$")
+CHECKSUMS = "checksums.sha256"
+CHECKED_FILES = ("model.safetensors", "state.pt", "meta.json")
 IGNORED_CONFIG_KEYS = {
     "transformers_version",
     "_name_or_path",
@@ -41,6 +51,22 @@ class CheckpointError(RuntimeError):
 
 class CheckpointMismatch(CheckpointError):
     """The checkpoint was made for another model or configuration."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """A file of the checkpoint is missing, unreadable, or differs from its recorded checksum."""
+
+    def __init__(self, checkpoint: Path, file: str, problem: str):
+        self.checkpoint, self.file, self.problem = Path(checkpoint), file, problem
+        super().__init__(
+            f"checkpoint {checkpoint} is damaged: {file} {problem}. Resume from an older "
+            f"checkpoint (newest_verified_checkpoint finds the newest intact one), or delete "
+            f"{checkpoint} and train from there."
+        )
+
+    def skip_line(self) -> str:
+        """One line for a log: which checkpoint was passed over, and why."""
+        return f"skipped checkpoint {self.checkpoint.name}: {self.file} {self.problem}"
 
 
 def model_signature(model: torch.nn.Module) -> dict:
@@ -94,12 +120,16 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def completed_checkpoints(root: Path) -> list[Path]:
-    """Finished checkpoint folders, oldest first (temporary folders of a killed save are not)."""
+def checkpoint_folders(root: Path) -> list[Path]:
+    """Every step_NNNNNNN folder, oldest first (temporary folders of a killed save are not)."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if STEP_DIR.match(p.name) and (p / "meta.json").is_file()]
-    return sorted(found, key=lambda p: p.name)
+    return sorted((p for p in root.iterdir() if STEP_DIR.match(p.name)), key=lambda p: p.name)
+
+
+def completed_checkpoints(root: Path) -> list[Path]:
+    """Checkpoint folders with a meta.json, oldest first (not verified: see verify_checkpoint)."""
+    return [p for p in checkpoint_folders(root) if (p / "meta.json").is_file()]
 
 
 def latest_checkpoint(root: Path) -> Path | None:
@@ -107,12 +137,95 @@ def latest_checkpoint(root: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def best_checkpoint(root: Path) -> Path | None:
-    best_file = Path(root) / "best.json"
-    if not best_file.is_file():
+def _read_best(root: Path) -> dict | None:
+    """best.json's content; None when it is missing, damaged, or names no checkpoint folder."""
+    try:
+        best = json.loads((root / "best.json").read_text(encoding="utf-8"))
+        name, val_loss = best["checkpoint"], float(best["val_loss"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # a damaged best.json counts as none: the next save writes a new one
+    if not (isinstance(name, str) and STEP_DIR.match(name) and (root / name).is_dir()):
         return None
-    path = Path(root) / json.loads(best_file.read_text(encoding="utf-8"))["checkpoint"]
-    return path if path.is_dir() else None
+    return {"checkpoint": name, "val_loss": val_loss}
+
+
+def best_checkpoint(root: Path) -> Path | None:
+    best = _read_best(Path(root))
+    return Path(root) / best["checkpoint"] if best else None
+
+
+# ---------------------------------------------------------------- checksums
+
+
+def _write_checksums(folder: Path) -> None:
+    """Record the sha256 of each file, read back from disk: what a later load must find."""
+    lines = [f"{file_sha256(folder / name)}  {name}\n" for name in CHECKED_FILES]
+    (folder / CHECKSUMS).write_text("".join(lines), encoding="utf-8")
+
+
+def _read_checksums(path: Path) -> dict[str, str]:
+    """{file name: sha256} from the checkpoint's checksums.sha256; CheckpointCorrupt if unusable."""
+    try:
+        text = (path / CHECKSUMS).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CheckpointCorrupt(path, CHECKSUMS, "is missing (a damaged folder, or a checkpoint "
+                                "saved before llmlab recorded checksums)") from None  # fmt: skip
+    except (OSError, UnicodeDecodeError) as error:
+        raise CheckpointCorrupt(path, CHECKSUMS, f"cannot be read ({error})") from None
+    recorded = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        digest, _, name = line.partition("  ")
+        if not re.fullmatch(r"[0-9a-f]{64}", digest) or not name:
+            raise CheckpointCorrupt(path, CHECKSUMS, f"has a damaged line {number}: {line[:80]!r}")
+        recorded[name] = digest
+    return recorded
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Check every file of a checkpoint against the sha256 recorded when it was saved.
+
+    Raises CheckpointCorrupt naming the first file that is missing, unreadable or changed.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointCorrupt(path, "the folder", "does not exist")
+    recorded = _read_checksums(path)
+    for name in CHECKED_FILES:
+        if name not in recorded:
+            raise CheckpointCorrupt(path, CHECKSUMS, f"records no checksum for {name}")
+        try:
+            found = file_sha256(path / name)
+        except FileNotFoundError:
+            raise CheckpointCorrupt(path, name, "is missing") from None
+        except OSError as error:
+            raise CheckpointCorrupt(path, name, f"cannot be read ({error})") from None
+        if found != recorded[name]:
+            raise CheckpointCorrupt(path, name, "differs from the sha256 recorded when it was "
+                                    "saved (changed or damaged since)")  # fmt: skip
+
+
+def newest_verified_checkpoint(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint under `root` that verifies (None if none does), and one line for
+    each newer checkpoint passed over, saying why."""
+    skipped = []
+    for path in reversed(checkpoint_folders(Path(root))):
+        try:
+            verify_checkpoint(path)
+        except CheckpointCorrupt as error:
+            skipped.append(error.skip_line())
+            continue
+        return path, skipped
+    return None, skipped
+
+
+def sweep_stale_temporaries(root: Path) -> list[Path]:
+    """Delete what interrupted saves and prunes left under `root`; returns what was removed.
+
+    Call it before a run starts writing: only one process writes checkpoints, so every
+    temporary found then belongs to a run that was killed.
+    """
+    root = Path(root)
+    return remove_temporaries(root) if root.is_dir() else []
 
 
 def save_checkpoint(
@@ -141,46 +254,57 @@ def save_checkpoint(
         "train_config": train_config,
     }
     (temporary / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    _write_checksums(temporary)
     replace_folder(temporary, final)  # the same step saved again (after a resume) is replaced whole
     _update_best(root, final, val_loss)
-    _prune(root, keep_last)
+    _prune(root, keep_last, final)
     return final
 
 
 def _update_best(root: Path, checkpoint: Path, val_loss: float | None) -> None:
     if val_loss is None:
         return
-    best_file = root / "best.json"
-    if best_file.is_file():
-        best = json.loads(best_file.read_text(encoding="utf-8"))
-        if (root / best["checkpoint"]).is_dir() and best["val_loss"] <= val_loss:
-            return
+    best = _read_best(root)
+    if best is not None and best["val_loss"] <= val_loss:
+        return
     best = {"checkpoint": checkpoint.name, "val_loss": val_loss}
-    write_atomically(best_file, json.dumps(best, indent=2).encode())  # old or new, never half
+    write_atomically(root / "best.json", json.dumps(best, indent=2).encode())  # old or new
 
 
-def _prune(root: Path, keep_last: int) -> None:
-    best = best_checkpoint(root)
-    for old in completed_checkpoints(root)[:-keep_last]:
-        if old != best:
-            shutil.rmtree(old)
+def _prune(root: Path, keep_last: int, fresh: Path) -> None:
+    """Delete the checkpoints older than the newest `keep_last` that verify; keep the best one
+    and `fresh` (just written and checksummed: it counts as intact without re-reading it).
+
+    A damaged checkpoint does not count towards `keep_last`, so the last intact one is never
+    deleted in its favour; a damaged one older than those kept is deleted.
+    """
+    best, intact = best_checkpoint(root), 0
+    for path in reversed(checkpoint_folders(root)):
+        if intact >= keep_last and path not in (best, fresh):
+            remove_folder(path)  # renamed first: a killed prune leaves no half-deleted checkpoint
+        elif path == fresh or _verifies(path):
+            intact += 1
+
+
+def _verifies(path: Path) -> bool:
+    try:
+        verify_checkpoint(path)
+    except CheckpointCorrupt:
+        return False
+    return True
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module) -> dict:
-    """Load the weights into `model` (after checking they belong to it); return the state dict
-    (optimizer, scaler, rng, data, step) for the trainer to restore."""
+    """Load the weights into `model` (after verifying the files' checksums and that the weights
+    belong to this model); return the state dict (optimizer, scaler, rng, data, step) for the
+    trainer to restore."""
     path = Path(path)
+    verify_checkpoint(path)  # before anything is read: damaged weights are refused, not loaded
     meta_file, weights, state_file = (
         path / "meta.json",
         path / "model.safetensors",
         path / "state.pt",
     )
-    for needed in (meta_file, weights, state_file):
-        if not needed.is_file():
-            raise CheckpointError(
-                f"{path} is not a complete checkpoint ({needed.name} is missing); use "
-                f"latest_checkpoint(...) to find the newest complete one"
-            )
     meta = json.loads(meta_file.read_text(encoding="utf-8"))
     differences = signature_differences(meta["signature"], model_signature(model))
     if differences:
