@@ -22,10 +22,11 @@ from llmlab.distributed import dist_info
 from llmlab.train.checkpoint import (
     CheckpointMismatch,
     capture_rng,
-    latest_checkpoint,
     load_checkpoint,
+    newest_verified_checkpoint,
     restore_rng,
     save_checkpoint,
+    sweep_stale_temporaries,
 )
 from llmlab.train.config import TrainConfig
 from llmlab.train.metrics import (
@@ -259,9 +260,9 @@ class Trainer:
         return path
 
     def resume(self, checkpoint: Path | None = None) -> bool:
-        """Continue from `checkpoint`, or the latest one in out_dir; False when there is none.
-        Every rank loads the same checkpoint and takes its own data position and RNG state."""
-        checkpoint = checkpoint or (self.checkpoint_dir and latest_checkpoint(self.checkpoint_dir))
+        """Continue from `checkpoint`, or the newest one in out_dir that verifies; False when
+        there is none. Every rank takes its own data position and RNG state from it."""
+        checkpoint = checkpoint or (self.checkpoint_dir and self._newest_verified())
         if not checkpoint:
             return False
         state = load_checkpoint(checkpoint, self.model)
@@ -281,6 +282,13 @@ class Trainer:
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
         self._say(f"resumed from step {self.step} (checkpoint {checkpoint})")
         return True
+
+    def _newest_verified(self) -> Path | None:
+        """The newest checkpoint whose files match their checksums; says which were skipped."""
+        checkpoint, skipped = newest_verified_checkpoint(self.checkpoint_dir)
+        for reason in skipped:
+            print(reason, flush=True)
+        return checkpoint
 
     def _say(self, message: str) -> None:
         if self.dist.is_main:
@@ -326,7 +334,9 @@ class Trainer:
         the others follow, so every rank loads the same checkpoint or stops with the same error."""
         plan = [None, None]
         if self.dist.is_main and self.config.out_dir is not None:
-            found = resume and not fresh and latest_checkpoint(self.checkpoint_dir)
+            for stale in sweep_stale_temporaries(self.checkpoint_dir):
+                print(f"removed {stale.name}, left by an interrupted save", flush=True)
+            found = resume and not fresh and self._newest_verified()
             problem = None if found else self._start_problem(resume, fresh)
             if fresh and problem is None:
                 self._set_aside_checkpoints()
@@ -425,7 +435,7 @@ class Trainer:
 
     def _handle_non_finite(self, loss_value: float) -> None:
         self.skipped_in_a_row += 1
-        last_good = self.checkpoint_dir and latest_checkpoint(self.checkpoint_dir)
+        last_good = self.checkpoint_dir and newest_verified_checkpoint(self.checkpoint_dir)[0]
         where = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint yet"
         if self.config.nan_policy == "stop" or self.skipped_in_a_row > MAX_SKIPPED_IN_A_ROW:
             raise TrainingDiverged(
