@@ -13,8 +13,9 @@ from llmlab.train import EarlierRun, Trainer
 
 def trainer(out_dir, **overrides) -> Trainer:
     settings = dict(max_steps=4, checkpoint_interval=2, out_dir=out_dir, eval_interval=2)
-    return Trainer(tiny_gpt2(), config(**{**settings, **overrides}),
-                   RandomWindows(token_stream(), 4), RandomWindows(token_stream(), 4, seed=1))  # fmt: skip
+    data = RandomWindows(token_stream(), 4)
+    return Trainer(tiny_gpt2(), config(**{**settings, **overrides}), data,
+                   RandomWindows(token_stream(), 4, seed=1))  # fmt: skip
 
 
 def logged_steps(out_dir) -> list[int]:
