@@ -120,8 +120,10 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if problem:  # raised here, once the trainer (and its DDP wrapper) is gone
             parser.error(f"{problem}. Use another --out, or --fresh to start again in it")
         if info.is_main:
-            print(f"{result.final_step} steps on {info.world_size} process(es), profile {name}: "
-                  f"validation loss {result.val_loss:.3f}, perplexity {result.perplexity:.1f}")
+            print(
+                f"{result.final_step} steps on {info.world_size} process(es), profile {name}: "
+                f"validation loss {result.val_loss:.3f}, perplexity {result.perplexity:.1f}"
+            )
     return 0
 
 
