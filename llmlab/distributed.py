@@ -61,12 +61,12 @@ def process_group(backend: str | None = None) -> Iterator[DistInfo]:
     try:
         yield dist_info()
     except BaseException:
-        dist.destroy_process_group()  # no barrier: after an error the other ranks may never come
+        leave_process_group(wait_for_others=False)  # after an error the others may never come
         raise
     leave_process_group()
 
 
-def leave_process_group() -> None:
+def leave_process_group(wait_for_others: bool = True) -> None:
     """Tear down in a safe order: free DDP wrappers, wait for every rank, destroy the group.
 
     A DDP wrapper holds the group. Freed after the group is destroyed, it drops the group's last
@@ -74,5 +74,6 @@ def leave_process_group() -> None:
     needs the GIL: the process hangs after training. Freed first, it leaves nothing to wait for.
     """
     gc.collect()  # DDP wrappers sit in reference cycles: free the unreachable ones now
-    dist.barrier()  # every rank's last collective has finished before the group goes
+    if wait_for_others:
+        dist.barrier()  # every rank's last collective has finished before the group goes
     dist.destroy_process_group()

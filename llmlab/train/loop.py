@@ -287,7 +287,7 @@ class Trainer:
         """The newest checkpoint whose files match their checksums; says which were skipped."""
         checkpoint, skipped = newest_verified_checkpoint(self.checkpoint_dir)
         for reason in skipped:
-            print(reason, flush=True)
+            self._say(reason)
         return checkpoint
 
     def _say(self, message: str) -> None:
