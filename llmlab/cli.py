@@ -221,12 +221,13 @@ def main(argv: list[str] | None = None) -> int:
         "llmlab train` the N processes train together with DDP (gloo on CPUs, NCCL on GPUs).",
     )
     p_train.add_argument("--profile", default="auto", help="smoke, full or auto (default)")
-    p_train.add_argument("--steps", type=_positive, default=None, help="override max_steps")
+    p_train.add_argument("--steps", type=_positive, default=None,
+                         help="train this many steps (the recipe's warm-up scales with them)")
     p_train.add_argument("--out", type=Path, default=None,
                          help="metrics and checkpoints go here; a run there is resumed")
     p_train.add_argument("--checkpoint-every", type=_positive, default=None, metavar="N",
-                         help="save a checkpoint every N steps (default: the recipe's, smoke "
-                         "100, full 200), so a killed run resumes from the last one")
+                         help="save a checkpoint every N steps (default: the recipe's, 100), "
+                         "so a killed run resumes from the last one")
     p_train.add_argument("--fresh", action="store_true",
                          help="start again at step 1 in an --out that holds an earlier run "
                          "(its metrics are appended to, its checkpoints set aside)")
