@@ -4,13 +4,12 @@ alone, a finished run says so, an earlier run is not restarted silently, and bad
 one-line errors with exit code 2."""
 
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 
+import psutil
 import pytest
 from train_fakes import RandomWindows, tiny_gpt2, token_stream
 
@@ -40,16 +39,19 @@ def test_two_processes_train_and_a_second_call_resumes(tmp_path):
 
 
 def torchrun_until(timeout: float, *args: str) -> subprocess.CompletedProcess | None:
-    """torchrun ... llmlab train in its own process group; None (and every process of it
-    killed) when it is still running after `timeout` seconds."""
+    """torchrun ... llmlab train; None (and torchrun and its workers killed) when it is still
+    running after `timeout` seconds."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                "-m", "llmlab", "train", "--profile", "smoke", *args]  # fmt: skip
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as process:  # fmt: skip
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as process:  # fmt: skip
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # torchrun and both of its workers
+            # Each worker runs in a session of its own (torchrun's choice): kill them by id.
+            for child in psutil.Process(process.pid).children(recursive=True):
+                child.kill()
+            process.kill()
             process.communicate()
             return None
     return subprocess.CompletedProcess(command, process.returncode, out, err)
