@@ -157,9 +157,7 @@ def test_debris_of_a_killed_save_and_a_killed_prune_is_swept(tmp_path, monkeypat
 @pytest.mark.parametrize(
     "damaged", ["{broken", "[]", json.dumps({"val_loss": 1.0}), json.dumps({"checkpoint": 3})]
 )
-def test_a_damaged_best_json_counts_as_absent_and_is_rewritten_at_the_next_save(
-    tmp_path, damaged
-):
+def test_a_damaged_best_json_counts_as_absent_and_is_rewritten_at_the_next_save(tmp_path, damaged):
     save(tmp_path, 2, val_loss=3.0)
     (tmp_path / "best.json").write_text(damaged)
     assert best_checkpoint(tmp_path) is None

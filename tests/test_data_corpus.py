@@ -135,3 +135,40 @@ def test_wikitext_lines_are_joined_into_articles():
 def test_unknown_corpus_is_an_error():
     with pytest.raises(DataError, match="unknown corpus 'nope'"):
         corpus.load_corpus("nope")
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("b.jsonl", b'{"text": "fine"}\n{"text": 5}\n', "b.jsonl, line 2: 'text' is int 5, not a"),
+        ("b.jsonl", b'{"text": ["a", "list"]}\n', "b.jsonl, line 1: 'text' is list"),
+        ("b.jsonl", b'{"text": "ok"}\n\n{"text": "caf\xe9"}\n',
+         "b.jsonl, line 3 is not valid UTF-8 .*iconv"),
+        ("b.jsonl", b'{"text": "ok"}\n{"text": "a"\n', "b.jsonl, line 2 is not valid JSON"),
+        ("b.jsonl", b'{"text": "ok"}\n7\n', "b.jsonl, line 2 is a JSON int, not an object"),
+        ("b.json", b'[{"text": "ok"},\n {"text": 3.5}]', "b.json, item 2: 'text' is float 3.5"),
+        ("b.parquet", None, "b.parquet, row 1: 'text' is int 7, not a string"),
+        ("b.parquet", b"PAR1 and then no Parquet", "b.parquet, the file cannot be read as Parq"),
+    ],
+)  # fmt: skip
+def test_a_bad_row_is_an_error_naming_the_file_and_the_row(tmp_path, name, content, message):
+    good = tmp_path / f"a{name[1:]}"  # a good file first: datasets would cast the next to its types
+    if name.endswith(".parquet"):
+        pq.write_table(pa.table({"text": ["a good row"]}), good)
+        pq.write_table(pa.table({"text": [7, 8]}), tmp_path / name)
+        if content is not None:
+            (tmp_path / name).write_bytes(content)
+    else:
+        good.write_text(json.dumps([{"text": "a good row"}]) if name.endswith(".json")
+                        else json.dumps({"text": "a good row"}) + "\n")  # fmt: skip
+        (tmp_path / name).write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        corpus.local_documents([good, tmp_path / name], cache_dir=tmp_path / "cache")
+
+
+def test_blank_lines_missing_texts_and_json_arrays_are_read(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"text": "one"}\n\n{"text": null}\n{"id": 3}\n')
+    (tmp_path / "b.json").write_text(json.dumps([{"text": "two"}, {"text": "three"}], indent=1))
+    texts = [d.text for d in corpus.local_documents(sorted(tmp_path.iterdir()),
+                                                    cache_dir=tmp_path / "cache")]  # fmt: skip
+    assert sorted(texts) == ["one", "three", "two"]

@@ -123,3 +123,22 @@ def test_two_processes_at_once_build_once(tmp_path, monkeypatch):
     fingerprints = {queue.get(timeout=5) for _ in workers}
     assert len(fingerprints) == 1
     assert log.read_text() == "build\n"
+
+
+def test_a_folder_corpus_that_changed_is_rebuilt_not_reused(tmp_path):
+    folder = tmp_path / "my_corpus"
+    folder.mkdir()
+    topics = help_topics()[:60]
+    for doc in topics[:30]:
+        (folder / f"{doc.name}.txt").write_text(doc.text)
+    spec = DatasetSpec(str(folder), vocab_size=400, readers=2, max_tokens_per_shard=4000)
+    first = prepare_dataset(tmp_path / "out", spec)
+    assert prepare_dataset(tmp_path / "out", spec).info == first.info  # unchanged: reused
+    for doc in topics[30:]:  # more files: the same settings, another corpus
+        (folder / f"{doc.name}.txt").write_text(doc.text)
+    grown = prepare_dataset(tmp_path / "out", spec)
+    assert sum(grown.info["documents"].values()) > sum(first.info["documents"].values())
+    edited = folder / f"{topics[0].name}.txt"
+    edited.write_text(topics[0].text.swapcase())  # same size, new content and time
+    rebuilt = prepare_dataset(tmp_path / "out", spec)
+    assert rebuilt.info["corpus_version"] != grown.info["corpus_version"]

@@ -1,7 +1,7 @@
 """Data for training: corpora, cleaning, tokenizers, packing, token shards and loaders.
 
 The modules, in the order data flows through them:
-corpus (and documents, manifest) -> clean -> tokenization -> packing -> shards -> loaders;
+corpus (and documents, bad_rows, manifest) -> clean -> tokenization -> packing -> shards -> loaders;
 pipeline chains them into `prepare_default_dataset`, which later labs call.
 """
 

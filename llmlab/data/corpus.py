@@ -6,6 +6,7 @@ and the interactive help topics of `pydoc_data` (English prose). It is assembled
 corpus; `llmlab.data.manifest` records what went in.
 """
 
+import hashlib
 import itertools
 import os
 import re
@@ -97,9 +98,12 @@ def local_documents(
 ) -> list[Document]:
     """Your own files through `datasets`: .txt/.md (one document per file), JSON lines, Parquet.
 
-    Text files are checked first (empty, binary, invalid UTF-8 are errors that name the file).
+    Files are checked first: empty, binary or invalid UTF-8 text files are errors naming the file;
+    so is a bad row (not UTF-8, not JSON, a text that is not a string), naming the file and row.
     """
-    import datasets
+    import datasets  # (here, not at the top: pyarrow and datasets take a while to import)
+
+    from llmlab.data.bad_rows import check_text_column
 
     by_kind: dict[str, list[str]] = {}
     for path in map(Path, paths):
@@ -110,6 +114,8 @@ def local_documents(
             read_document(path)  # raises a DataError that names the file
         elif path.stat().st_size == 0:
             raise DataError(f"{path} is empty: put rows in it or leave it out of the input.")
+        else:
+            check_text_column(kind, path, text_field)  # raises a DataError naming file and row
         by_kind.setdefault(kind, []).append(str(path))
     documents = []
     for kind, files in sorted(by_kind.items()):
@@ -188,7 +194,28 @@ def load_corpus(corpus: str | Path) -> list[Document]:
     folder = Path(corpus)
     if not folder.is_dir():
         raise DataError(f"unknown corpus {corpus!r}: use one of {sorted(CORPORA)} or a folder")
-    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in LOCAL_KINDS)
+    files = corpus_files(folder)
     if not files:
         raise DataError(f"{folder} holds no {'/'.join(sorted(LOCAL_KINDS))} files")
     return local_documents(files)
+
+
+def corpus_files(folder: Path) -> list[Path]:
+    """The files of a folder corpus that `load_corpus` reads, sorted."""
+    return sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in LOCAL_KINDS)
+
+
+def corpus_version(corpus: str | Path) -> str | None:
+    """A digest that changes when a folder corpus changes (None for a named corpus).
+
+    It covers each file's relative path, size and modification time: a file added, removed or
+    edited changes it, and nothing is read (hashing the contents would cost seconds per GB).
+    """
+    if str(corpus) in CORPORA or not Path(corpus).is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in corpus_files(Path(corpus)):
+        stat = path.stat()
+        name = path.relative_to(corpus).as_posix()
+        digest.update(f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]

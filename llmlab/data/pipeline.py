@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerFast
 
 from llmlab.data.atomic import remove_temporaries, replace_folder, temporary_sibling
 from llmlab.data.clean import CleaningConfig, CleaningReport, clean_documents
-from llmlab.data.corpus import load_corpus
+from llmlab.data.corpus import corpus_version, load_corpus
 from llmlab.data.documents import Document, total_bytes
 from llmlab.data.errors import DataError
 from llmlab.data.shards import open_shard, shard_count, token_dtype, write_split
@@ -130,6 +130,7 @@ def build_dataset(
     folder.mkdir(parents=True, exist_ok=True)
     report = PipelineReport(0)
     with _timed(report, "read"):
+        version = corpus_version(spec.corpus)  # before reading: a change made meanwhile shows
         documents = load_corpus(spec.corpus)
         report.input_bytes = total_bytes(documents)
     with _timed(report, "clean"):
@@ -151,7 +152,8 @@ def build_dataset(
     with _timed(report, "write"):
         save_tokenizer(tokenizer, folder / "tokenizer")
         info = {
-            "spec": asdict(spec), "tokenizer": fingerprint, "vocab_size": vocab_size,
+            "spec": asdict(spec), "corpus_version": version, "tokenizer": fingerprint,
+            "vocab_size": vocab_size,
             "train": [p.name for p in shards["train"]], "val": [p.name for p in shards["val"]],
             "tokens": report.tokens, "documents": {"train": len(train_docs),
                                                    "val": len(val_docs)},
@@ -181,6 +183,8 @@ def open_dataset(root: str | Path, spec: DatasetSpec | None = None) -> DatasetPa
         raise DataError(f"{root} holds no readable dataset.json ({error})") from None
     if spec is not None and info["spec"] != json.loads(json.dumps(asdict(spec))):  # as stored
         raise DataError(f"{root} was built with other settings: {info['spec']}")
+    if spec is not None and info.get("corpus_version") != corpus_version(spec.corpus):
+        raise DataError(f"{root} was built before the files in {spec.corpus} last changed")
     paths = _paths(root, info)
     if tokenizer_fingerprint(paths.load_tokenizer()) != paths.fingerprint:
         raise DataError(f"{paths.tokenizer} is not the tokenizer the shards were made with")
@@ -198,7 +202,8 @@ def _exclusive_lock(path: Path):
 
 
 def prepare_dataset(out_dir: str | Path, spec: DatasetSpec) -> DatasetPaths:
-    """The dataset for `spec` under `out_dir`: reused when intact, else built.
+    """The dataset for `spec` under `out_dir`: reused when intact (and, for a folder of your own
+    files, when none was added, removed or edited since), else built.
 
     Built in a temporary folder and renamed into place, so a killed run leaves no half-built
     dataset; a lock makes a second process wait and then reuse what the first one built.
