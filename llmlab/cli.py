@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -133,28 +134,68 @@ def _what_would_fit(model: str, setup, estimate) -> str:
     return f"Too big for the {size} GB GPUs ({', '.join(gpus_with(size))}).\n{options}"
 
 
-def train(profile_name: str, steps: int | None, out_dir: Path | None) -> int:
+def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Train Lab 03's model with its recipe; under torchrun every process takes part (DDP)."""
     from llmlab.course import profile
-    from llmlab.course.pretrained import lab03_config, lab03_data, lab03_shape
     from llmlab.distributed import process_group
+    from llmlab.train import CheckpointError, EarlierRun
+
+    try:
+        name = profile(args.profile).name
+    except ValueError as error:  # an unknown profile
+        parser.error(str(error))
+    if args.out is not None:
+        _check_out_dir(args.out, parser)
+    with process_group() as info:
+        problem = None
+        try:
+            result = _train_lab03(name, args, info)
+        except (CheckpointError, EarlierRun) as error:
+            problem = _one_line(error)
+        if problem:  # raised here, once the trainer (and its DDP wrapper) is gone
+            parser.error(f"{problem}. Use another --out, or --fresh to start again in it")
+        if info.is_main:
+            print(
+                f"{result.final_step} steps on {info.world_size} process(es), profile {name}: "
+                f"validation loss {result.val_loss:.3f}, perplexity {result.perplexity:.1f}"
+            )
+    return 0
+
+
+def _train_lab03(name: str, args: argparse.Namespace, info):
+    """Build and run the trainer; it is freed on return, before the process group is left."""
+    from llmlab.course.pretrained import lab03_config, lab03_data, lab03_shape
     from llmlab.models import build_model, training_flops_per_token
     from llmlab.train import Trainer
 
-    name = profile(profile_name).name
-    with process_group() as info:
-        changes = {"max_steps": steps} if steps else {}
-        config = lab03_config(name, out_dir=out_dir, progress=info.is_main, **changes)
-        data = lab03_data(name, config, seed=info.rank)  # each rank draws its own windows
-        shape = lab03_shape(name, data.dataset)
-        flops = training_flops_per_token(shape, config.seq_len).total
-        trainer = Trainer(build_model(shape), config, data.train, data.val,
-                          tokenizer=data.dataset.load_tokenizer(), flops_per_token=flops)
-        result = trainer.fit(resume=out_dir is not None)  # continue a run in out_dir, if any
-        if info.is_main:
-            print(f"{result.final_step} steps on {info.world_size} process(es), profile {name}: "
-                  f"validation loss {result.val_loss:.3f}, perplexity {result.perplexity:.1f}")
-    return 0
+    changes = {"max_steps": args.steps} if args.steps else {}
+    if args.checkpoint_every:
+        changes["checkpoint_interval"] = args.checkpoint_every
+    config = lab03_config(name, out_dir=args.out, progress=info.is_main, **changes)
+    data = lab03_data(name, config, seed=info.rank)  # each rank draws its own windows
+    shape = lab03_shape(name, data.dataset)
+    flops = training_flops_per_token(shape, config.seq_len).total
+    trainer = Trainer(build_model(shape), config, data.train, data.val,
+                      tokenizer=data.dataset.load_tokenizer(), flops_per_token=flops,
+                      measure_peak=True)  # fmt: skip
+    return trainer.fit(resume=args.out is not None, fresh=args.fresh)
+
+
+def _check_out_dir(out: Path, parser: argparse.ArgumentParser) -> None:
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file: give a folder for the metrics and checkpoints")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"--out {out} cannot be created ({error.strerror}): choose a folder you "
+                     "can write to")  # fmt: skip
+    if not os.access(out, os.W_OK):
+        parser.error(f"--out {out} is not writable: choose a folder you can write to")
+
+
+def _one_line(error: Exception) -> str:
+    """A library's multi-line message as one line: its first line and first detail."""
+    return " ".join(line.strip() for line in str(error).splitlines()[:2])
 
 
 def _positive(text: str) -> int:
@@ -217,9 +258,16 @@ def main(argv: list[str] | None = None) -> int:
         "llmlab train` the N processes train together with DDP (gloo on CPUs, NCCL on GPUs).",
     )
     p_train.add_argument("--profile", default="auto", help="smoke, full or auto (default)")
-    p_train.add_argument("--steps", type=_positive, default=None, help="override max_steps")
+    p_train.add_argument("--steps", type=_positive, default=None,
+                         help="train this many steps (the recipe's warm-up scales with them)")
     p_train.add_argument("--out", type=Path, default=None,
                          help="metrics and checkpoints go here; a run there is resumed")
+    p_train.add_argument("--checkpoint-every", type=_positive, default=None, metavar="N",
+                         help="save a checkpoint every N steps (default: the recipe's, 100), "
+                         "so a killed run resumes from the last one")
+    p_train.add_argument("--fresh", action="store_true",
+                         help="start again at step 1 in an --out that holds an earlier run "
+                         "(its metrics are appended to, its checkpoints set aside)")
 
     p_labs = commands.add_parser("make-labs", help="regenerate labs/ from solutions/")
     p_labs.add_argument("--solutions", type=Path, default=Path("solutions"))
@@ -231,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "course":
         return course(args, p_course)
     if args.command == "train":
-        return train(args.profile, args.steps, args.out)
+        return train(args, p_train)
     if args.command == "estimate-memory":
         return estimate_memory(args, p_memory)
     return make_labs(args.solutions, args.labs)

@@ -4,6 +4,7 @@
 through environment variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 """
 
+import gc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,7 +48,8 @@ def process_group(backend: str | None = None) -> Iterator[DistInfo]:
     """Join the process group torchrun describes (or run alone without one); always leave it.
 
     Destroying the group at the end matters: a process that exits without it can leave the
-    others hanging in a collective, and NCCL warns about leaked resources.
+    others hanging in a collective, and NCCL warns about leaked resources. Drop DDP-wrapped
+    models before the block ends (see `leave_process_group`).
     """
     if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
         yield DistInfo(0, 0, 1)
@@ -58,5 +60,20 @@ def process_group(backend: str | None = None) -> Iterator[DistInfo]:
     dist.init_process_group(backend)
     try:
         yield dist_info()
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        leave_process_group(wait_for_others=False)  # after an error the others may never come
+        raise
+    leave_process_group()
+
+
+def leave_process_group(wait_for_others: bool = True) -> None:
+    """Tear down in a safe order: free DDP wrappers, wait for every rank, destroy the group.
+
+    A DDP wrapper holds the group. Freed after the group is destroyed, it drops the group's last
+    reference while holding the GIL, and the group's destructor then waits for a gloo thread that
+    needs the GIL: the process hangs after training. Freed first, it leaves nothing to wait for.
+    """
+    gc.collect()  # DDP wrappers sit in reference cycles: free the unreachable ones now
+    if wait_for_others:
+        dist.barrier()  # every rank's last collective has finished before the group goes
+    dist.destroy_process_group()

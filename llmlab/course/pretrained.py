@@ -15,42 +15,58 @@ from llmlab.course.artifacts import artifacts_dir
 from llmlab.data import DatasetPaths, prepare_default_dataset
 from llmlab.data.atomic import replace_folder, temporary_sibling
 from llmlab.data.loaders import RandomWindows
-from llmlab.models import ModelShape, build_model, preset
+from llmlab.models import ModelShape, build_model, preset, training_flops_per_token
 from llmlab.train import TrainConfig, Trainer, TrainResult
 
 MODEL_PRESET = {"smoke": "tiny", "full": "gpt2-124m"}
+# Training tokens of the full profile's dataset (the whole built-in corpus, 32768-token BPE), as
+# prepare_default_dataset(..., "full") reports them; the full recipe makes about 2 passes.
+FULL_TRAIN_TOKENS = 2_708_799  # on Python 3.11: the built-in corpus is its standard library
+
+
+RECIPES = {
+    # A few minutes on 2 CPU cores: about one pass over the smoke subset's 350k training tokens.
+    "smoke": dict(
+        max_steps=300,
+        micro_batch_size=8,
+        seq_len=128,
+        lr=2e-3,
+        warmup_steps=30,
+        eval_interval=50,
+        eval_batches=8,
+        log_interval=10,
+        checkpoint_interval=100,
+    ),
+    # GPT-2 small on one GPU, 16 sequences of 1024 tokens per step, for about 2 epochs of the
+    # built-in corpus (FULL_TRAIN_TOKENS): more passes over so little text would only overfit.
+    "full": dict(
+        max_steps=2 * FULL_TRAIN_TOKENS // (16 * 1024),  # 330 steps of 16 x 1024 tokens
+        micro_batch_size=16,
+        seq_len=1024,
+        lr=6e-4,
+        warmup_steps=30,
+        eval_interval=50,
+        eval_batches=20,
+        log_interval=10,
+        checkpoint_interval=100,
+        compile=True,
+    ),
+}
 
 
 def lab03_config(profile_name: str, **changes) -> TrainConfig:
-    """Lab 03's training settings for a profile (smoke: a few minutes on 2 CPU cores)."""
-    if profile_name == "smoke":
-        settings = dict(
-            max_steps=300,
-            micro_batch_size=8,
-            seq_len=128,
-            lr=2e-3,
-            warmup_steps=30,
-            eval_interval=50,
-            eval_batches=8,
-            log_interval=10,
-        )
-    elif profile_name == "full":
-        # GPT-2 small on one GPU: 16 x 4 sequences of 1024 tokens = 65k tokens per step.
-        settings = dict(
-            max_steps=2000,
-            micro_batch_size=16,
-            grad_accum_steps=4,
-            seq_len=1024,
-            lr=6e-4,
-            warmup_steps=100,
-            eval_interval=200,
-            eval_batches=20,
-            log_interval=20,
-            compile=True,
-        )
-    else:
+    """Lab 03's training settings for a profile (smoke: a few minutes on 2 CPU cores).
+
+    Asking for another max_steps scales the warm-up with it (unless warmup_steps is given too):
+    a shorter run is the recipe in miniature, where a fixed warm-up could outlast the run.
+    """
+    if profile_name not in RECIPES:
         raise ValueError(f"unknown profile {profile_name!r}: use 'smoke' or 'full'")
-    return TrainConfig(**{**settings, **changes})
+    recipe = RECIPES[profile_name]
+    if "max_steps" in changes and "warmup_steps" not in changes:
+        fraction = recipe["warmup_steps"] / recipe["max_steps"]
+        changes["warmup_steps"] = round(fraction * changes["max_steps"])
+    return TrainConfig(**{**recipe, **changes})
 
 
 def lab03_shape(profile_name: str, dataset: DatasetPaths) -> ModelShape:
@@ -102,8 +118,12 @@ def train_lab03_model(profile_name: str, progress: bool = True) -> tuple[object,
     config = lab03_config(profile_name, progress=progress)
     data = lab03_data(profile_name, config)
     tokenizer = data.dataset.load_tokenizer()
-    model = build_model(lab03_shape(profile_name, data.dataset))
-    result = Trainer(model, config, data.train, data.val, tokenizer=tokenizer).fit()
+    shape = lab03_shape(profile_name, data.dataset)
+    flops = training_flops_per_token(shape, config.seq_len).total
+    model = build_model(shape)
+    trainer = Trainer(model, config, data.train, data.val, tokenizer=tokenizer,
+                      flops_per_token=flops, measure_peak=True)  # fmt: skip
+    result = trainer.fit()
     save_trained_model(model, tokenizer, profile_name)
     return model, result
 

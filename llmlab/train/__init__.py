@@ -14,7 +14,14 @@ from llmlab.train.checkpoint import (
     verify_checkpoint,
 )
 from llmlab.train.config import TrainConfig
-from llmlab.train.loop import BatchSource, Trainer, TrainingDiverged, TrainResult, next_token_loss
+from llmlab.train.loop import (
+    BatchSource,
+    EarlierRun,
+    Trainer,
+    TrainingDiverged,
+    TrainResult,
+    next_token_loss,
+)
 from llmlab.train.metrics import StepMetrics
 from llmlab.train.schedule import learning_rate, schedule_curve
 
@@ -23,6 +30,7 @@ __all__ = [
     "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointMismatch",
+    "EarlierRun",
     "StepMetrics",
     "TrainConfig",
     "TrainResult",

@@ -6,6 +6,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -15,18 +16,26 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from llmlab.bench import mfu, peak_tflops
+from llmlab.bench import mfu
 from llmlab.device import DtypeChoice, autocast, choose_device, choose_dtype, seed_everything
 from llmlab.distributed import dist_info
 from llmlab.train.checkpoint import (
+    CheckpointMismatch,
     capture_rng,
-    latest_checkpoint,
     load_checkpoint,
+    newest_verified_checkpoint,
     restore_rng,
     save_checkpoint,
+    sweep_stale_temporaries,
 )
 from llmlab.train.config import TrainConfig
-from llmlab.train.metrics import MetricsWriter, StepMetrics, gpu_utilization, memory_gb
+from llmlab.train.metrics import (
+    DeviceMonitor,
+    MetricsWriter,
+    StepMetrics,
+    datasheet_peak_flops,
+    measured_peak_flops,
+)
 from llmlab.train.optim import build_optimizer
 from llmlab.train.schedule import learning_rate
 
@@ -49,6 +58,10 @@ class BatchSource(Protocol):
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite."""
+
+
+class EarlierRun(RuntimeError):
+    """out_dir holds an earlier run, and nothing said whether to continue it or start again."""
 
 
 @dataclass
@@ -81,8 +94,12 @@ class Trainer:
         tokenizer=None,
         flops_per_token: float | None = None,
         peak_flops: float | None = None,
+        measure_peak: bool = False,
         callbacks: Sequence[Callable[[StepMetrics], None]] = (),
     ):
+        """peak_flops: one device's FLOP/s for MFU; None takes the GPU's datasheet peak. Where
+        there is none (a CPU), measure_peak=True measures the matmul rate here (about a second),
+        so the run still shows its MFU."""
         self.config, self.train_data, self.tokenizer = config, train_data, tokenizer
         self.dist = dist_info()
         self.device = choose_device(config.device).device
@@ -108,8 +125,11 @@ class Trainer:
         # Loss scaling keeps small fp16 gradients from underflowing; a no-op otherwise.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.use_grad_scaler)
         self.flops_per_token = flops_per_token
-        self.peak_flops = peak_flops if peak_flops is not None else self._known_peak()
+        self.peak_flops = peak_flops or datasheet_peak_flops(self.device, self.precision.name)
+        if self.peak_flops is None and measure_peak:
+            self.peak_flops = measured_peak_flops(self.device, self.precision.name)
         self.callbacks = list(callbacks)
+        self.monitor = DeviceMonitor(self.device)
         self.step, self.tokens_seen, self.skipped_in_a_row = 0, 0, 0
         # Fixed validation batches: every evaluation sees the same tokens, so curves compare.
         self.val_batches = []
@@ -124,12 +144,6 @@ class Trainer:
     @property
     def checkpoint_dir(self) -> Path | None:
         return None if self.config.out_dir is None else self.config.out_dir / "checkpoints"
-
-    def _known_peak(self) -> float | None:
-        if self.device.type != "cuda":
-            return None  # CPUs have no datasheet peak here; pass a measured one (llmlab.bench)
-        peak = peak_tflops(torch.cuda.get_device_name(self.device), self.precision.name)
-        return None if peak is None else peak * 1e12
 
     # ------------------------------------------------------------------ the step
 
@@ -157,7 +171,8 @@ class Trainer:
         mean_loss = self._mean_over_ranks(total_loss)
         if torch.isfinite(mean_loss):
             self.scaler.step(self.optimizer)  # skips the step itself if fp16 grads overflowed
-            self.scaler.update()
+        # Also after a dropped step: fp16 lowers its scale, and unscale_ may run again next step.
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return mean_loss, grad_norm
 
@@ -205,17 +220,30 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
 
+    def _rank_state(self) -> dict:
+        """What differs between processes: each draws its own data windows and random numbers."""
+        return {"rng": capture_rng(), "data": self.train_data.state_dict()}
+
+    def _gather_rank_states(self) -> list[dict] | None:
+        """Every rank's state, in rank order, on rank 0 (None elsewhere): rank 0 alone writes
+        checkpoints, so this works without a file system shared for writing."""
+        if not self.dist.distributed:
+            return [self._rank_state()]
+        states = [None] * self.dist.world_size if self.dist.is_main else None
+        dist.gather_object(self._rank_state(), states, dst=0)  # a few KB per rank
+        return states
+
     def save(self, val_loss: float | None = None) -> Path | None:
         """Checkpoint the whole training state (rank 0 writes; the others wait)."""
         if self.checkpoint_dir is None:
             return None
+        rank_states = self._gather_rank_states()
         path = None
         if self.dist.is_main:
             state = {
                 "optimizer": self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict(),
-                "rng": capture_rng(),
-                "data": self.train_data.state_dict(),
+                "ranks": rank_states,
                 "tokens_seen": self.tokens_seen,
             }
             path = save_checkpoint(
@@ -232,25 +260,111 @@ class Trainer:
         return path
 
     def resume(self, checkpoint: Path | None = None) -> bool:
-        """Continue from `checkpoint`, or the latest one in out_dir; False when there is none."""
-        checkpoint = checkpoint or (self.checkpoint_dir and latest_checkpoint(self.checkpoint_dir))
+        """Continue from `checkpoint`, or the newest one in out_dir that verifies; False when
+        there is none. Every rank takes its own data position and RNG state from it."""
+        checkpoint = checkpoint or (self.checkpoint_dir and self._newest_verified())
         if not checkpoint:
             return False
         state = load_checkpoint(checkpoint, self.model)
+        saved_by = len(state["ranks"])
+        if saved_by != self.dist.world_size:
+            raise CheckpointMismatch(
+                f"{checkpoint} was saved by {saved_by} process(es) and this run has "
+                f"{self.dist.world_size}: each process resumes its own data position and random "
+                f"state, so resume with {saved_by} (torchrun --nproc_per_node {saved_by}), or "
+                f"start fresh in another out_dir"
+            )
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
-        restore_rng(state["rng"])
-        self.train_data.load_state_dict(state["data"])
+        mine = state["ranks"][self.dist.rank]
+        restore_rng(mine["rng"])
+        self.train_data.load_state_dict(mine["data"])
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
+        self._say(f"resumed from step {self.step} (checkpoint {checkpoint})")
         return True
+
+    def _newest_verified(self) -> Path | None:
+        """The newest checkpoint whose files match their checksums; says which were skipped."""
+        checkpoint, skipped = newest_verified_checkpoint(self.checkpoint_dir)
+        for reason in skipped:
+            self._say(reason)
+        return checkpoint
+
+    def _say(self, message: str) -> None:
+        if self.dist.is_main:
+            print(message, flush=True)
+
+    # ------------------------------------------------------------------ the start of a run
+
+    def _earlier_run(self) -> list[str]:
+        """What an earlier run left in out_dir: its metrics and its checkpoints folder."""
+        out = self.config.out_dir
+        names = ["metrics.jsonl", "metrics.csv", "checkpoints"]
+        return [name for name in names if out is not None and (out / name).exists()]
+
+    def _start_problem(self, resume: bool, fresh: bool) -> str | None:
+        """Why this run must not start (rank 0 decides: it alone writes out_dir), else None."""
+        earlier = self._earlier_run()
+        if not earlier or fresh:
+            return None
+        listing = ", ".join(earlier)
+        if resume:
+            return (
+                f"{self.config.out_dir} holds an earlier run ({listing}) but no checkpoint to "
+                "resume from: start again at step 1 with fresh=True (llmlab train --fresh; the "
+                "metrics are appended, old checkpoints set aside), or use another out_dir"
+            )
+        return (
+            f"{self.config.out_dir} holds an earlier run ({listing}): continue it with "
+            "resume=True, start again with fresh=True (its metrics are appended, its "
+            "checkpoints set aside), or use another out_dir"
+        )
+
+    def _set_aside_checkpoints(self) -> None:
+        """A fresh run in a used out_dir keeps the earlier checkpoints under another name."""
+        if self.checkpoint_dir is None or not self.checkpoint_dir.exists():
+            return
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        aside = self.checkpoint_dir.with_name(f"checkpoints-before-{stamp}")
+        self.checkpoint_dir.rename(aside)
+        print(f"starting fresh: the earlier checkpoints are now in {aside}", flush=True)
+
+    def _plan_start(self, resume: bool, fresh: bool) -> Path | None:
+        """The checkpoint to resume from (None: start at step 1). Rank 0 looks at out_dir and
+        the others follow, so every rank loads the same checkpoint or stops with the same error."""
+        plan = [None, None]
+        if self.dist.is_main and self.config.out_dir is not None:
+            for stale in sweep_stale_temporaries(self.checkpoint_dir):
+                print(f"removed {stale.name}, left by an interrupted save", flush=True)
+            found = resume and not fresh and self._newest_verified()
+            problem = None if found else self._start_problem(resume, fresh)
+            if fresh and problem is None:
+                self._set_aside_checkpoints()
+            plan = [found or None, problem]
+        if self.dist.distributed:
+            dist.broadcast_object_list(plan, src=0)
+        checkpoint, problem = plan
+        if problem is not None:
+            raise EarlierRun(problem)
+        return checkpoint
 
     # ------------------------------------------------------------------ the run
 
-    def fit(self, resume: bool = False) -> TrainResult:
-        """Train until max_steps; with resume=True, first continue from the latest checkpoint."""
-        resumed = self.resume() if resume else False
+    def fit(self, resume: bool = False, fresh: bool = False) -> TrainResult:
+        """Train until max_steps.
+
+        resume=True first continues from the newest checkpoint in out_dir. An out_dir that holds
+        an earlier run is never restarted silently: without a checkpoint to resume, fresh=True
+        must say to start again at step 1 (the metrics are appended to, never truncated; the
+        earlier checkpoints are set aside, never overwritten).
+        """
+        checkpoint = self._plan_start(resume, fresh)
+        if checkpoint is not None:
+            self.resume(checkpoint)
         c = self.config
-        writer = MetricsWriter(c.out_dir if self.dist.is_main else None, resume=resumed)
+        if self.step >= c.max_steps:
+            return self._already_complete(checkpoint)
+        writer = MetricsWriter(c.out_dir if self.dist.is_main else None)
         tensorboard = self._tensorboard() if c.tensorboard and self.dist.is_main else None
         bar = tqdm(
             total=c.max_steps,
@@ -281,6 +395,14 @@ class Trainer:
                 tensorboard.close()
         return TrainResult(writer.history, self.step, val_loss, checkpoint)
 
+    def _already_complete(self, checkpoint: Path | None) -> TrainResult:
+        """A resumed run that has nothing left to do: say so, and report its validation loss."""
+        self._say(
+            f"the run in {self.config.out_dir} is already complete (step {self.step}, max_steps "
+            f"{self.config.max_steps}): nothing to train. Ask for more steps to continue it."
+        )
+        return TrainResult([], self.step, self.evaluate(), checkpoint)
+
     def _timed_step(self) -> StepMetrics:
         start = time.perf_counter()
         loss, grad_norm = self.train_step()
@@ -293,8 +415,11 @@ class Trainer:
             self.skipped_in_a_row = 0
             self.tokens_seen += self.tokens_per_step
         tokens_per_s = self.tokens_per_step / seconds
-        known = self.flops_per_token is not None
-        utilization = mfu(tokens_per_s, self.flops_per_token, self.peak_flops) if known else None
+        utilization = None
+        if self.flops_per_token is not None and self.peak_flops is not None:
+            # tokens_per_s counts every process, so the peak is one device's times their number.
+            all_devices = self.peak_flops * self.dist.world_size
+            utilization = mfu(tokens_per_s, self.flops_per_token, all_devices)
         return StepMetrics(
             step=self.step + 1,
             loss=loss_value,
@@ -304,14 +429,13 @@ class Trainer:
             tokens_seen=self.tokens_seen,
             step_seconds=seconds,
             mfu=utilization,
-            memory_gb=memory_gb(self.device),
-            gpu_util=gpu_utilization(self.device),
             skipped=skipped,
+            **self.monitor.read(),
         )
 
     def _handle_non_finite(self, loss_value: float) -> None:
         self.skipped_in_a_row += 1
-        last_good = self.checkpoint_dir and latest_checkpoint(self.checkpoint_dir)
+        last_good = self.checkpoint_dir and newest_verified_checkpoint(self.checkpoint_dir)[0]
         where = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint yet"
         if self.config.nan_policy == "stop" or self.skipped_in_a_row > MAX_SKIPPED_IN_A_ROW:
             raise TrainingDiverged(

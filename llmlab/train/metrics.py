@@ -9,6 +9,15 @@ from pathlib import Path
 import psutil
 import torch
 
+from llmlab.bench import measure_matmul, peak_tflops
+
+try:
+    import pynvml  # nvidia-ml-py: what torch.cuda reads GPU utilisation, memory and power with
+except ImportError:  # optional: without it the GPU readings are None, not an error
+    pynvml = None
+
+GB = 1e9  # the course's memory unit: GB = 10^9 bytes (a GiB, 2^30 bytes, is 7% more)
+
 
 @dataclass
 class StepMetrics:
@@ -20,8 +29,13 @@ class StepMetrics:
     tokens_seen: int
     step_seconds: float
     mfu: float | None  # None when the device's peak is unknown
-    memory_gb: float  # CUDA: peak allocated since the last log; CPU: resident set size
-    gpu_util: float | None  # percent, from NVML when available
+    # Memory in GB (10^9 bytes). CUDA: the peak PyTorch allocated during this step (the peak is
+    # reset at every reading); CPU: the process's resident set size now.
+    memory_gb: float
+    cpu_util: float  # percent of all CPU cores this process kept busy since the previous step
+    gpu_util: float | None  # percent of the time a kernel ran (NVML); None without a GPU or NVML
+    gpu_memory_gb: float | None  # GB in use on the whole GPU, every process (NVML)
+    gpu_power_w: float | None  # watts drawn by the GPU (NVML)
     val_loss: float | None = None
     skipped: bool = False  # a non-finite loss was dropped (nan_policy="skip")
 
@@ -30,37 +44,75 @@ class StepMetrics:
         return None if self.val_loss is None else math.exp(self.val_loss)
 
 
-def memory_gb(device: torch.device) -> float:
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        return peak / 2**30
-    return psutil.Process().memory_info().rss / 2**30
+class DeviceMonitor:
+    """Per-step readings of the machine a run trains on: memory and CPU utilisation always, and
+    on an NVIDIA GPU its utilisation, memory and power through NVML (when nvidia-ml-py is
+    installed)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.process = psutil.Process()
+        self.process.cpu_percent()  # starts the clock: each later call covers the time since
+        self.cores = psutil.cpu_count() or 1
+        self.nvml = device.type == "cuda" and pynvml is not None
+
+    def read(self) -> dict:
+        """StepMetrics' memory and utilisation fields, by name."""
+        return {
+            "memory_gb": self._memory_gb(),
+            "cpu_util": self.process.cpu_percent() / self.cores,  # psutil: percent of one core
+            **self._gpu_readings(),
+        }
+
+    def _memory_gb(self) -> float:
+        if self.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)  # so the next reading is its own step
+            return peak / GB
+        return self.process.memory_info().rss / GB
+
+    def _gpu_readings(self) -> dict:
+        unknown = {"gpu_util": None, "gpu_memory_gb": None, "gpu_power_w": None}
+        if not self.nvml:
+            return unknown
+        try:  # torch.cuda maps the CUDA device to NVML's numbering (CUDA_VISIBLE_DEVICES)
+            return {
+                "gpu_util": float(torch.cuda.utilization(self.device)),
+                "gpu_memory_gb": torch.cuda.device_memory_used(self.device) / GB,
+                "gpu_power_w": torch.cuda.power_draw(self.device) / 1000,  # NVML: milliwatts
+            }
+        except (pynvml.NVMLError, RuntimeError):  # a reading this GPU or driver does not offer
+            return unknown
 
 
-def gpu_utilization(device: torch.device) -> float | None:
-    """Percent of the last sample period the GPU was busy (needs NVML: nvidia-ml-py)."""
+def measured_peak_flops(device: torch.device | str, dtype: str = "fp32") -> float:
+    """The FLOP/s a square matmul reaches on `device` now (llmlab.bench, about a second): the
+    peak to divide by for MFU where there is no datasheet figure, as on a CPU."""
+    return measure_matmul(1024, dtype, device, warmup=1, repeats=3).tflops * 1e12
+
+
+def datasheet_peak_flops(device: torch.device, dtype: str) -> float | None:
+    """The GPU's dense datasheet peak in `dtype` (llmlab.bench's table); None for a CPU or an
+    unlisted GPU."""
     if device.type != "cuda":
         return None
-    try:
-        return float(torch.cuda.utilization(device))
-    except Exception:  # NVML missing or unsupported: unknown, not zero
-        return None
+    peak = peak_tflops(torch.cuda.get_device_name(device), dtype)
+    return None if peak is None else peak * 1e12
 
 
 class MetricsWriter:
     """Append each step's metrics to metrics.jsonl and metrics.csv in `out_dir` (if given)."""
 
-    def __init__(self, out_dir: Path | None, resume: bool = False):
+    def __init__(self, out_dir: Path | None):
         self.history: list[StepMetrics] = []
         self._jsonl = self._csv = None
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            mode = "a" if resume else "w"
-            self._jsonl = open(out_dir / "metrics.jsonl", mode, encoding="utf-8")  # noqa: SIM115
+            # Always appended: a resumed or restarted run adds to the history, never erases it.
+            self._jsonl = open(out_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
             csv_path = out_dir / "metrics.csv"
-            new_csv = mode == "w" or not csv_path.exists()
-            self._csv_file = open(csv_path, mode, newline="", encoding="utf-8")  # noqa: SIM115
+            new_csv = not csv_path.exists() or csv_path.stat().st_size == 0
+            self._csv_file = open(csv_path, "a", newline="", encoding="utf-8")  # noqa: SIM115
             self._csv = csv.DictWriter(self._csv_file, [f.name for f in fields(StepMetrics)])
             if new_csv:
                 self._csv.writeheader()
