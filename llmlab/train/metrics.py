@@ -60,7 +60,8 @@ class DeviceMonitor:
         """StepMetrics' memory and utilisation fields, by name."""
         return {
             "memory_gb": self._memory_gb(),
-            "cpu_util": self.process.cpu_percent() / self.cores,  # psutil: percent of one core
+            # psutil gives percent of one core; over a short step its clock ticks can overshoot.
+            "cpu_util": min(100.0, self.process.cpu_percent() / self.cores),
             **self._gpu_readings(),
         }
 
