@@ -196,9 +196,9 @@ def cosine(step, max_steps, warmup, lr, min_lr, start, floor=True, turns=0.5):
     return low + 0.5 * (lr - low) * (1 + math.cos(2 * math.pi * turns * progress))
 
 
-def jumping_to_full_rate_half_way(step, max_steps, warmup, lr, min_lr):
+def jumping_to_full_rate_part_way(step, max_steps, warmup, lr, min_lr):
     if step < warmup:
-        return lr * (step + 1) / warmup if step < warmup // 2 else lr
+        return lr * (step + 1) / warmup if step < 0.6 * warmup else lr
     return cosine(step, max_steps, warmup, lr, min_lr, warmup)
 
 
@@ -231,7 +231,7 @@ def integer_division_in_the_warmup(step, max_steps, warmup, lr, min_lr):
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (jumping_to_full_rate_half_way, "warm-up"),
+    (jumping_to_full_rate_part_way, "warm-up"),
     (without_warmup, "warm-up"),
     (without_floor, "min_lr"),
     (decay_counted_from_step_zero, "end of the warm-up"),

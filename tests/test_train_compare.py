@@ -5,7 +5,7 @@ import pytest
 from train_fakes import RandomWindows, tiny_gpt2, token_stream
 
 from llmlab.train import TrainConfig
-from llmlab.train.compare import quick_runs, runs_table
+from llmlab.train.compare import QuickRun, merge_rounds, quick_runs, runs_table
 
 BASE = TrainConfig(max_steps=3, micro_batch_size=2, seq_len=8, warmup_steps=1, dtype="fp32",
                    eval_interval=10**6, eval_batches=2, device="cpu")  # fmt: skip
@@ -15,7 +15,7 @@ def windows(config: TrainConfig) -> RandomWindows:
     return RandomWindows(token_stream(), config.micro_batch_size, config.seq_len)
 
 
-def test_rounds_alternate_the_variants_and_pool_their_steps():
+def test_rounds_alternate_the_variants():
     order = []
 
     def data(config):
@@ -39,6 +39,16 @@ def test_validation_loss_and_memory_when_asked():
     assert run.val_loss is not None and run.val_loss > 0
     assert run.peak_memory_mb is not None and run.peak_memory_mb > 0
     assert "base" in runs_table([run])
+
+
+def test_merged_rounds_keep_the_median_step_and_the_tokens_per_step():
+    def run(step_ms, loss):
+        return QuickRun("a", step_ms, tokens_per_s=1000 / step_ms * 1e3, losses=[loss],
+                        peak_memory_mb=None, first_step_ms=9.0)  # 1000 tokens per step
+
+    (merged,) = merge_rounds([[run(10.0, 1.0)], [run(40.0, 2.0)], [run(20.0, 3.0)]])
+    assert merged.step_ms == 20.0 and merged.tokens_per_s == pytest.approx(50_000)
+    assert merged.losses == [1.0]  # the first round's
 
 
 @pytest.mark.parametrize("rounds, warmup", [(0, 1), (1, 3)])
