@@ -1,87 +1,360 @@
-"""Lab 03's checks reject likely mistakes, each with a message that points at the mistake.
-(tests/test_checks.py proves they pass on the solution and fail on the stub.)"""
+"""Lab 03's checks accept correct answers in their several forms and reject likely mistakes,
+each with a message that points at the mistake. (tests/test_checks.py proves they pass on the
+solution notebook and say "not done yet" on the generated stub.)"""
 
 import math
+import random
+from pathlib import Path
 
+import nbformat
+import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab03 as check
+from llmlab.course.checks.lab03 import IGNORE, accumulate_token_weighted
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def accumulate_without_dividing(model, micro_batches, loss_fn):
-    losses = [loss_fn(model, x, y) for x, y in micro_batches]
-    for loss in losses:
-        loss.backward()
-    return sum(loss.item() for loss in losses) / len(losses)
+def summed_loss(model, inputs, targets):
+    logits = model(inputs).logits
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
 
 
-def accumulate_zeroing_between(model, micro_batches, loss_fn):
+def counted(micro_batches):
+    return sum(int((y != IGNORE).sum()) for _, y in micro_batches)
+
+
+# ---------------------------------------------------------------- Exercise 1
+
+
+def accumulate_skipping_empty_micro_batches(model, micro_batches):
+    kept = [(x, y) for x, y in micro_batches if (y != IGNORE).any()]
+    return accumulate_token_weighted(model, kept)
+
+
+def accumulate_with_the_forward_of_empty_micro_batches_unused(model, micro_batches):
+    n, total = counted(micro_batches), 0.0
+    for x, y in micro_batches:
+        loss_sum = summed_loss(model, x, y)
+        if (y != IGNORE).any():  # nothing to learn from the other: no backward()
+            (loss_sum / n).backward()
+            total += loss_sum.item()
+    return torch.tensor(total / n)  # a 0-d tensor is a number too
+
+
+def accumulate_with_a_mean_loss_times_its_count(model, micro_batches):
+    n, total = counted(micro_batches), 0.0
+    for x, y in micro_batches:
+        count = int((y != IGNORE).sum())
+        if count:
+            logits = model(x).logits
+            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())  # mean over counted
+            (loss * count / n).backward()
+            total += loss.item() * count
+    return np.float32(total / n)
+
+
+@pytest.mark.parametrize("right", [
+    accumulate_token_weighted,
+    accumulate_skipping_empty_micro_batches,
+    accumulate_with_the_forward_of_empty_micro_batches_unused,
+    accumulate_with_a_mean_loss_times_its_count,
+], ids=lambda f: f.__name__)  # fmt: skip
+def test_accumulation_accepts_every_correct_form(right, capsys):
+    check.exercise_accumulation(right)
+    assert "PASSED" in capsys.readouterr().out
+
+
+def one_big_padded_batch(model, micro_batches):
+    inputs, targets = check._one_big_batch(micro_batches)
+    loss = summed_loss(model, inputs, targets) / counted(micro_batches)
+    loss.backward()
+    return loss.item()
+
+
+def sum_without_dividing(model, micro_batches):
     total = 0.0
     for x, y in micro_batches:
-        model.zero_grad()
-        loss = loss_fn(model, x, y)
+        loss_sum = summed_loss(model, x, y)
+        loss_sum.backward()
+        total += loss_sum.item()
+    return total / counted(micro_batches)
+
+
+def mean_of_per_micro_batch_means(model, micro_batches):
+    total = 0.0
+    for x, y in micro_batches:
+        loss = summed_loss(model, x, y) / max(1, int((y != IGNORE).sum()))
         (loss / len(micro_batches)).backward()
         total += loss.item() / len(micro_batches)
     return total
 
 
-def accumulate_returning_the_sum(model, micro_batches, loss_fn):
+def mean_loss_times_count_even_with_nothing_counted(model, micro_batches):
+    n, total = counted(micro_batches), 0.0
+    for x, y in micro_batches:
+        count = int((y != IGNORE).sum())
+        loss = F.cross_entropy(model(x).logits.flatten(0, 1), y.flatten())  # 0/0 when count=0
+        (loss * count / n).backward()
+        total += loss.item() * count
+    return total / n
+
+
+def one_backward_on_the_summed_losses_after_the_loop(model, micro_batches):
+    n = counted(micro_batches)
+    loss = sum(summed_loss(model, x, y) for x, y in micro_batches) / n
+    loss.backward()
+    return loss.item()
+
+
+def zeroing_between_micro_batches(model, micro_batches):
+    n, total = counted(micro_batches), 0.0
+    for x, y in micro_batches:
+        model.zero_grad()
+        loss_sum = summed_loss(model, x, y)
+        (loss_sum / n).backward()
+        total += loss_sum.item()
+    return total / n
+
+
+def counting_the_ignored_positions(model, micro_batches):
+    n = sum(y.numel() for _, y in micro_batches)
     total = 0.0
     for x, y in micro_batches:
-        loss = loss_fn(model, x, y)
-        (loss / len(micro_batches)).backward()
-        total += loss.item()
-    return total
+        loss_sum = summed_loss(model, x, y)
+        (loss_sum / n).backward()
+        total += loss_sum.item()
+    return total / n
 
 
-@pytest.mark.parametrize(
-    "wrong, hint",
-    [
-        (accumulate_without_dividing, "too big"),
-        (accumulate_zeroing_between, "Do not zero"),
-        (accumulate_returning_the_sum, "mean of the micro-batch losses"),
-        (lambda model, batches, loss_fn: 0.0, "no gradients"),
-    ],
-)
+def labels_given_to_the_model(model, micro_batches):
+    n, total = counted(micro_batches), 0.0
+    for x, y in micro_batches:  # Hugging Face shifts labels itself: the targets are shifted twice
+        count = int((y != IGNORE).sum())
+        if count:
+            loss = model(x, labels=y).loss * count
+            (loss / n).backward()
+            total += loss.item()
+    return total / n
+
+
+def returning_the_mean_of_means(model, micro_batches):
+    accumulate_token_weighted(model, micro_batches)
+    means = [summed_loss(model, x, y).item() / max(1, int((y != IGNORE).sum()))
+             for x, y in micro_batches]  # fmt: skip
+    return sum(means) / len(means)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (one_big_padded_batch, "one big batch"),
+    (sum_without_dividing, "too big"),
+    (mean_of_per_micro_batch_means, "weighs as much"),
+    (mean_loss_times_count_even_with_nothing_counted, "NaN"),
+    (one_backward_on_the_summed_losses_after_the_loop, "before the previous one's backward"),
+    (zeroing_between_micro_batches, "do not zero"),
+    (counting_the_ignored_positions, "ignored positions"),
+    (labels_given_to_the_model, "already shifted"),
+    (returning_the_mean_of_means, "returned the loss"),
+    (lambda model, micro_batches: 0.0, "no gradients"),
+], ids=lambda case: getattr(case, "__name__", None))  # fmt: skip
 def test_accumulation_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_accumulation(wrong)
 
 
-def cosine_without_floor(step, max_steps, warmup, lr, min_lr):
+# ---------------------------------------------------------------- Exercise 2
+
+
+def warmup_from_zero(step, max_steps, warmup, lr, min_lr):
+    if step < warmup:
+        return lr * step / warmup
+    return check.warmup_cosine_reference(step, max_steps, warmup, lr, min_lr)
+
+
+def warmup_reaching_lr_one_step_late(step, max_steps, warmup, lr, min_lr):
+    if step < warmup:
+        return lr * (step + 1) / (warmup + 1)
+    return check.warmup_cosine_reference(step, max_steps, warmup, lr, min_lr)
+
+
+@pytest.mark.parametrize("right", [
+    check.warmup_cosine_reference, warmup_from_zero, warmup_reaching_lr_one_step_late,
+    lambda *args: np.float32(check.warmup_cosine_reference(*args)),
+], ids=["llmlab", "from_zero", "one_step_late", "numpy_float32"])  # fmt: skip
+def test_warmup_cosine_accepts_every_convention(right, capsys):
+    check.exercise_warmup_cosine(right)
+    assert "PASSED" in capsys.readouterr().out
+
+
+def cosine(step, max_steps, warmup, lr, min_lr, start, floor=True, turns=0.5):
+    progress = (step - start) / max(1, max_steps - start)
+    low = min_lr if floor else 0.0
+    return low + 0.5 * (lr - low) * (1 + math.cos(2 * math.pi * turns * progress))
+
+
+def jumping_to_full_rate_part_way(step, max_steps, warmup, lr, min_lr):
+    if step < warmup:
+        return lr * (step + 1) / warmup if step < 0.6 * warmup else lr
+    return cosine(step, max_steps, warmup, lr, min_lr, warmup)
+
+
+def without_warmup(step, max_steps, warmup, lr, min_lr):
+    return cosine(step, max_steps, warmup, lr, min_lr, warmup) if step >= warmup else lr
+
+
+def without_floor(step, max_steps, warmup, lr, min_lr):
     if step < warmup:
         return lr * (step + 1) / warmup
-    return 0.5 * lr * (1 + math.cos(math.pi * (step - warmup) / (max_steps - warmup)))
+    return cosine(step, max_steps, warmup, lr, min_lr, warmup, floor=False)
 
 
-@pytest.mark.parametrize(
-    "wrong, hint",
-    [
-        (lambda step, max_steps, warmup, lr, min_lr: lr, "warm-up"),
-        (cosine_without_floor, "min_lr"),
-    ],
-)
+def decay_counted_from_step_zero(step, max_steps, warmup, lr, min_lr):
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    return cosine(step, max_steps, warmup, lr, min_lr, start=0)
+
+
+def a_full_cosine_period(step, max_steps, warmup, lr, min_lr):
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    return cosine(step, max_steps, warmup, lr, min_lr, warmup, turns=1.0)
+
+
+def integer_division_in_the_warmup(step, max_steps, warmup, lr, min_lr):
+    if step < warmup:
+        return lr * ((step + 1) // warmup)
+    return cosine(step, max_steps, warmup, lr, min_lr, warmup)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (jumping_to_full_rate_part_way, "warm-up"),
+    (without_warmup, "warm-up"),
+    (without_floor, "min_lr"),
+    (decay_counted_from_step_zero, "end of the warm-up"),
+    (a_full_cosine_period, "half cosine"),
+    (integer_division_in_the_warmup, "grown in proportion"),
+    (lambda step, max_steps, warmup, lr, min_lr: [lr], "return a number"),
+], ids=lambda case: getattr(case, "__name__", None))  # fmt: skip
 def test_warmup_cosine_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_warmup_cosine(wrong)
 
 
-@pytest.mark.parametrize(
-    "wrong, hint",
-    [
-        (lambda t, f, p: 100 * t * f / (p * 1e12), "fraction"),
-        (lambda t, f, p: t * f / p, "1e12"),
-    ],
-)
+# ---------------------------------------------------------------- Exercise 3
+
+
+@pytest.mark.parametrize("right", [
+    lambda t, f, p: t * f / (p * 1e12),
+    lambda t, f, p: torch.tensor(t * f / p / 1e12),
+    check.mfu_reference,
+], ids=["formula", "tensor", "llmlab"])  # fmt: skip
+def test_mfu_accepts_any_number_type(right, capsys):
+    check.exercise_mfu(right)
+    assert "PASSED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda t, f, p: 100 * t * f / (p * 1e12), "fraction"),
+    (lambda t, f, p: t * f / p, "TFLOP/s"),
+    (lambda t, f, p: t * f / (p * 1e9), "Tera"),
+    (lambda t, f, p: f / (p * 1e12), "expected about"),
+], ids=["percentage", "peak_not_scaled", "giga_for_tera", "no_tokens_per_s"])  # fmt: skip
 def test_mfu_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_mfu(wrong)
 
 
-@pytest.mark.parametrize(
-    "wrong, hint", [(lambda loss: 2**loss, "natural log"), (lambda loss: math.exp(-loss), "grows")]
-)
-def test_perplexity_rejects_likely_mistakes(wrong, hint):
+def test_mfu_check_quotes_the_course_formula(capsys):
+    check.exercise_mfu(check.mfu_reference)
+    assert "8.6% MFU" in capsys.readouterr().out  # 6N alone would say 7.5%
+
+
+# ---------------------------------------------------------------- Exercise 4
+
+
+class Reseeding:
+    """Seeds everything again instead of capturing where the generators are."""
+
+    def __init__(self, data):
+        self.data = data.state_dict()
+
+    def restore(self, data):
+        random.seed(0)
+        np.random.seed(0)
+        torch.manual_seed(0)
+        data.load_state_dict(self.data)
+
+
+class GlobalGeneratorsOnly(check.RandomStateReference):
+    def restore(self, data):
+        check.restore_rng(self.generators)
+
+
+class WithoutPythonRandom(check.RandomStateReference):
+    def restore(self, data):
+        python = random.getstate()
+        super().restore(data)
+        random.setstate(python)
+
+
+class WithoutNumpy(check.RandomStateReference):
+    def restore(self, data):
+        numpy = np.random.get_state()
+        super().restore(data)
+        np.random.set_state(numpy)
+
+
+class WithoutTorch(check.RandomStateReference):
+    def restore(self, data):
+        generator = torch.get_rng_state()
+        super().restore(data)
+        torch.set_rng_state(generator)
+
+
+class KeepingTheDataGeneratorItself(check.RandomStateReference):
+    """Holds on to the data source's generator object, which goes on drawing after capture."""
+
+    def __init__(self, data):
+        super().__init__(data)
+        self.rng = data.rng
+
+    def restore(self, data):
+        check.restore_rng(self.generators)
+        data.rng = self.rng
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (Reseeding, "differ"),
+    (GlobalGeneratorsOnly, "data source"),
+    (WithoutPythonRandom, "python random"),
+    (WithoutNumpy, "numpy"),
+    (WithoutTorch, "torch"),
+    (KeepingTheDataGeneratorItself, "data source"),
+], ids=lambda case: getattr(case, "__name__", None))  # fmt: skip
+def test_random_state_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
-        check.exercise_perplexity(wrong)
+        check.exercise_random_state(wrong)
+
+
+# ---------------------------------------------------------------- the lab as a whole
+
+
+def test_an_unfinished_exercise_cannot_stop_the_model_save(capsys):
+    """Later labs need the saved model: every exercise hands back llmlab's version when not done,
+    and the cell that saves the model uses no exercise at all."""
+    def stub(*args, **kwargs):
+        raise NotImplementedError("the stub")
+
+    for exercise_check in check.EXERCISES.values():
+        assert exercise_check(stub).__module__.startswith("llmlab.")
+    lab = nbformat.read(ROOT / "labs" / check.NOTEBOOK, as_version=4)
+    code = [cell.source for cell in lab.cells if cell.cell_type == "code"]
+    saving = next(i for i, source in enumerate(code) if "save_trained_model(" in source)
+    assert "NotImplementedError" not in code[saving]
+    assert not any(f"{name}(" in code[saving] for name in check.EXERCISES)
+    for source in code[:saving]:  # a stub at the top level of a cell would stop Run All there
+        assert not any(line.startswith("raise NotImplementedError") for line in source.splitlines())

@@ -15,10 +15,12 @@ from llmlab.train.loop import BatchSource, Trainer
 @dataclass
 class QuickRun:
     name: str
-    step_ms: float  # median over the steps after the first `warmup_steps`
+    step_ms: float  # median over the steps after the first `timing_warmup` (of rounds: median)
     tokens_per_s: float
-    losses: list[float]
+    losses: list[float]  # the first round's, one per step
     peak_memory_mb: float | None  # one measured step (llmlab.memory); None when not measured
+    first_step_ms: float  # the first step alone: allocation and, with compile=True, compilation
+    val_loss: float | None = None  # on fixed validation batches after the last step, if given
 
     @property
     def final_loss(self) -> float:
@@ -33,37 +35,68 @@ def quick_runs(
     *,
     timing_warmup: int = 2,
     measure_memory: bool = True,
+    rounds: int = 1,
+    make_val: Callable[[TrainConfig], BatchSource] | None = None,
 ) -> list[QuickRun]:
     """Train a fresh model for each variant (`base` with the variant's changes) and summarise.
 
     The first `timing_warmup` steps are left out of the timing: they pay for allocation and,
-    with compile=True, for compilation (reported separately by the first step's time).
+    with compile=True, for compilation (the first step's time is reported on its own). With
+    `rounds` > 1 the variants run in turn, that many times (A B A B ...), and each keeps the
+    median of its rounds (`merge_rounds`): a busy spell of the machine then slows every variant
+    alike instead of one. `make_val` gives each run validation batches for a final loss.
     """
-    runs = []
-    for name, changes in variants.items():
-        config = dataclasses.replace(base, log_interval=1, progress=False, **changes)
-        if config.max_steps <= timing_warmup:
-            raise ValueError(f"{name}: max_steps must exceed timing_warmup={timing_warmup}")
-        trainer = Trainer(make_model(), config, make_data(config))
-        history = trainer.fit().history
-        step_s = statistics.median(m.step_seconds for m in history[timing_warmup:])
-        memory = None
-        if measure_memory:
-            inputs, _ = make_data(config).next_batch()
-            step = measure_training_step(
-                trainer.model, trainer.optimizer, inputs.to(trainer.device), trainer.precision.dtype
-            )
-            memory = step.peak_bytes / 2**20
-        runs.append(
-            QuickRun(
-                name,
-                step_s * 1e3,
-                trainer.tokens_per_step / step_s,
-                [m.loss for m in history],
-                memory,
-            )
-        )
-    return runs
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    all_rounds = []
+    for round_number in range(rounds):
+        memory = measure_memory and round_number == 0  # memory does not vary between rounds
+        all_rounds.append([
+            _quick_run(name, make_model, make_data, make_val,
+                       dataclasses.replace(base, log_interval=1, progress=False, **changes),
+                       timing_warmup, memory)
+            for name, changes in variants.items()
+        ])  # fmt: skip
+    return merge_rounds(all_rounds)
+
+
+def merge_rounds(rounds: list[list[QuickRun]]) -> list[QuickRun]:
+    """One run per variant from several rounds of the same variants: the median step time of
+    the rounds; losses, memory and the first step from the first round."""
+    merged = []
+    for first, *others in zip(*rounds, strict=True):
+        step_ms = statistics.median(run.step_ms for run in (first, *others))
+        tokens_per_step = first.tokens_per_s * first.step_ms / 1e3
+        tokens_per_s = tokens_per_step / (step_ms / 1e3)
+        merged.append(dataclasses.replace(first, step_ms=step_ms, tokens_per_s=tokens_per_s))
+    return merged
+
+
+def _quick_run(name, make_model, make_data, make_val, config, timing_warmup, measure_memory):
+    if config.max_steps <= timing_warmup:
+        raise ValueError(f"{name}: max_steps must exceed timing_warmup={timing_warmup}")
+    val_data = make_val(config) if make_val is not None else None
+    trainer = Trainer(make_model(), config, make_data(config), val_data)
+    result = trainer.fit()
+    step_s = statistics.median(m.step_seconds for m in result.history[timing_warmup:])
+    return QuickRun(
+        name,
+        step_ms=step_s * 1e3,
+        tokens_per_s=trainer.tokens_per_step / step_s,
+        losses=[m.loss for m in result.history],
+        peak_memory_mb=_peak_memory_mb(trainer, make_data(config)) if measure_memory else None,
+        first_step_ms=result.history[0].step_seconds * 1e3,
+        val_loss=result.val_loss,
+    )
+
+
+def _peak_memory_mb(trainer: Trainer, data: BatchSource) -> float:
+    """The peak of one more training step, every tensor it allocates counted (llmlab.memory)."""
+    inputs, _ = data.next_batch()
+    step = measure_training_step(
+        trainer.model, trainer.optimizer, inputs.to(trainer.device), trainer.precision.dtype
+    )
+    return step.peak_bytes / 2**20
 
 
 def runs_table(runs: list[QuickRun], baseline: str | None = None) -> str:

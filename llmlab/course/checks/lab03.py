@@ -1,143 +1,402 @@
-"""Checks for Lab 03 (training on one GPU)."""
+"""Checks for Lab 03 (training on one GPU), and the versions the lab falls back to."""
 
+import copy
 import math
+import random
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
-from llmlab.course.checks import ExerciseFailed, call, exercise, expect_number, is_close, passed
-from llmlab.models import build_model, preset
-from llmlab.train import TrainConfig, learning_rate, next_token_loss
+from llmlab.bench import mfu
+from llmlab.course.checks import (
+    ExerciseFailed,
+    call,
+    exercise,
+    expect_number,
+    expect_real,
+    is_close,
+    passed,
+)
+from llmlab.models import build_model, preset, training_flops_per_token
+from llmlab.train import TrainConfig, learning_rate
+from llmlab.train.checkpoint import capture_rng, restore_rng
+
+IGNORE = -100  # the target id cross-entropy skips (PyTorch's and Hugging Face's convention)
+VOCAB, CONTEXT = 64, 24
+NAN_HINT = ("Is there a micro-batch whose targets are all -100? Its mean loss is 0/0; what does "
+            "the sum of its per-token losses give instead?")
+
+
+# ---------------------------------------------------------------- Exercise 1: accumulation
 
 
 def _tiny_model() -> torch.nn.Module:
-    return build_model(preset("tiny", n_layer=1, d_model=32, n_head=2, vocab_size=64, context=8))
+    # build_model seeds the weights, so every call gives the same model.
+    return build_model(preset("tiny", n_layer=1, d_model=32, n_head=2, vocab_size=VOCAB,
+                              context=CONTEXT))  # fmt: skip
 
 
-def _gradients(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-
-
-@exercise()
-def exercise_accumulation(accumulate) -> None:
-    """Exercise 1: accumulate(model, micro_batches, loss_fn) leaves the big batch's gradient."""
-    name = "Exercise 1 (gradient accumulation)"
-    generator = torch.Generator().manual_seed(0)
-    rows = torch.randint(0, 64, (8, 9), generator=generator)
-    inputs, targets = rows[:, :-1], rows[:, 1:]
-    reference = _tiny_model()
-    big_loss = next_token_loss(reference, inputs, targets)
-    big_loss.backward()
-    expected = _gradients(reference)
-
-    model = _tiny_model()  # the same initial weights (build_model seeds them)
-    micro_batches = [(inputs[i : i + 2], targets[i : i + 2]) for i in range(0, 8, 2)]
-    got_loss = call(name, accumulate, model, micro_batches, next_token_loss)
-    if not any(p.grad is not None for p in model.parameters()):
-        raise ExerciseFailed(
-            f"{name}: no gradients after accumulate(): call backward() on each micro-batch's loss."
-        )
-    got = _gradients(model)
-    if torch.allclose(got, expected * len(micro_batches), rtol=1e-4, atol=1e-6):
-        raise ExerciseFailed(
-            f"{name}: the gradient is {len(micro_batches)}x too big: divide "
-            "each micro-batch's loss by the number of micro-batches before "
-            "backward(), so the sum of gradients is the gradient of the mean."
-        )
-    if not torch.allclose(got, expected, rtol=1e-4, atol=1e-6):
-        raise ExerciseFailed(
-            f"{name}: the accumulated gradient differs from one big batch's. "
-            "Do not zero the gradients between micro-batches: backward() adds "
-            "to .grad, which is exactly what accumulation needs."
-        )
-    expect_number(
-        name,
-        "the returned loss",
-        float(got_loss),
-        big_loss.item(),
-        rel=1e-4,
-        mistakes=[
-            (len(micro_batches), "Return the mean of the micro-batch losses, not their sum.")
-        ],
+def _summed_loss(model, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = model(inputs).logits
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE, reduction="sum"
     )
-    passed(name, "4 micro-batches of 2 give the gradient of one batch of 8")
 
 
-@exercise()
-def exercise_warmup_cosine(warmup_cosine) -> None:
-    """Exercise 2: warmup_cosine(step, max_steps, warmup_steps, lr, min_lr)."""
-    name = "Exercise 2 (warm-up then cosine)"
-    for max_steps, warmup, lr, min_lr in [(100, 10, 1e-3, 1e-4), (1000, 50, 6e-4, 0.0)]:
-        config = TrainConfig(
-            max_steps=max_steps, warmup_steps=warmup, lr=lr, min_lr_ratio=min_lr / lr
+def _counted(micro_batches) -> int:
+    return sum(int((targets != IGNORE).sum()) for _, targets in micro_batches)
+
+
+def accumulate_token_weighted(model, micro_batches) -> float:
+    """llmlab's answer to Exercise 1 (the lab uses it when the exercise is not done)."""
+    n_tokens = _counted(micro_batches)
+    total = 0.0
+    for inputs, targets in micro_batches:
+        loss_sum = _summed_loss(model, inputs, targets)
+        (loss_sum / n_tokens).backward()  # only this micro-batch's activations are alive
+        total += loss_sum.item()
+    return total / n_tokens
+
+
+def _micro_batch(generator, rows: int, length: int, all_ignored: bool = False):
+    """Random token rows; each row's targets skip a random prompt and a random padded tail."""
+    inputs = torch.randint(0, VOCAB, (rows, length), generator=generator)
+    targets = torch.randint(0, VOCAB, (rows, length), generator=generator)
+    for row in range(rows):
+        prompt = int(torch.randint(0, length // 2, (), generator=generator))
+        padding = int(torch.randint(0, length // 3, (), generator=generator))
+        targets[row, :prompt] = IGNORE
+        targets[row, length - padding :] = IGNORE
+    if all_ignored:
+        targets[:] = IGNORE
+    return inputs, targets
+
+
+def _accumulation_cases():
+    """Micro-batches of unequal rows and lengths, so weighting each one equally is wrong; the
+    second case holds a micro-batch with no counted target (a prompt longer than its window)."""
+    generator = torch.Generator().manual_seed(3)
+    first = [_micro_batch(generator, r, t) for r, t in [(3, 20), (1, 6), (2, 14), (4, 9)]]
+    second = [_micro_batch(generator, r, t, all_ignored=(t == 11))
+              for r, t in [(2, 11), (1, 24), (3, 8)]]  # fmt: skip
+    return [first, second]
+
+
+def _one_big_batch(micro_batches):
+    """Every micro-batch's rows in one batch, right-padded (inputs with 0, targets ignored)."""
+    length = max(inputs.shape[1] for inputs, _ in micro_batches)
+    inputs = [F.pad(x, (0, length - x.shape[1]), value=0) for x, _ in micro_batches]
+    targets = [F.pad(y, (0, length - y.shape[1]), value=IGNORE) for _, y in micro_batches]
+    return torch.cat(inputs), torch.cat(targets)
+
+
+def _gradient(model) -> torch.Tensor:
+    return torch.cat([
+        (p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
+        for p in model.parameters()
+    ])  # fmt: skip
+
+
+def _gradient_of(loss_of_model) -> torch.Tensor:
+    model = _tiny_model()
+    loss_of_model(model).backward()
+    return _gradient(model)
+
+
+def _mistaken_gradients(micro_batches) -> dict[str, torch.Tensor]:
+    """The gradients plausible mistakes leave, each with the message that explains it."""
+    n_tokens = _counted(micro_batches)
+    n_positions = sum(targets.numel() for _, targets in micro_batches)
+    k = len(micro_batches)
+
+    def per_batch_means(model):
+        return sum(
+            _summed_loss(model, x, y) / max(1, int((y != IGNORE).sum())) for x, y in micro_batches
         )
-        for step in range(0, max_steps + 1, max(1, max_steps // 20)):
-            got = call(name, warmup_cosine, step, max_steps, warmup, lr, min_lr)
+
+    return {
+        f"the gradient is {n_tokens}x too big: the summed per-token losses must be divided by "
+        "the number of counted tokens (of all micro-batches) before backward().":
+            _gradient_of(lambda m: sum(_summed_loss(m, x, y) for x, y in micro_batches)),
+        "each micro-batch's mean counts the same, so a micro-batch with few counted tokens "
+        "weighs as much as one with many. One big batch weighs every token the same: weight "
+        "each micro-batch by its number of counted tokens.":
+            _gradient_of(lambda m: per_batch_means(m) / k),
+        "the ignored positions (-100) were counted: divide by the number of targets that are "
+        "not -100.":
+            _gradient_of(lambda m: sum(_summed_loss(m, x, y) for x, y in micro_batches)
+                         / n_positions),
+        "only the last micro-batch's gradient is left: backward() adds to .grad, so do not "
+        "zero the gradients between micro-batches.":
+            _gradient_of(lambda m: _summed_loss(m, *micro_batches[-1]) / n_tokens),
+    }  # fmt: skip
+
+
+class _Recorder:
+    """Watches the model's forwards and their backwards. A forward that runs before an earlier
+    forward's backward() means several micro-batches' activations were in memory at once."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.events: list[tuple[str, int]] = []  # ("forward", i) and ("backward", i)
+        self.largest_rows = 0
+        model.register_forward_hook(self._forward)
+
+    def _forward(self, module, args, output) -> None:
+        logits = getattr(output, "logits", output)
+        if not logits.requires_grad:
+            return  # under torch.no_grad(): nothing is kept for backward
+        index = sum(kind == "forward" for kind, _ in self.events)
+        self.events.append(("forward", index))
+        self.largest_rows = max(self.largest_rows, logits.shape[0])
+        logits.register_hook(lambda grad: self.events.append(("backward", index)))
+
+    def overlapped(self) -> bool:
+        """Whether some forward ran before an earlier forward's backward (a forward never
+        followed by backward, say for a micro-batch with nothing to learn, is fine)."""
+        forwards_seen = 0
+        for kind, index in self.events:
+            if kind == "forward":
+                forwards_seen = index + 1
+            elif forwards_seen > index + 1:
+                return True
+        return False
+
+
+def _check_accumulation_case(name: str, accumulate, micro_batches) -> None:
+    model = _tiny_model()
+    recorder = _Recorder(model)
+    got_loss = call(name, accumulate, model, micro_batches)
+    if all(p.grad is None for p in model.parameters()):
+        raise ExerciseFailed(
+            f"{name}: no gradients after accumulate(): call backward() for each micro-batch."
+        )
+    if recorder.largest_rows > max(x.shape[0] for x, _ in micro_batches):
+        raise ExerciseFailed(
+            f"{name}: the model saw {recorder.largest_rows} rows at once: that is one big batch, "
+            "not accumulation. Run each micro-batch through the model on its own."
+        )
+    if recorder.overlapped():
+        raise ExerciseFailed(
+            f"{name}: a micro-batch ran forward before the previous one's backward(), so their "
+            "activations were all in memory together (for example, one backward() on the summed "
+            "losses after the loop). Call backward() inside the loop, once per micro-batch."
+        )
+    inputs, targets = _one_big_batch(micro_batches)
+    n_tokens = _counted(micro_batches)
+    expected = _gradient_of(lambda m: _summed_loss(m, inputs, targets) / n_tokens)
+    got = _gradient(model)
+    tolerance = 1e-4 * float(expected.abs().max())
+    if not torch.isfinite(got).all():
+        raise ExerciseFailed(f"{name}: the gradient holds NaN. {NAN_HINT}")
+    if not torch.allclose(got, expected, rtol=1e-3, atol=tolerance):
+        for wrong, hint in ((g, h) for h, g in _mistaken_gradients(micro_batches).items()):
+            if torch.allclose(got, wrong, rtol=1e-3, atol=tolerance):
+                raise ExerciseFailed(f"{name}: {hint}")
+        raise ExerciseFailed(
+            f"{name}: the accumulated gradient differs from one big batch's (largest difference "
+            f"{float((got - expected).abs().max()):.3g}). The targets are already shifted: pass "
+            "only the inputs to the model, and compare each logit with its target."
+        )
+    with torch.no_grad():
+        big_loss = _summed_loss(_tiny_model(), inputs, targets).item() / n_tokens
+    call_text = f"accumulate() on micro-batches of {[tuple(x.shape) for x, _ in micro_batches]}"
+    if math.isnan(expect_real(name, call_text, got_loss)):
+        raise ExerciseFailed(f"{name}: {call_text} returned the loss NaN. {NAN_HINT}")
+    if not is_close(got_loss, big_loss, rel=1e-4):
+        raise ExerciseFailed(
+            f"{name}: {call_text} returned the loss {got_loss!r}, expected about {big_loss:.6g}: "
+            "the mean over every counted token of every micro-batch, as one big batch gives."
+        )
+
+
+@exercise(fallback=accumulate_token_weighted,
+          fallback_name="llmlab.course.checks.lab03.accumulate_token_weighted")  # fmt: skip
+def exercise_accumulation(accumulate) -> None:
+    """Exercise 1: accumulate(model, micro_batches) leaves one big batch's gradient and loss."""
+    name = "Exercise 1 (token-weighted gradient accumulation)"
+    for micro_batches in _accumulation_cases():
+        _check_accumulation_case(name, accumulate, micro_batches)
+    passed(name, "micro-batches of unequal lengths give one big batch's gradient, one "
+                 "micro-batch in memory at a time")  # fmt: skip
+
+
+# ---------------------------------------------------------------- Exercise 2: the schedule
+
+
+def warmup_cosine_reference(step, max_steps, warmup_steps, lr, min_lr) -> float:
+    """llmlab's schedule (llmlab.train.learning_rate) with Exercise 2's arguments."""
+    config = TrainConfig(max_steps=max_steps, warmup_steps=warmup_steps, lr=lr,
+                         min_lr_ratio=min_lr / lr)  # fmt: skip
+    return learning_rate(step, config)
+
+
+def _warmup_values(step: int, warmup: int, lr: float) -> list[float]:
+    # Warm-up conventions differ by one step (start at 0, or reach lr one step early): all fine.
+    return [lr * step / warmup, lr * (step + 1) / warmup, lr * (step + 1) / (warmup + 1)]
+
+
+def _schedule_cases() -> list[tuple[int, int, float, float]]:
+    """(max_steps, warmup, lr, min_lr): random warm-up lengths, no warm-up, a zero floor."""
+    rng = random.Random(11)
+    cases = [(100, 10, 1e-3, 1e-4), (60, 0, 3e-4, 3e-5), (500, 37, 6e-4, 0.0)]
+    for _ in range(3):
+        warmup = rng.randint(2, 60)
+        lr = rng.uniform(1e-4, 1e-2)
+        cases.append((warmup + rng.randint(5, 400), warmup, lr, lr * rng.uniform(0.0, 0.3)))
+    return cases
+
+
+@exercise(fallback=warmup_cosine_reference, fallback_name="llmlab.train.learning_rate")
+def exercise_warmup_cosine(warmup_cosine) -> None:
+    """Exercise 2: warmup_cosine(step, max_steps, warmup_steps, lr, min_lr), at every step."""
+    name = "Exercise 2 (warm-up then cosine)"
+    for max_steps, warmup, lr, min_lr in _schedule_cases():
+        for step in range(max_steps + 1):
+            args = f"warmup_cosine({step}, {max_steps}, {warmup}, {lr:.4g}, {min_lr:.4g})"
+            got = expect_real(name, args, call(name, warmup_cosine, step, max_steps, warmup,
+                                               lr, min_lr))  # fmt: skip
             if step < warmup:
-                # Warm-up conventions differ by one step: accept the common ones.
-                accepted = [
-                    lr * step / warmup,
-                    lr * (step + 1) / warmup,
-                    lr * (step + 1) / (warmup + 1),
-                ]
-                hint = "During warm-up the rate grows linearly from about 0 to lr."
+                accepted = _warmup_values(step, warmup, lr)
+                hint = (f"Step {step} is {step / warmup:.0%} of the way through the warm-up: the "
+                        "rate should have grown in proportion, from about 0 towards lr.")
             else:
-                accepted = [learning_rate(step, config)]
-                hint = (
-                    "After warm-up: progress = (step - warmup) / (max_steps - warmup) and "
-                    "lr_t = min_lr + 0.5 * (lr - min_lr) * (1 + cos(pi * progress))."
-                )
+                accepted = [warmup_cosine_reference(step, max_steps, warmup, lr, min_lr)]
+                progress = (step - warmup) / max(1, max_steps - warmup)
+                hint = (f"Step {step} is {progress:.0%} of the way from the end of the warm-up "
+                        "to max_steps: a half cosine goes from lr there to min_lr at max_steps "
+                        "(half-way, it is half-way between them).")
             if not any(is_close(got, value, rel=1e-6, abs_tol=1e-12) for value in accepted):
                 raise ExerciseFailed(
-                    f"{name}: warmup_cosine({step}, {max_steps}, {warmup}, {lr}, {min_lr}) "
-                    f"returned {got!r}, expected about {accepted[-1]:.6g}. {hint}"
+                    f"{name}: {args} returned {got!r}, expected about {accepted[-1]:.6g}. {hint}"
                 )
-    passed(name, "linear warm-up, then a half cosine from lr down to min_lr at max_steps")
+    passed(name, "every step of six schedules: linear warm-up, then a half cosine to min_lr")
 
 
-@exercise()
+# ---------------------------------------------------------------- Exercise 3: MFU
+
+
+def mfu_reference(tokens_per_s, flops_per_token, peak_tflops) -> float:
+    """llmlab.bench.mfu with the peak in TFLOP/s, as Exercise 3 takes it."""
+    return mfu(tokens_per_s, flops_per_token, peak_tflops * 1e12)
+
+
+@exercise(fallback=mfu_reference, fallback_name="llmlab.bench.mfu")
 def exercise_mfu(model_flops_utilization) -> None:
     """Exercise 3: MFU from tokens/s, FLOPs per token and the peak in TFLOP/s (a fraction)."""
     name = "Exercise 3 (MFU)"
-    for tokens_per_s, flops_per_token, peak_tflops in [
-        (1.0e5, 6 * 124e6, 989.0),
-        (4500.0, 3.6e7, 0.9),
-    ]:
-        got = call(name, model_flops_utilization, tokens_per_s, flops_per_token, peak_tflops)
-        expected = tokens_per_s * flops_per_token / (peak_tflops * 1e12)
+    gpt2_small = training_flops_per_token("gpt2-124m", 1024).total  # the course's own count
+    cases = [(1.0e5, gpt2_small, 989.0), (4500.0, 3.31e7, 0.9), (np.float32(2.5e4), 6e8, 312)]
+    for tokens_per_s, flops_per_token, peak in cases:
+        got = call(name, model_flops_utilization, tokens_per_s, flops_per_token, peak)
         expect_number(
             name,
-            f"model_flops_utilization({tokens_per_s}, {flops_per_token}, {peak_tflops})",
+            f"model_flops_utilization({tokens_per_s:g}, {flops_per_token:.4g}, {peak})",
             got,
-            expected,
+            mfu_reference(float(tokens_per_s), flops_per_token, peak),
             mistakes=[
                 (100.0, "Return a fraction (0.4 for 40%), not a percentage."),
-                (1e12, "The peak is in TFLOP/s: multiply it by 1e12."),
+                (1e12, "The peak is in TFLOP/s: how many FLOP/s is one TFLOP/s?"),
+                (1e3, "Tera means 10 to the power 12 (giga is 9)."),
             ],
         )
-    passed(name, "GPT-2 small at 100k tokens/s on an H100 SXM is about 7.5% MFU")
+    expected = mfu_reference(1.0e5, gpt2_small, 989.0)
+    passed(name, f"GPT-2 small (seq 1024) at 100k tokens/s on an H100 SXM (bf16) is "
+                 f"{expected:.1%} MFU")  # fmt: skip
 
 
-@exercise()
-def exercise_perplexity(perplexity) -> None:
-    """Exercise 4: perplexity from a mean cross-entropy loss in nats."""
-    name = "Exercise 4 (perplexity)"
-    for loss in (0.0, 1.0, 3.5, math.log(8192)):
-        got = call(name, perplexity, loss)
-        expect_number(
-            name,
-            f"perplexity({loss})",
-            got,
-            math.exp(loss),
-            rel=1e-6,
-            mistakes=[
-                (
-                    2**loss / math.exp(loss),
-                    "PyTorch's cross-entropy uses the natural log: exp(loss).",
-                ),
-                (math.exp(-2 * loss), "Perplexity is exp(+loss): it grows with the loss."),
-            ],
-        )
-    passed(name, "a loss of ln(8192) = 9.01 is perplexity 8192: a uniform guess over the vocab")
+# ---------------------------------------------------------------- Exercise 4: resumable RNG
+
+
+class RandomStateReference:
+    """llmlab's answer to Exercise 4, from llmlab.train.checkpoint.capture_rng/restore_rng."""
+
+    def __init__(self, data):
+        self.generators = capture_rng()
+        self.data = copy.deepcopy(data.state_dict())
+
+    def restore(self, data) -> None:
+        restore_rng(self.generators)
+        data.load_state_dict(copy.deepcopy(self.data))
+
+
+class _Windows:
+    """A batch source with its own generator, as llmlab.data.loaders.RandomWindows has."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        window = torch.from_numpy(self.rng.integers(0, VOCAB, (2, 6)))
+        return window[:, :-1], window[:, 1:]
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
+SOURCES = {
+    "the data source": "it has a generator of its own: save its state_dict() too.",
+    "torch": "dropout and torch.rand draw from torch's generator: save its state.",
+    "numpy": "numpy's global generator (np.random.rand, np.random.shuffle) has a state too.",
+    "python random": "Python's own `random` module has a state too (random.getstate).",
+    "cuda": "each GPU has its own generator: torch.cuda has functions to get and set them all.",
+}
+
+
+def _step_draws(data) -> dict[str, list]:
+    """What one training step might draw: a batch, dropout, and numpy's and Python's draws."""
+    draws = {
+        "the data source": data.next_batch()[0].tolist(),
+        "torch": torch.rand(3).tolist(),
+        "numpy": np.random.rand(3).tolist(),
+        "python random": [random.random() for _ in range(3)],
+    }
+    if torch.cuda.is_available():
+        draws["cuda"] = torch.rand(3, device="cuda").tolist()
+    return draws
+
+
+def _first_difference(expected: list[dict], got: list[dict]) -> str | None:
+    for source in SOURCES:
+        if any(e.get(source) != g.get(source) for e, g in zip(expected, got, strict=True)):
+            return source
+    return None
+
+
+def _reseed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@exercise(fallback=RandomStateReference,
+          fallback_name="llmlab.train.checkpoint.capture_rng / restore_rng")  # fmt: skip
+def exercise_random_state(random_state) -> None:
+    """Exercise 4: RandomState(data) captures; .restore(data) continues bit for bit."""
+    name = "Exercise 4 (an exactly resumable random state)"
+    _reseed_everything(1234)
+    data = _Windows(seed=5)
+    for _ in range(3):  # part-way through a run, not just after seeding
+        _step_draws(data)
+    saved = call(name, random_state, data)
+    expected = [_step_draws(data) for _ in range(4)]
+    for attempt in ("once", "a second time"):
+        for _ in range(5):  # the run goes on, then a new run seeds everything again
+            _step_draws(data)
+        _reseed_everything(99)
+        fresh = _Windows(seed=77)  # a resumed run builds its own data source
+        call(name, saved.restore, fresh)
+        got = [_step_draws(fresh) for _ in range(4)]
+        source = _first_difference(expected, got)
+        if source is not None:
+            raise ExerciseFailed(
+                f"{name}: after restore() ({attempt}) the draws from {source} differ from those "
+                f"right after the capture: {SOURCES[source]}"
+            )
+    passed(name, "a restored state continues bit for bit, into a fresh data source, twice")
 
 
 NOTEBOOK = "03_training.ipynb"
@@ -146,5 +405,5 @@ EXERCISES = {
     "accumulate": exercise_accumulation,
     "warmup_cosine": exercise_warmup_cosine,
     "model_flops_utilization": exercise_mfu,
-    "perplexity": exercise_perplexity,
+    "RandomState": exercise_random_state,
 }
