@@ -15,9 +15,9 @@ Sizes are in bytes; "GB" in this course means 10^9 bytes, as in the papers it qu
 import dataclasses
 from dataclasses import dataclass
 
+from llmlab.env import GB  # the one definition of the unit
 from llmlab.models import ModelShape, as_shape, count_parameters
 
-GB = 1e9
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # States the optimizer keeps per parameter: SGD's momentum buffer, Adam's two moments.
 OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2, "adam-8bit": 2}

@@ -96,7 +96,7 @@ def _peak_memory_mb(trainer: Trainer, data: BatchSource) -> float:
     step = measure_training_step(
         trainer.model, trainer.optimizer, inputs.to(trainer.device), trainer.precision.dtype
     )
-    return step.peak_bytes / 2**20
+    return step.peak_bytes / 1e6  # MB = 10^6 bytes, like the course's GB = 10^9
 
 
 def runs_table(runs: list[QuickRun], baseline: str | None = None) -> str:

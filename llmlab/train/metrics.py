@@ -16,7 +16,7 @@ try:
 except ImportError:  # optional: without it the GPU readings are None, not an error
     pynvml = None
 
-GB = 1e9  # the course's memory unit: GB = 10^9 bytes (a GiB, 2^30 bytes, is 7% more)
+from llmlab.env import GB  # the course's memory unit, 10^9 bytes (a GiB is 7% more)
 
 
 @dataclass
