@@ -16,7 +16,6 @@ then reports, from the files the runs left:
 
 import argparse
 import json
-import os
 import random
 import shutil
 import signal
@@ -26,10 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import torch
 from safetensors.torch import load_file
 
-from llmlab.train import CheckpointCorrupt, completed_checkpoints, verify_checkpoint
+from llmlab.train import CheckpointCorrupt, verify_checkpoint
+from llmlab.train.checkpoint import completed_checkpoints
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -43,8 +44,17 @@ def command(processes: int, steps: int, every: int, out: Path) -> list[str]:
 
 
 def start(cmd: list[str], log) -> subprocess.Popen:
-    # A session of its own, so one killpg reaches torchrun and every worker, like a lost node.
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL the launcher and every worker at once, like a lost node. (torchrun starts its
+    workers in sessions of their own, so killing its process group would leave them running.)"""
+    tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+    for member in tree:
+        member.send_signal(signal.SIGKILL)
+    process.wait()
+    psutil.wait_procs(tree, timeout=30)
 
 
 def writing_checkpoint(checkpoints: Path) -> bool:
@@ -68,8 +78,7 @@ def run_with_kills(cmd, out: Path, kills: int, rng: random.Random, log) -> tuple
             time.sleep(0.002)
         if process.poll() is None and done < kills:
             during_save += writing_checkpoint(checkpoints)
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            kill_tree(process)
             done += 1
             for checkpoint in completed_checkpoints(checkpoints):
                 try:
@@ -131,7 +140,9 @@ def soak(processes: int, args, scratch: Path, rng: random.Random) -> dict:
         torch.equal(weights_a[k], weights_b[k]) for k in weights_a
     )
     leftovers = [p.name for p in (killed / "checkpoints").iterdir() if p.name.endswith(".tmp")]
-    detected, tried = tampering_detected(killed, scratch)
+    detected, tried = tampering_detected(killed, scratch / f"tampered-{processes}")
+    for problem in sorted(set(corrupt)):
+        print(f"corrupt after a kill ({processes} processes): {problem}")
     return {
         "processes": processes,
         "kills": kills,
