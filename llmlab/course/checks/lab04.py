@@ -1,0 +1,336 @@
+"""Checks for Lab 04 (multi-GPU training), and the versions the lab falls back to.
+
+The distributed exercises run the learner's code for real: `launch` forks a few processes joined in
+a gloo group, each runs the learner's function on random inputs next to the library's answer, and
+sends back numbers; the verdict is given here, in the notebook's process.
+"""
+
+import math
+import random
+import traceback
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from llmlab.course.checks import ExerciseFailed, ExerciseNotDone, exercise, passed
+from llmlab.distributed import LaunchError, launch
+
+WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
+NOT_DONE = "not done"  # what a worker sends back when the learner's code is still the stub
+
+
+def _run_in_workers(name: str, worker: Callable, nprocs: int, *args) -> list:
+    """`worker(*args)` on every rank; the stub's NotImplementedError means "not done"."""
+    try:
+        results = launch(_guarded, nprocs=nprocs, args=(worker, *args), timeout_s=WORKER_TIMEOUT_S)
+    except LaunchError as error:
+        raise ExerciseFailed(
+            f"{name}: with {nprocs} processes your code failed or hung. A rank that waits for a "
+            f"message nobody sends (or sends to the wrong rank) hangs until the timeout.\n{error}"
+        ) from None
+    if any(result == NOT_DONE for result in results):
+        raise ExerciseNotDone(name)
+    return results
+
+
+def _guarded(worker: Callable, *args):
+    try:
+        return worker(*args)
+    except NotImplementedError:
+        return NOT_DONE
+    except Exception:  # the learner's error, shown in the parent without the checker's frames
+        raise RuntimeError(traceback.format_exc(limit=-3)) from None
+
+
+# ---------------------------------------------------------------- Exercise 1: ring all-reduce
+
+
+def all_reduce_reference(tensor: torch.Tensor) -> None:
+    """The lab's fallback for Exercise 1: the library's all-reduce (a sum, in place)."""
+    dist.all_reduce(tensor)
+
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather",
+               "all_gather_into_tensor", "broadcast", "reduce")  # fmt: skip
+SHAPES = [(7,), (10,), (3, 5), (64,)]  # few are divisible by 3 or 4 ranks
+
+
+class _Watch:
+    """Counts the elements this rank sends, and notes any collective called."""
+
+    def __init__(self):
+        self.sent = 0
+        self.collectives: set[str] = set()
+        self.saved = {name: getattr(dist, name) for name in ("send", "isend", *COLLECTIVES)}
+
+    def __enter__(self):
+        for name, original in self.saved.items():
+            setattr(dist, name, self._wrap(name, original))
+        return self
+
+    def _wrap(self, name, original):
+        def wrapped(tensor, *args, **kwargs):
+            if name in ("send", "isend"):
+                self.sent += tensor.numel()
+            else:
+                self.collectives.add(name)
+            return original(tensor, *args, **kwargs)
+
+        return wrapped
+
+    def __exit__(self, *exc):
+        for name, original in self.saved.items():
+            setattr(dist, name, original)
+
+
+def _ring_worker(ring_all_reduce: Callable, seed: int) -> list[dict]:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    outcomes = []
+    for index, shape in enumerate(SHAPES):
+        generator = torch.Generator().manual_seed(seed + 1000 * rank + index)
+        mine = torch.randn(shape, generator=generator)
+        expected = mine.clone()
+        dist.all_reduce(expected)
+        got = mine.clone()
+        with _Watch() as watch:
+            returned = ring_all_reduce(got)
+        dist.barrier()  # every rank done with this shape before the next one starts
+        if isinstance(returned, torch.Tensor) and returned is not got and torch.equal(got, mine):
+            got = returned  # a new tensor returned instead of the input changed: noted below
+            in_place = False
+        else:
+            in_place = True
+        outcomes.append(dict(shape=shape, mine=mine, got=got, expected=expected, in_place=in_place,
+                             sent=watch.sent,
+                             collectives=sorted(watch.collectives)))  # fmt: skip
+    return outcomes
+
+
+def _ring_verdict(name: str, world: int, outcomes: list[list[dict]]) -> None:
+    for rank, by_rank in enumerate(outcomes):
+        for outcome in by_rank:
+            shape, got, expected = outcome["shape"], outcome["got"], outcome["expected"]
+            where = f"with {world} ranks, a tensor of shape {tuple(shape)}, rank {rank}"
+            if outcome["collectives"]:
+                raise ExerciseFailed(
+                    f"{name}: your function called dist.{outcome['collectives'][0]}: build the "
+                    "all-reduce from point-to-point messages only (dist.send/recv, isend/irecv)."
+                )
+            if not outcome["in_place"]:
+                raise ExerciseFailed(
+                    f"{name}: {where}: the tensor passed in was left unchanged. Like "
+                    "dist.all_reduce, change it in place (a new tensor you return is not seen "
+                    "by code that holds the old one)."
+                )
+            if got.shape != expected.shape:
+                raise ExerciseFailed(f"{name}: {where}: the result has shape {tuple(got.shape)}.")
+            if torch.allclose(got, expected, rtol=1e-5, atol=1e-5):
+                continue
+            raise ExerciseFailed(f"{name}: {where}: {_ring_hint(got, expected, outcome, world)}")
+    # Each rank sends each of its n chunks twice less one: 2(n-1) chunk sends in all.
+    for outcome in outcomes[0]:
+        numel = math.prod(outcome["shape"])
+        ring = 2 * (world - 1) * math.ceil(numel / world)
+        if outcome["sent"] > ring:
+            raise ExerciseFailed(
+                f"{name}: with {world} ranks and {numel} elements, rank 0 sent {outcome['sent']} "
+                f"elements; a ring sends each rank's share of about {ring} (2(n-1) chunks of "
+                "1/n of the tensor). Does every rank send its whole tensor?"
+            )
+
+
+def _ring_hint(got: torch.Tensor, expected: torch.Tensor, outcome: dict, world: int) -> str:
+    size = f"largest difference {float((got - expected).abs().max()):.3g}"
+    if torch.allclose(got * world, expected, rtol=1e-5, atol=1e-5):
+        return (f"the result is the mean, not the sum ({size}). dist.all_reduce sums "
+                "(ReduceOp.SUM); averaging is a separate step that DDP takes afterwards.")
+    flat_got, flat_expected = got.flatten(), expected.flatten()
+    right = torch.isclose(flat_got, flat_expected, rtol=1e-5, atol=1e-5)
+    if 0 < right.float().mean() < 1:
+        chunks = right.tensor_split(world)
+        whole = [i for i, chunk in enumerate(chunks) if len(chunk) and chunk.all()]
+        if len(whole) == 1:
+            return (f"only chunk {whole[0]} of {world} holds the full sum ({size}): after the "
+                    "reduce-scatter phase each rank owns one finished chunk; the all-gather "
+                    "phase must pass the finished chunks around the ring.")
+        return (f"some elements are right and some are not ({size}): check which chunk each "
+                "step sends and which it receives into, and that the chunks cover the whole "
+                "tensor when its size does not divide by the number of ranks "
+                "(torch.chunk may make fewer chunks than you ask for; read torch.tensor_split).")
+    if torch.allclose(got, outcome["mine"]):
+        return f"the tensor is unchanged ({size}): nothing was received and added."
+    return (f"the result differs from dist.all_reduce's sum ({size}). Is a received chunk added to "
+            "your own, not written over it, and is a buffer you are still sending left alone "
+            "until its send has completed?")
+
+
+@exercise(fallback=all_reduce_reference, fallback_name="torch.distributed.all_reduce")
+def exercise_ring_all_reduce(ring_all_reduce) -> None:
+    """Exercise 1: ring_all_reduce(tensor) sums `tensor` over all ranks, in place."""
+    name = "Exercise 1 (ring all-reduce)"
+    seed = random.randrange(10_000)
+    for world in (2, 3, 4):
+        outcomes = _run_in_workers(name, _ring_worker, world, ring_all_reduce, seed)
+        _ring_verdict(name, world, outcomes)
+    passed(name, f"equal to dist.all_reduce for 2, 3 and 4 ranks on shapes {SHAPES}, sending "
+                 "2(n-1)/n of the tensor per rank")  # fmt: skip
+
+
+# ---------------------------------------------------------------- Exercise 2: DDP by hand
+
+
+class DataParallelReference:
+    """The lab's fallback for Exercise 2: the same two steps, with the library's collectives."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        for tensor in model.state_dict().values():
+            dist.broadcast(tensor, src=0)
+
+    def average_gradients(self) -> None:
+        for parameter in self.model.parameters():
+            if parameter.grad is not None:
+                dist.all_reduce(parameter.grad)
+                parameter.grad /= dist.get_world_size()
+
+
+class TinyTiedModel(nn.Module):
+    """A small language model with what real ones have: tied embedding and head, biases, a norm."""
+
+    def __init__(self, vocab: int = 23, width: int = 12):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.hidden = nn.Linear(width, width)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.embed.weight  # tied, as in GPT-2: one tensor, two uses
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(F.gelu(self.hidden(self.embed(tokens)))))
+
+
+DDP_STEPS, GLOBAL_BATCH, LR = 3, 12, 0.5
+
+
+def _batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, 23, (GLOBAL_BATCH, 5), generator=generator),
+             torch.randint(0, 23, (GLOBAL_BATCH, 5), generator=generator))
+            for _ in range(DDP_STEPS)]  # fmt: skip
+
+
+def _loss(model, inputs, targets) -> torch.Tensor:
+    return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.detach().flatten() for t in tensors])
+
+
+def _train(model, batches, rank: int, world: int, sync: Callable[[], None] | None) -> list:
+    """Plain SGD (not Adam, which hides a gradient's scale): `sync` after each backward."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    grads = []
+    share = GLOBAL_BATCH // world
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        mine = slice(rank * share, (rank + 1) * share)
+        _loss(model, inputs[mine], targets[mine]).backward()
+        if sync is not None:
+            sync()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        optimizer.step()
+    return grads
+
+
+def _ddp_worker(data_parallel: Callable, seed: int) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    batches = _batches(seed)
+    torch.manual_seed(seed + 1 + rank)  # every rank starts from different weights
+    model = TinyTiedModel()
+    wrapper = data_parallel(model)
+    start = _flat(model.parameters())
+    grads = _train(model, batches, rank, world, wrapper.average_gradients)
+    torch.manual_seed(seed + 1)  # the library's DDP, from rank 0's start
+    library = nn.parallel.DistributedDataParallel(TinyTiedModel())
+    _train(library, batches, rank, world, None)
+    return dict(start=start, final=_flat(model.parameters()), grads=grads,
+                ddp_final=_flat(library.module.parameters()))  # fmt: skip
+
+
+def _single_process(seed: int) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """Rank 0's start, trained alone on the whole global batch: what DDP must reproduce."""
+    torch.manual_seed(seed + 1)
+    model = TinyTiedModel()
+    start = _flat(model.parameters())
+    grads = _train(model, _batches(seed), 0, 1, None)
+    return start, _flat(model.parameters()), grads
+
+
+def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((got - expected).abs().max() / expected.abs().max())
+
+
+def _gradient_hint(world: int, by_rank: list[dict], expected: dict) -> str | None:
+    """What is wrong with the first step's averaged gradients, or None when they are right."""
+    def close(a, b):
+        return torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+
+    wrong = {rank: [n for n in expected if not close(grads[n], expected[n])]
+             for rank, grads in enumerate(by_rank)}  # fmt: skip
+    if not any(wrong.values()):
+        return None
+    if all(close(grads[n], world * expected[n]) for grads in by_rank for n in expected):
+        return (f"the gradients are {world}x too big: all_reduce sums the ranks' gradients; "
+                "DDP averages them, so that N ranks make the same step as one process.")
+    if not wrong[0]:
+        return ("rank 0 has the averaged gradients but the other ranks do not: every rank steps "
+                "its own optimizer, so every rank needs the average.")
+    names = sorted(set.intersection(*(set(names) for names in wrong.values() if names)))
+    if names and len(names) < len(expected):
+        return (f"{', '.join(names)} did not get the averaged gradient: every parameter with "
+                "a gradient must be averaged (how do you list all of a model's parameters?).")
+    return "the gradients after average_gradients() are not the mean of the ranks' gradients."
+
+
+def _ddp_verdict(name: str, world: int, results: list[dict], seed: int) -> None:
+    start, final, grads = _single_process(seed)
+    starts = [r["start"] for r in results]
+    if not all(torch.equal(s, starts[0]) for s in starts):
+        raise ExerciseFailed(
+            f"{name}: with {world} ranks the model's weights differ between ranks after "
+            "DataParallel(model): each rank built its model from its own random seed. Copy "
+            "rank 0's weights to every rank first."
+        )
+    if not torch.allclose(starts[0], start):
+        raise ExerciseFailed(
+            f"{name}: with {world} ranks all ranks start equal, but not from rank 0's weights: "
+            "which rank's weights should everyone take?"
+        )
+    hint = _gradient_hint(world, [r["grads"][0] for r in results], grads[0])
+    if hint:
+        raise ExerciseFailed(f"{name}: with {world} ranks, the first step: {hint}")
+    for rank, result in enumerate(results):
+        for label, got in (("your", result["final"]), ("the library's DDP", result["ddp_final"])):
+            error = _relative(got, final)
+            if error > 1e-5:
+                raise ExerciseFailed(
+                    f"{name}: with {world} ranks, rank {rank}: after {DDP_STEPS} steps {label} "
+                    f"weights differ from one process's by {error:.2g} (relative)."
+                )
+
+
+@exercise(fallback=DataParallelReference,
+          fallback_name="llmlab.course.checks.lab04.DataParallelReference")  # fmt: skip
+def exercise_data_parallel(data_parallel) -> None:
+    """Exercise 2: DataParallel(model) makes the ranks equal; .average_gradients() after backward."""
+    name = "Exercise 2 (DDP by hand)"
+    seed = random.randrange(10_000)
+    for world in (2, 3):
+        results = _run_in_workers(name, _ddp_worker, world, data_parallel, seed)
+        _ddp_verdict(name, world, results, seed)
+    passed(name, f"with 2 and 3 ranks, {DDP_STEPS} SGD steps give one process's weights on the "
+                 "same global batch (and the library's DDP's), tied and bias parameters included")
