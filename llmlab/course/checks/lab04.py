@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from llmlab.course.checks import ExerciseFailed, ExerciseNotDone, exercise, passed
+from llmlab.course.checks import ExerciseFailed, ExerciseNotDone, call, exercise, passed
 from llmlab.distributed import LaunchError, launch
 
 WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
@@ -55,7 +55,7 @@ def all_reduce_reference(tensor: torch.Tensor) -> None:
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather",
                "all_gather_into_tensor", "broadcast", "reduce")  # fmt: skip
-SHAPES = [(7,), (10,), (3, 5), (64,)]  # few are divisible by 3 or 4 ranks
+SHAPES = [(7,), (10,), (2, 3), (5, 13)]  # few divide by 3 or 4 ranks; 6 in 4: chunk makes 3
 
 
 class _Watch:
@@ -87,7 +87,7 @@ class _Watch:
 
 
 def _ring_worker(ring_all_reduce: Callable, seed: int) -> list[dict]:
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     outcomes = []
     for index, shape in enumerate(SHAPES):
         generator = torch.Generator().manual_seed(seed + 1000 * rank + index)
@@ -326,7 +326,7 @@ def _ddp_verdict(name: str, world: int, results: list[dict], seed: int) -> None:
 @exercise(fallback=DataParallelReference,
           fallback_name="llmlab.course.checks.lab04.DataParallelReference")  # fmt: skip
 def exercise_data_parallel(data_parallel) -> None:
-    """Exercise 2: DataParallel(model) makes the ranks equal; .average_gradients() after backward."""
+    """Exercise 2: DataParallel(model) makes the ranks equal; .average_gradients() averages."""
     name = "Exercise 2 (DDP by hand)"
     seed = random.randrange(10_000)
     for world in (2, 3):
@@ -334,3 +334,263 @@ def exercise_data_parallel(data_parallel) -> None:
         _ddp_verdict(name, world, results, seed)
     passed(name, f"with 2 and 3 ranks, {DDP_STEPS} SGD steps give one process's weights on the "
                  "same global batch (and the library's DDP's), tied and bias parameters included")
+
+
+# ---------------------------------------------------------------- Exercise 3: tensor parallel MLP
+
+WIDTH, HIDDEN = 6, 24  # HIDDEN divides by 2, 3 and 4 ranks
+MLP_WEIGHTS = ("fc_weight", "fc_bias", "proj_weight", "proj_bias")
+
+
+def mlp(x, fc_weight, fc_bias, proj_weight, proj_bias) -> torch.Tensor:
+    """The unsplit MLP the tensor-parallel one must equal (nn.Linear's weight layout: out x in)."""
+    return F.linear(F.gelu(F.linear(x, fc_weight, fc_bias)), proj_weight, proj_bias)
+
+
+def _mlp_inputs(seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    weights = {
+        "fc_weight": torch.randn(HIDDEN, WIDTH, generator=generator) / WIDTH**0.5,
+        "fc_bias": torch.randn(HIDDEN, generator=generator),
+        "proj_weight": torch.randn(WIDTH, HIDDEN, generator=generator) / HIDDEN**0.5,
+        "proj_bias": torch.randn(WIDTH, generator=generator),
+    }
+    x = torch.randn(2, 3, WIDTH, generator=generator)
+    upstream = torch.randn(2, 3, WIDTH, generator=generator)  # d(loss)/d(output), random
+    return x, weights, upstream
+
+
+def _forward_backward(fn: Callable, seed: int) -> dict[str, torch.Tensor]:
+    x, weights, upstream = _mlp_inputs(seed)
+    x.requires_grad_()
+    for tensor in weights.values():
+        tensor.requires_grad_()
+    out = fn(x, *weights.values())
+    (out * upstream).sum().backward()
+    grads = {name: (t.grad if t.grad is not None else torch.zeros_like(t))
+             for name, t in [("x", x), *weights.items()]}  # fmt: skip
+    return {"out": out.detach(), **grads}
+
+
+def _tp_worker(tensor_parallel_mlp: Callable, seed: int) -> dict:
+    return _forward_backward(tensor_parallel_mlp, seed)
+
+
+def _tp_hint(world: int, results: list[dict], expected: dict, seed: int) -> str | None:
+    """What is wrong with the learner's forward or backward, or None when both are right."""
+    def close(a, b):
+        return torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+    if not all(close(r["out"], expected["out"]) for r in results):
+        extra_bias = expected["out"] + (world - 1) * _mlp_inputs(seed)[1]["proj_bias"]
+        if close(results[0]["out"], extra_bias):
+            return (f"the output holds the second bias {world} times: each rank added it before "
+                    "the all-reduce summed the ranks' outputs.")
+        return ("the forward output differs from the unsplit MLP's. Which dimension of each "
+                "weight does a rank keep? The first layer can be split so that each rank's part "
+                "of the hidden layer needs no communication before the activation; the second "
+                "then takes exactly that part as its input.")
+    summed = {n: sum(r[n] for r in results) for n in ("fc_weight", "fc_bias", "proj_weight")}
+    if all(close(summed[n], world * expected[n]) for n in summed) and close(
+        results[0]["x"], world * expected["x"]
+    ):
+        return (f"the weight and input gradients are {world}x too big: in the backward pass "
+                "every rank already holds the full gradient of the output; the op that summed "
+                "in the forward pass passes it through unchanged in the backward pass.")
+    if all(close(summed[n], world * expected[n]) for n in summed):
+        return ("every rank computed the whole MLP: each rank must keep only its 1/N part of "
+                "both weight matrices (and of the first bias).")
+    if not all(close(r["x"], expected["x"]) for r in results):
+        if close(sum(r["x"] for r in results), expected["x"]):
+            return ("the input's gradient on each rank is only its own part: in the backward "
+                    "pass the gradients of all ranks' parts must be summed (the conjugate of "
+                    "the forward pass's identity).")
+        return "the input's gradient differs from the unsplit MLP's."
+    for n in summed:
+        if not close(summed[n], expected[n]):
+            return f"the gradient of {n} (summed over the ranks' parts) differs."
+    if not all(close(r["proj_bias"], expected["proj_bias"]) for r in results):
+        return "the second bias's gradient differs: every rank adds it once, after the sum."
+    return None
+
+
+def tensor_parallel_reference(x, fc_weight, fc_bias, proj_weight, proj_bias) -> torch.Tensor:
+    """The lab's fallback for Exercise 3 while it is not done: the unsplit MLP on every rank (it
+    gives the right numbers, without the memory saving tensor parallelism is for)."""
+    return mlp(x, fc_weight, fc_bias, proj_weight, proj_bias)
+
+
+@exercise(fallback=tensor_parallel_reference,
+          fallback_name="llmlab.course.checks.lab04.mlp (unsplit)")  # fmt: skip
+def exercise_tensor_parallel_mlp(tensor_parallel_mlp) -> None:
+    """Exercise 3: a column- then row-parallel MLP equals the unsplit one, forward and backward."""
+    name = "Exercise 3 (column- then row-parallel MLP)"
+    seed = random.randrange(10_000)
+    expected = _forward_backward(mlp, seed)
+    for world in (2, 3):
+        results = _run_in_workers(name, _tp_worker, world, tensor_parallel_mlp, seed)
+        hint = _tp_hint(world, results, expected, seed)
+        if hint:
+            raise ExerciseFailed(f"{name}: with {world} ranks: {hint}")
+    passed(name, "with 2 and 3 ranks: the output, the input's gradient and every weight's "
+                 "gradient equal the unsplit MLP's")  # fmt: skip
+
+
+# ---------------------------------------------------------------- Exercise 4: pipeline schedules
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+def _slots(name: str, timeline, stages: int, micro_batches: int, call_text: str) -> list[dict]:
+    """Each stage's {(kind, micro-batch): slot}; a failure for anything malformed or missing."""
+    if not isinstance(timeline, (list, tuple)) or len(timeline) != stages:
+        raise ExerciseFailed(f"{name}: {call_text} must return one list of slots per stage "
+                             f"({stages} lists); got {type(timeline).__name__}.")  # fmt: skip
+    by_stage = []
+    for stage, row in enumerate(timeline):
+        seen = {}
+        for slot, op in enumerate(row):
+            if op is None:
+                continue
+            if not (isinstance(op, (tuple, list)) and len(op) == 2 and op[0] in ("F", "B")):
+                raise ExerciseFailed(f"{name}: {call_text}: stage {stage}, slot {slot} holds "
+                                     f"{op!r}; use None, ('F', i) or ('B', i).")  # fmt: skip
+            key = (op[0], int(op[1]))
+            if key in seen:
+                raise ExerciseFailed(f"{name}: {call_text}: stage {stage} runs {key} twice.")
+            seen[key] = slot
+        wanted = {(kind, i) for kind in "FB" for i in range(micro_batches)}
+        if set(seen) != wanted:
+            missing = sorted(wanted - set(seen))[:3]
+            raise ExerciseFailed(f"{name}: {call_text}: stage {stage} never runs {missing}: "
+                                 "every stage runs each micro-batch's forward and backward.")
+        by_stage.append(seen)
+    return by_stage
+
+
+def _dependency_error(by_stage: list[dict], micro_batches: int) -> str | None:
+    last = len(by_stage) - 1
+    for stage, slots in enumerate(by_stage):
+        for i in range(micro_batches):
+            if stage > 0 and slots[("F", i)] <= by_stage[stage - 1][("F", i)]:
+                return (f"stage {stage} runs F{i} at slot {slots[('F', i)]}, before stage "
+                        f"{stage - 1} has finished it: a stage's input is the previous stage's "
+                        "output.")
+            if stage < last and slots[("B", i)] <= by_stage[stage + 1][("B", i)]:
+                return (f"stage {stage} runs B{i} at slot {slots[('B', i)]}, before stage "
+                        f"{stage + 1} has finished B{i}: the gradient flows from the last stage "
+                        "back to the first.")
+            if slots[("B", i)] <= slots[("F", i)]:
+                return f"stage {stage} runs B{i} before F{i}."
+    return None
+
+
+def peak_in_flight(slots: dict) -> int:
+    """The most micro-batches whose activations a stage holds at once (forward done, backward
+    not yet): what the schedule costs in memory."""
+    events = sorted((slot, +1 if kind == "F" else -1) for (kind, _), slot in slots.items())
+    held = peak = 0
+    for _, change in events:
+        held += change
+        peak = max(peak, held)
+    return peak
+
+
+def bubble_fraction(timeline) -> float:
+    """The share of all stage-slots, up to the last one used, that stand idle."""
+    length = max(len(row) for row in timeline)
+    busy = sum(op is not None for row in timeline for op in row)
+    return 1 - busy / (length * len(timeline))
+
+
+def _pipeline_verdict(name, schedule, timeline, stages, micro_batches) -> None:
+    call_text = f"pipeline_timeline({stages}, {micro_batches}, {schedule!r})"
+    by_stage = _slots(name, timeline, stages, micro_batches, call_text)
+    error = _dependency_error(by_stage, micro_batches)
+    if error:
+        raise ExerciseFailed(f"{name}: {call_text}: {error}")
+    shortest = 2 * (micro_batches + stages - 1)  # each slot-long op, with the pipeline kept full
+    length = 1 + max(slot for slots in by_stage for slot in slots.values())
+    peaks = [peak_in_flight(slots) for slots in by_stage]
+    if schedule == "gpipe" and any(
+        slots[("B", 0)] < slots[("F", micro_batches - 1)] for slots in by_stage
+    ):
+        raise ExerciseFailed(f"{name}: {call_text}: GPipe runs all forwards of a step before "
+                             "any backward (1F1B is the one that interleaves them).")
+    if schedule == "1f1b":
+        limits = [min(stages - stage, micro_batches) for stage in range(stages)]
+        over = [s for s in range(stages) if peaks[s] > limits[s]]
+        if over:
+            s = over[0]
+            raise ExerciseFailed(
+                f"{name}: {call_text}: stage {s} holds {peaks[s]} micro-batches' activations at "
+                f"once. 1F1B's point is memory: after its warm-up forwards, a stage runs one "
+                "backward for each forward. How many forwards must stage s run before the first "
+                "backward reaches it?"
+            )
+    if length > shortest:
+        raise ExerciseFailed(
+            f"{name}: {call_text}: the step takes {length} slots; the schedule can finish in "
+            f"{shortest}. Is a stage waiting when it has work whose inputs are ready?"
+        )
+
+
+def pipeline_timeline_reference(stages: int, micro_batches: int, schedule: str) -> list[list]:
+    """The lab's fallback for Exercise 4: a slot-by-slot simulation of GPipe or 1F1B."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}: use one of {SCHEDULES}")
+    done: dict[tuple[str, int, int], int] = {}  # (kind, stage, micro-batch) -> slot
+
+    def ready(key, slot):
+        return key in done and done[key] < slot
+
+    forwards, backwards = [0] * stages, [0] * stages
+    timeline: list[list] = [[] for _ in range(stages)]
+    slot = 0
+    while min(backwards) < micro_batches:
+        for stage in range(stages):
+            f, b = forwards[stage], backwards[stage]
+            source = ("B", stage + 1, b) if stage < stages - 1 else ("F", stage, b)
+            can_backward = b < f and ready(source, slot)
+            can_forward = f < micro_batches and (stage == 0 or ready(("F", stage - 1, f), slot))
+            if schedule == "gpipe":
+                can_backward = can_backward and f == micro_batches  # all forwards first
+            else:
+                can_forward = can_forward and f - b < stages - stage  # 1F1B: bounded in flight
+            if can_backward and (schedule == "1f1b" or not can_forward):
+                op = ("B", b)
+                backwards[stage] += 1
+            elif can_forward:
+                op = ("F", f)
+                forwards[stage] += 1
+            else:
+                timeline[stage].append(None)
+                continue
+            done[(op[0], stage, op[1])] = slot
+            timeline[stage].append(op)
+        slot += 1
+    return timeline
+
+
+@exercise(fallback=pipeline_timeline_reference,
+          fallback_name="llmlab.course.checks.lab04.pipeline_timeline_reference")  # fmt: skip
+def exercise_pipeline_timeline(pipeline_timeline) -> None:
+    """Exercise 4: pipeline_timeline(stages, micro_batches, schedule) -> one op list per stage."""
+    name = "Exercise 4 (GPipe and 1F1B timelines)"
+    cases = [(2, 4), (4, 4), (3, 8), (4, 1), (1, 3), (4, 6)]
+    for stages, micro_batches in cases:
+        for schedule in SCHEDULES:
+            timeline = call(name, pipeline_timeline, stages, micro_batches, schedule)
+            _pipeline_verdict(name, schedule, timeline, stages, micro_batches)
+    passed(name, f"valid, as short as the pipeline allows, and 1F1B within its memory bound, "
+                 f"for (stages, micro-batches) in {cases}")  # fmt: skip
+
+
+NOTEBOOK = "04_multi_gpu.ipynb"
+# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+EXERCISES = {
+    "ring_all_reduce": exercise_ring_all_reduce,
+    "DataParallel": exercise_data_parallel,
+    "tensor_parallel_mlp": exercise_tensor_parallel_mlp,
+    "pipeline_timeline": exercise_pipeline_timeline,
+}
