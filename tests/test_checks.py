@@ -24,7 +24,9 @@ def case_id(case) -> str:
 
 
 def definitions(folder: str, module) -> dict:
-    return load_definitions(ROOT / folder / module.NOTEBOOK, list(module.EXERCISES))
+    # HELPERS: other definitions of the notebook that an exercise's function calls.
+    names = [*module.EXERCISES, *getattr(module, "HELPERS", ())]
+    return load_definitions(ROOT / folder / module.NOTEBOOK, names)
 
 
 def test_every_exercise_check_is_registered():

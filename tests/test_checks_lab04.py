@@ -165,12 +165,11 @@ class HandDDP:
 
 
 class DDPWithAllReduceAverage(HandDDP):
-    """Also correct: the AVG reduction does the division (gloo lacks it: divide first, then SUM)."""
+    """Also correct: the AVG reduction does the division."""
 
     def average_gradients(self):
         for parameter in self.model.parameters():
-            parameter.grad /= dist.get_world_size()
-            dist.all_reduce(parameter.grad)
+            dist.all_reduce(parameter.grad, op=dist.ReduceOp.AVG)
 
 
 class SumWithoutDividing(HandDDP):

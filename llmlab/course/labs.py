@@ -74,7 +74,7 @@ LABS: tuple[Lab, ...] = (
     Lab(3, "training", "Training on one GPU", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (GPT-2 small, 2000 steps of 65k tokens)",
         _training_gpu(TRAINING_GPU_GB)),
-    Lab(4, "multi_gpu", "Multi-GPU training", False,
+    Lab(4, "multi_gpu", "Multi-GPU training", True,
         "2 or more GPUs (DDP, ZeRO/FSDP, tensor and pipeline parallelism)", _multi_gpu),
     Lab(5, "scale", "Training at scale", False,
         "2 or more GPUs (launchers, failures and restarts; the cluster planner needs none)",

@@ -594,3 +594,5 @@ EXERCISES = {
     "tensor_parallel_mlp": exercise_tensor_parallel_mlp,
     "pipeline_timeline": exercise_pipeline_timeline,
 }
+# The notebook's other definitions those functions call: Exercise 3's two conjugate operations.
+HELPERS = ("CopyToTensorParallel", "ReduceFromTensorParallel")
