@@ -12,9 +12,14 @@ from llmlab.distributed.groups import (
     leave_process_group,
     process_group,
 )
+from llmlab.distributed.launch import LaunchError, launch, run_script, torchrun_command
 
 __all__ = [
     "DistInfo",
+    "LaunchError",
+    "launch",
+    "run_script",
+    "torchrun_command",
     "default_backend",
     "dist_info",
     "leave_process_group",
