@@ -1,0 +1,317 @@
+"""Start N processes that work together, from a notebook, a test or a terminal.
+
+Two ways, for two uses:
+- `launch(fn, nprocs)` runs a Python function on N ranks that have already joined a process group,
+  and returns what each rank returned. It forks, so a function defined in a notebook cell works
+  (the "spawn" start method would have to import it by name, and a notebook has no module name).
+- `run_script(path, nprocs)` runs a script under `torchrun`, the way training jobs are launched.
+
+Both show every rank's output prefixed with its rank, stop every rank when one fails or hangs,
+and raise `LaunchError` naming the rank that caused it.
+"""
+
+import contextlib
+import os
+import pickle
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from multiprocessing import get_context
+from pathlib import Path
+
+import psutil
+import torch
+import torch.distributed as dist
+
+from llmlab.distributed.groups import leave_process_group
+
+# Seconds the other ranks get to finish on their own after one rank failed, before they are
+# stopped: they are usually blocked in a collective that the failed rank will never join.
+GRACE_S = 2.0
+
+
+class LaunchError(RuntimeError):
+    """One or more ranks failed, died or hung; the message says which and why."""
+
+
+def free_port() -> int:
+    """A TCP port nobody is listening on now, for the ranks to meet at (the rendezvous)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _check_nprocs(nprocs: int) -> None:
+    if not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"nprocs must be a positive integer, got {nprocs!r}")
+
+
+def _rank_main(fn, args, rank, nprocs, port, backend, timeout_s, threads, out_fd, result) -> None:
+    """The body of one forked rank: redirect output, join the group, run, report, leave."""
+    os.dup2(out_fd, 1)  # C++ (gloo, NCCL) writes to file descriptors 1 and 2, not sys.stdout
+    os.dup2(out_fd, 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the rank
+    sys.stderr = sys.stdout
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nprocs),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+    # One math thread per rank: N ranks with many OpenMP threads each on a few cores run slower
+    # than one thread each; and a forked child must not reuse the parent's thread pool.
+    torch.set_num_threads(threads)
+    code = 0
+    try:
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        value = fn(*args)
+        result.send_bytes(pickle.dumps(("ok", value)))
+        leave_process_group()
+    except BaseException:
+        code = 1
+        with contextlib.suppress(Exception):
+            result.send_bytes(pickle.dumps(("error", traceback.format_exc())))
+        if dist.is_initialized():
+            leave_process_group(wait_for_others=False)
+    finally:
+        sys.stdout.flush()
+        os._exit(code)  # skip the parent's exit handlers (a notebook kernel's, pytest's)
+
+
+class _Lines:
+    """Collects one rank's output bytes and prints whole lines with the rank in front."""
+
+    def __init__(self, rank: int):
+        self.prefix, self.partial = f"[rank {rank}] ", b""
+
+    def feed(self, data: bytes) -> None:
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            print(self.prefix + line.decode(errors="replace"), flush=True)
+
+    def close(self) -> None:
+        if self.partial:
+            self.feed(b"\n")
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"was killed by signal {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def launch(
+    fn: Callable,
+    nprocs: int = 2,
+    args: Sequence = (),
+    backend: str = "gloo",
+    timeout_s: float = 120,
+    threads: int = 1,
+) -> list:
+    """Run `fn(*args)` on `nprocs` ranks of a fresh process group; return each rank's result.
+
+    Each rank sees RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT as under torchrun, and the
+    group is already initialised (`dist.get_rank()` works). Results come back pickled, in rank
+    order: return CPU tensors, numbers or dicts. A collective waits at most `timeout_s`, so a rank
+    that never arrives ends the run with an error instead of a hang.
+    """
+    _check_nprocs(nprocs)
+    if backend == "nccl" and torch.cuda.device_count() < nprocs:
+        raise ValueError(
+            f"the nccl backend needs one CUDA GPU per rank: {nprocs} ranks, "
+            f"{torch.cuda.device_count()} GPUs. Use backend='gloo' to run on the CPU."
+        )
+    if dist.is_initialized():
+        raise RuntimeError("launch() starts its own process group: call it outside of one")
+    context = get_context("fork")
+    port = free_port()
+    ranks = []
+    for rank in range(nprocs):
+        out_read, out_write = os.pipe()
+        result_read, result_write = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_rank_main, name=f"rank {rank}", daemon=True,
+            args=(fn, args, rank, nprocs, port, backend, timeout_s, threads, out_write,
+                  result_write),
+        )  # fmt: skip
+        process.start()
+        os.close(out_write)  # the parent keeps only the reading ends
+        result_write.close()
+        ranks.append((process, out_read, result_read))
+    try:
+        return _supervise(ranks, timeout_s)
+    finally:
+        for process, out_read, result_read in ranks:
+            if process.is_alive():
+                process.kill()
+            process.join()
+            os.close(out_read)
+            result_read.close()
+
+
+def _supervise(ranks: list, timeout_s: float) -> list:
+    """Show the ranks' output as it comes; collect their results; stop them all on a failure."""
+    selector = selectors.DefaultSelector()
+    printers = {}
+    for rank, (process, out_read, result_read) in enumerate(ranks):
+        printers[rank] = _Lines(rank)
+        selector.register(out_read, selectors.EVENT_READ, ("output", rank))
+        selector.register(result_read, selectors.EVENT_READ, ("result", rank))
+        selector.register(process.sentinel, selectors.EVENT_READ, ("exit", rank))
+    results: dict[int, object] = {}
+    failure: str | None = None
+    deadline = time.monotonic() + timeout_s
+    exited: set[int] = set()
+    while len(exited) < len(ranks):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            waiting = [r for r in range(len(ranks)) if r not in exited]
+            failure = failure or (
+                f"rank(s) {waiting} did not finish within {timeout_s:g} s: a rank waiting in a "
+                "collective that another rank never reaches hangs until then"
+            )
+            break
+        for key, _ in selector.select(timeout=min(remaining, 0.5)):
+            kind, rank = key.data
+            process, out_read, result_read = ranks[rank]
+            if kind == "output":
+                data = os.read(out_read, 1 << 16)
+                if data:
+                    printers[rank].feed(data)
+                else:
+                    selector.unregister(out_read)
+            elif kind == "result":
+                try:
+                    status, value = pickle.loads(result_read.recv_bytes())
+                except EOFError:
+                    selector.unregister(result_read)
+                    continue
+                selector.unregister(result_read)
+                if status == "ok":
+                    results[rank] = value
+                elif failure is None:
+                    failure = f"rank {rank} raised an error:\n{value}"
+                    deadline = min(deadline, time.monotonic() + GRACE_S)
+            else:
+                selector.unregister(process.sentinel)
+                exited.add(rank)
+                if rank not in results and failure is None:
+                    process.join()
+                    failure = (
+                        f"rank {rank} {_describe_exit(process.exitcode)} before it finished; "
+                        "the other ranks were stopped"
+                    )
+                    deadline = min(deadline, time.monotonic() + GRACE_S)
+    for rank, (_, out_read, _) in enumerate(ranks):
+        _drain(out_read, printers[rank])
+    selector.close()
+    if failure is not None:
+        raise LaunchError(failure)
+    return [results[rank] for rank in range(len(ranks))]
+
+
+def _drain(fd: int, printer: _Lines) -> None:
+    """Print what a rank wrote just before it ended."""
+    os.set_blocking(fd, False)
+    with contextlib.suppress(BlockingIOError):
+        while data := os.read(fd, 1 << 16):
+            printer.feed(data)
+    printer.close()
+
+
+def torchrun_command(
+    script: str | Path,
+    nprocs: int = 2,
+    script_args: Sequence[str] = (),
+    module: bool = False,
+    log_dir: str | Path | None = None,
+) -> list[str]:
+    """The `torchrun` command line for one machine (`--standalone`: a rendezvous on localhost).
+
+    `python -m torch.distributed.run` is torchrun itself; it is used so that the torchrun of
+    this Python runs, whatever `torchrun` is first on PATH.
+    """
+    _check_nprocs(nprocs)
+    target = ["-m", str(script)] if module else [str(script)]
+    logs = [f"--log-dir={log_dir}"] if log_dir else []
+    # --tee=3: each rank's stdout and stderr reach the console, prefixed with its rank.
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={nprocs}", "--tee=3", *logs, *target,
+            *map(str, script_args)]  # fmt: skip
+
+
+def run_script(
+    script: str | Path,
+    nprocs: int = 2,
+    script_args: Sequence[str] = (),
+    module: bool = False,
+    timeout_s: float = 600,
+    threads: int = 1,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run a script (or `module=True`: a module) under torchrun; stream and return its output.
+
+    torchrun prefixes each line with the rank that printed it (`[default0]:`). The process tree
+    is stopped if it runs past `timeout_s`; a failure raises `LaunchError` with the output's end.
+    """
+    if not module and not Path(script).is_file():
+        raise FileNotFoundError(f"no script at {script}: write it first (e.g. with %%writefile)")
+    with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as logs:
+        command = torchrun_command(script, nprocs, script_args, module, log_dir=logs)
+        child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   env=child_env)  # fmt: skip
+        lines = _stream(process, timeout_s)
+    output = "".join(lines)
+    if process.returncode != 0:
+        tail = "".join(lines[-25:])
+        raise LaunchError(
+            f"torchrun {_describe_exit(process.returncode)} ({' '.join(command[3:])}).\n"
+            f"Its last lines (torchrun's error report names the failed rank):\n{tail}"
+        )
+    return output
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill a process and all its descendants: torchrun's workers run in sessions of their own,
+    so killing torchrun's process group would leave them running."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        parent = psutil.Process(pid)
+        for process in [*parent.children(recursive=True), parent]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+
+
+def _stream(process: subprocess.Popen, timeout_s: float) -> list[str]:
+    """Print a child's output line by line as it comes; kill its process group past the time."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    partial = b""
+    while True:
+        if time.monotonic() > deadline:
+            _kill_tree(process.pid)
+            process.wait()
+            lines.append(f"(stopped: still running after {timeout_s:g} s)\n")
+            break
+        if not selector.select(timeout=0.5):
+            continue
+        data = os.read(process.stdout.fileno(), 1 << 16)
+        if not data:
+            break
+        *done, partial = (partial + data).split(b"\n")
+        for line in done:
+            text = line.decode(errors="replace") + "\n"
+            lines.append(text)
+            print(text, end="", flush=True)
+    if partial:
+        lines.append(partial.decode(errors="replace") + "\n")
+        print(lines[-1], end="", flush=True)
+    selector.close()
+    process.stdout.close()
+    process.wait()
+    return lines
