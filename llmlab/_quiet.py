@@ -9,6 +9,20 @@ import os
 import warnings
 
 
+class _DropMessagesStartingWith(logging.Filter):
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+# DeepSpeed sets its logger's level when it is imported, so a filter (which it keeps) is what
+# hides a message; one instance, so calling the function again does not stack copies.
+_DEEPSPEED_CPU_FALLBACK = _DropMessagesStartingWith("Setting accelerator to CPU")
+
+
 def silence_third_party_noise() -> None:
     # Hugging Face libraries log advisory warnings at import and on every model build.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -22,5 +36,8 @@ def silence_third_party_noise() -> None:
     # On AVX512-BF16 CPUs bitsandbytes looks for a hub-downloaded kernel (the `kernels` package,
     # which the course does not install: no downloads) and says so before using its own.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    # DeepSpeed warns at import, on every machine without a GPU, that it falls back to the CPU
+    # (`llmlab doctor` reports the devices).
+    logging.getLogger("DeepSpeed").addFilter(_DEEPSPEED_CPU_FALLBACK)
     # Jupyter's TqdmWarning when ipywidgets is missing is handled by tqdm's text fallback.
     warnings.filterwarnings("ignore", message="IProgress not found")
