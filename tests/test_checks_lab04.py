@@ -315,7 +315,8 @@ def tp_computing_the_whole_mlp(x, w1, b1, w2, b2):
     return _tp(x, w1, b1, w2, b2, whole=True, f=Identity, g=Identity)
 
 
-@pytest.mark.parametrize("right", [tp_right, tp_with_strided_parts], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("right", [tp_right, tp_with_strided_parts,
+                                   check.tensor_parallel_reference], ids=lambda f: f.__name__)
 def test_tensor_parallel_mlp_accepts_correct_forms(right, capsys):
     check.exercise_tensor_parallel_mlp(right)
     assert "PASSED" in capsys.readouterr().out

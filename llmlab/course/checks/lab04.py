@@ -17,6 +17,7 @@ from torch import nn
 
 from llmlab.course.checks import ExerciseFailed, ExerciseNotDone, call, exercise, passed
 from llmlab.distributed import LaunchError, launch
+from llmlab.distributed.tensor_parallel import CopyToTensorParallel, ReduceFromTensorParallel
 
 WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
 NOT_DONE = "not done"  # what a worker sends back when the learner's code is still the stub
@@ -53,8 +54,9 @@ def all_reduce_reference(tensor: torch.Tensor) -> None:
     dist.all_reduce(tensor)
 
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather",
-               "all_gather_into_tensor", "broadcast", "reduce")  # fmt: skip
+COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor",
+               "all_gather", "all_gather_single", "all_gather_into_tensor", "broadcast",
+               "reduce")  # fmt: skip
 SHAPES = [(7,), (10,), (2, 3), (5, 13)]  # few divide by 3 or 4 ranks; 6 in 4: chunk makes 3
 
 
@@ -415,13 +417,18 @@ def _tp_hint(world: int, results: list[dict], expected: dict, seed: int) -> str 
 
 
 def tensor_parallel_reference(x, fc_weight, fc_bias, proj_weight, proj_bias) -> torch.Tensor:
-    """The lab's fallback for Exercise 3 while it is not done: the unsplit MLP on every rank (it
-    gives the right numbers, without the memory saving tensor parallelism is for)."""
-    return mlp(x, fc_weight, fc_bias, proj_weight, proj_bias)
+    """The lab's fallback for Exercise 3: rank r's contiguous share of the hidden units, with the
+    two conjugate operations of llmlab.distributed.tensor_parallel."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    part = fc_weight.shape[0] // world
+    mine = slice(rank * part, (rank + 1) * part)
+    x = CopyToTensorParallel.apply(x, None)  # None: the default group, every rank
+    hidden = F.gelu(F.linear(x, fc_weight[mine], fc_bias[mine]))
+    return ReduceFromTensorParallel.apply(F.linear(hidden, proj_weight[:, mine]), None) + proj_bias
 
 
 @exercise(fallback=tensor_parallel_reference,
-          fallback_name="llmlab.course.checks.lab04.mlp (unsplit)")  # fmt: skip
+          fallback_name="llmlab.course.checks.lab04.tensor_parallel_reference")  # fmt: skip
 def exercise_tensor_parallel_mlp(tensor_parallel_mlp) -> None:
     """Exercise 3: a column- then row-parallel MLP equals the unsplit one, forward and backward."""
     name = "Exercise 3 (column- then row-parallel MLP)"
