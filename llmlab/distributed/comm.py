@@ -106,8 +106,16 @@ def count_collectives() -> Iterator[CommCounter]:
 class _Done:
     """Stands in for the Work handle of a collective that was never sent."""
 
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
     def wait(self, *args, **kwargs) -> bool:
         return True
+
+    def get_future(self) -> torch.futures.Future:
+        future = torch.futures.Future()
+        future.set_result([self.tensor])  # DDP's hooks chain on the future's [tensor]
+        return future
 
 
 @contextmanager
@@ -115,22 +123,20 @@ def drop_collectives(*kinds: str) -> Iterator[None]:
     """Skip the named kinds of collective inside the block (to show what a check catches when a
     strategy's communication is removed): an all-reduce or broadcast leaves the tensor as it is,
     a reduce-scatter keeps this rank's own chunk unreduced."""
-    unknown = set(kinds) - set(RING_FACTOR)
-    if unknown:
-        raise ValueError(f"unknown collectives {sorted(unknown)}: use some of {list(RING_FACTOR)}")
+    droppable = ("all_reduce", "broadcast", "reduce_scatter")  # an all-gather's result is used
+    if not set(kinds) <= set(droppable):
+        raise ValueError(f"cannot drop {sorted(set(kinds) - set(droppable))}: use {droppable}")
 
     def dropping(name, original):
         if WRAPPED[name] not in kinds:
             return original
 
         def local_only(*args, **kwargs):
+            full = _full_tensor(name, args, kwargs)
             if WRAPPED[name] == "reduce_scatter":
-                output = kwargs.get("output", kwargs.get("output_tensor", args[0] if args else None))
-                full = _full_tensor(name, args, kwargs)
+                output = kwargs.get("output", args[0] if args else None)
                 output.copy_(full.view(dist.get_world_size(), -1)[dist.get_rank()].view_as(output))
-            elif WRAPPED[name] == "all_gather":
-                raise RuntimeError("an all-gather cannot be dropped: the model needs its result")
-            return _Done()
+            return _Done(full)
 
         return local_only
 
@@ -156,14 +162,9 @@ def zero1_bytes(parameters: int, world_size: int, bytes_per_value: int = 4) -> f
     )
 
 
-def fsdp_bytes(
-    parameters: int, world_size: int, bytes_per_value: int = 4, root_parameters: int = 0
-) -> float:
-    """ZeRO-3 / FSDP2: all-gather the weights in forward, again in backward, reduce-scatter the
-    gradients: 3 (N-1)/N * Psi * bytes, 1.5x DDP. The root module (embeddings, final norm) is not
-    resharded after forward (FSDP2 keeps it for the backward that follows at once), so its
-    `root_parameters` are all-gathered once, not twice."""
-    gathers = 2 * parameters - root_parameters
-    return ring_bytes("all_gather", gathers * bytes_per_value, world_size) + ring_bytes(
+def fsdp_bytes(parameters: int, world_size: int, bytes_per_value: int = 4) -> float:
+    """ZeRO-3 / FSDP2 with reshard_after_forward: all-gather the weights in forward, again in
+    backward, reduce-scatter the gradients: 3 (N-1)/N * Psi * bytes, 1.5x DDP."""
+    return ring_bytes("all_gather", 2 * parameters * bytes_per_value, world_size) + ring_bytes(
         "reduce_scatter", parameters * bytes_per_value, world_size
     )

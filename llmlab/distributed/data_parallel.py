@@ -89,20 +89,22 @@ def make_optimizer(
     model: nn.Module,
     strategy: str,
     params: Iterable | None = None,
-    **adamw_options,
+    optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
+    **options,
 ) -> torch.optim.Optimizer:
-    """AdamW for the wrapped model: sharded over the ranks for "zero1", plain otherwise (FSDP's
-    parameters are already shards, so a plain AdamW keeps only this rank's states).
+    """AdamW (or `optimizer_class`) for the wrapped model: sharded over the ranks for "zero1",
+    plain otherwise (FSDP's parameters are already shards, so a plain AdamW keeps only this
+    rank's states).
 
     params: parameters or parameter groups (default: all of the model's parameters).
-    adamw_options: lr, betas, weight_decay, ... as torch.optim.AdamW takes them.
+    options: lr, betas, weight_decay, ... as the optimizer class takes them.
     """
     check_strategy(strategy)
     params = list(model.parameters() if params is None else params)
     if strategy != "zero1":
-        return torch.optim.AdamW(params, **adamw_options)
+        return optimizer_class(params, **options)
     _require_group(strategy)
-    return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, **adamw_options)
+    return ZeroRedundancyOptimizer(params, optimizer_class=optimizer_class, **options)
 
 
 def register_comm_hook(model: DistributedDataParallel, kind: str = "allreduce", **powersgd):
@@ -119,6 +121,11 @@ def register_comm_hook(model: DistributedDataParallel, kind: str = "allreduce", 
         raise TypeError("comm hooks belong to DDP: wrap the model with strategy 'ddp' first")
     if kind not in COMM_HOOKS:
         raise ValueError(f"unknown comm hook {kind!r}: use one of {', '.join(COMM_HOOKS)}")
+    if kind == "bf16" and dist.get_backend() != "nccl":
+        raise ValueError(
+            "bf16 compression is a CUDA feature (NCCL 2.10+): the gloo backend cannot all-reduce "
+            "bf16; use kind='fp16' on CPUs, or run on GPUs with NCCL"
+        )
     state, hook = None, {
         "allreduce": default_hooks.allreduce_hook,
         "fp16": default_hooks.fp16_compress_hook,

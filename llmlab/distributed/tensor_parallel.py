@@ -222,7 +222,7 @@ def model_shape(model: nn.Module) -> ModelShape:
 
 
 def _family(model: nn.Module) -> str:
-    family = getattr(model.config, "model_type", "")
+    family = getattr(getattr(model, "config", None), "model_type", "")
     if family not in ("gpt2", "llama"):
         raise TypeError(f"no tensor-parallel plan for a {family!r} model: use gpt2 or llama")
     return family

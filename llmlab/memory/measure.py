@@ -93,6 +93,8 @@ class MemoryTracker(TorchDispatchMode):
 
     def _add_all(self, tensors: Iterable[torch.Tensor], category: str) -> None:
         for tensor in tensors:
+            if tensor.device.type == "meta":  # a shape without memory (DeepSpeed keeps some)
+                continue
             storage = tensor.untyped_storage()
             key = id(storage)
             if key in self._live:
