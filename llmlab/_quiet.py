@@ -39,5 +39,13 @@ def silence_third_party_noise() -> None:
     # DeepSpeed warns at import, on every machine without a GPU, that it falls back to the CPU
     # (`llmlab doctor` reports the devices).
     logging.getLogger("DeepSpeed").addFilter(_DEEPSPEED_CPU_FALLBACK)
+    # torch 2.13 renamed some collectives (all_gather_into_tensor -> all_gather_single, ...) and
+    # warns on every call of the old names, which DeepSpeed still uses: many lines per step.
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated",
+                            category=FutureWarning)  # fmt: skip
+    # Counting tensor-parallel collectives with CommDebugMode hooks modules whose outputs are
+    # transformers' dataclasses; torch warns, once per module type, that those hooks are skipped.
+    warnings.filterwarnings("ignore", message="For backward hooks to be called")
+    warnings.filterwarnings("ignore", message="Full backward hook is firing")
     # Jupyter's TqdmWarning when ipywidgets is missing is handled by tqdm's text fallback.
     warnings.filterwarnings("ignore", message="IProgress not found")

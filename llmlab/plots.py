@@ -261,3 +261,23 @@ def throughput_bars(values: Mapping[str, float], unit: str = "tokens/s", title: 
     ax.set_title(title or f"Measured {unit}")
     fig.tight_layout()
     return fig
+
+
+def bubble_sweep(rows: Sequence[Mapping], title: str = "") -> Figure:
+    """Measured idle share of each pipeline stage against the formula, per micro-batch count
+    (rows as `llmlab.distributed.pipeline.bubble_sweep` returns them)."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    counts = [row["microbatches"] for row in rows]
+    for stage in range(len(rows[0]["idle"])):
+        ax.plot(counts, [row["idle"][stage] for row in rows], "o-", label=f"stage {stage}, measured")
+    ax.plot(counts, [row["formula"] for row in rows], "k--", label="(p-1)/(m+p-1)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(counts, [str(m) for m in counts])
+    ax.set_xlabel("micro-batches per step (m)")
+    ax.set_ylabel("idle share of the step")
+    ax.set_ylim(0, None)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Pipeline bubble against micro-batches")
+    fig.tight_layout()
+    return fig

@@ -278,8 +278,8 @@ def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
 
 def _gradient_hint(world: int, by_rank: list[dict], expected: dict) -> str | None:
     """What is wrong with the first step's averaged gradients, or None when they are right."""
-    def close(a, b):
-        return torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+    def close(a, b):  # the ranks add in another order than one process: rounding differs
+        return torch.allclose(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()))
 
     wrong = {rank: [n for n in expected if not close(grads[n], expected[n])]
              for rank, grads in enumerate(by_rank)}  # fmt: skip
