@@ -28,6 +28,7 @@ from llmlab.distributed.tensor_parallel import (
     tensor_parallel_bytes,
     tensor_parallel_plan,
 )
+from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import build_model, preset
 
 TOLERANCE = 1e-5  # the target for TP vs one process, relative, fp32
@@ -158,3 +159,22 @@ def test_bad_input_is_named():
         launch(train_tensor_parallel, nprocs=2, args=(None, 1, 3, 32, 1), timeout_s=60)
     with pytest.raises(TypeError, match="no tensor-parallel plan"):
         tensor_parallel_plan(nn.Linear(2, 2))
+
+
+def _local_weight_bytes():
+    model = apply_tensor_parallel(build_model(smoke_shape()), device_mesh(tp=2)["tp"])
+    return tp_module.local_parameter_bytes(model)
+
+
+def test_each_rank_holds_half_of_every_block_matrix_and_all_of_the_rest():
+    shape = smoke_shape()
+    d, f = shape.d_model, shape.ff
+    # Split: q, k, v, attention output, MLP in and out matrices, and the column-parallel biases.
+    split = shape.n_layer * (4 * d * d + 2 * d * f + 3 * d + f)
+    total = sum(p.numel() for p in build_model(shape).parameters())
+    measured = launch(_local_weight_bytes, nprocs=2, timeout_s=60)
+    assert measured == [4 * (total - split // 2)] * 2  # fp32
+    # The memory planner also splits the embeddings (Megatron's vocabulary-parallel embedding
+    # and LM head), which this plan keeps whole: it plans fewer bytes than these ranks hold.
+    planned = estimate_memory(shape, TrainingSetup(dtype="fp32", tensor_parallel=2, gpus=2))
+    assert planned.items["weights"] < measured[0]
