@@ -34,6 +34,12 @@ from llmlab.models import build_model, preset
 TOLERANCE = 1e-5  # the issue's target for TP vs one process, relative, fp32
 
 
+@pytest.fixture(scope="module")
+def reference():
+    """Parameters after 5 steps of the smoke model in one process, on the whole batch."""
+    return train_single_process()
+
+
 def _mlp_against_unsplit(broken: str):
     """Run the split MLP and the unsplit one on the same input; return the largest differences."""
     if broken == "no f":  # the backward all-reduce of the input's gradient left out
@@ -123,26 +129,24 @@ def test_parallelized_model_matches_and_all_reduces_four_activations_per_block(f
 
 
 @pytest.mark.slow
-def test_five_steps_of_tensor_parallel_match_one_process():
-    reference = train_single_process()
+def test_five_steps_of_tensor_parallel_match_one_process(reference):
     runs = launch(train_tensor_parallel, nprocs=2, args=(None, 5, 8, 32, 2), timeout_s=120)
     for run in runs:
         assert max_relative_error(run.params, reference) < TOLERANCE
     assert runs[0].comm_counts == {"all_reduce": 4 * smoke_shape().n_layer}
 
 
-def test_the_comparison_fails_without_the_row_parallel_all_reduce():
+@pytest.mark.slow
+def test_the_comparison_fails_without_the_row_parallel_all_reduce(reference):
     plan = tensor_parallel_plan(build_model(smoke_shape()))
     plan["mlp.c_proj"] = RowwiseParallel(output_layouts=Partial())  # keep the partial sums
-    reference = train_single_process()
     run = launch(train_tensor_parallel, nprocs=2, args=(None, 5, 8, 32, 2, plan), timeout_s=120)
     assert max_relative_error(run[0].params, reference) > 1e-2
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("average", [True, False])
-def test_2d_data_and_tensor_parallel_on_four_ranks_matches_one_process(average):
-    reference = train_single_process()
+def test_2d_data_and_tensor_parallel_on_four_ranks_matches_one_process(average, reference):
     runs = launch(train_tensor_parallel, nprocs=4, args=(None, 5, 8, 32, 2, None, average),
                   timeout_s=120)  # fmt: skip
     errors = [max_relative_error(run.params, reference) for run in runs]
