@@ -1,11 +1,16 @@
 """The trainer's `parallel` strategies on 2 gloo ranks: ZeRO-1 and FSDP2 train like one process
 on the same global batch, and an FSDP run checkpoints its shards (DCP) and resumes from them."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.distributed as dist
 from train_fakes import FixedRows, global_rows, tiny_gpt2
 
+from llmlab.cli import main
 from llmlab.distributed import launch
 from llmlab.train import TrainConfig, Trainer
 from llmlab.train.checkpoint import CheckpointCorrupt, is_sharded, verify_checkpoint
@@ -76,3 +81,26 @@ def test_one_process_ignores_the_strategy():
     trainer = Trainer(tiny_gpt2(), settings(8, parallel="fsdp"), FixedRows(global_rows(8), 8))
     assert trainer.strategy == "none" and trainer.forward_model is trainer.model
     assert isinstance(trainer.optimizer, torch.optim.AdamW)
+
+
+def test_cli_names_an_unknown_strategy(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--profile", "smoke", "--parallel", "zero3"])
+    assert exit_info.value.code == 2
+    assert "--parallel zero3: use one of ddp, zero1, fsdp" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_trains_with_fsdp_under_torchrun(tmp_path):
+    """`torchrun ... llmlab train --parallel fsdp` trains and writes sharded checkpoints (the
+    trainer test above covers resuming from them)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+               "llmlab", "train", "--profile", "smoke", "--parallel", "fsdp", "--steps", "2",
+               "--checkpoint-every", "1", "--out", str(tmp_path)]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "2 steps on 2 process(es)" in run.stdout
+    for step in (1, 2):
+        verify_checkpoint(tmp_path / "checkpoints" / f"step_{step:07d}")
+        assert is_sharded(tmp_path / "checkpoints" / f"step_{step:07d}")
