@@ -1,6 +1,7 @@
 """Model presets and builders (through `transformers` configs), parameter and FLOP counts, and an
 LSTM language model to compare with the transformer."""
 
+from llmlab.models.blocks import transformer_blocks
 from llmlab.models.counts import (
     FlopCounts,
     ParamCounts,
@@ -26,5 +27,5 @@ __all__ = [
     "ATTENTION", "PRESETS", "SMOKE_VOCAB", "FlopCounts", "LSTMLanguageModel", "ModelShape",
     "ParamCounts", "as_shape", "block_parameters", "build_model", "count_model_parameters",
     "count_parameters", "lstm_flops_per_token", "lstm_layer_parameters", "measure_training_flops",
-    "parameter_table", "preset", "training_flops_per_token",
+    "parameter_table", "preset", "training_flops_per_token", "transformer_blocks",
 ]  # fmt: skip
