@@ -10,17 +10,22 @@ import warnings
 
 
 class _DropMessagesStartingWith(logging.Filter):
-    def __init__(self, prefix: str):
+    def __init__(self, *prefixes: str):
         super().__init__()
-        self.prefix = prefix
+        self.prefixes = prefixes
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(self.prefix)
+        return not record.getMessage().startswith(self.prefixes)
 
 
 # DeepSpeed sets its logger's level when it is imported, so a filter (which it keeps) is what
 # hides a message; one instance, so calling the function again does not stack copies.
-_DEEPSPEED_CPU_FALLBACK = _DropMessagesStartingWith("Setting accelerator to CPU")
+_DEEPSPEED_NOISE = _DropMessagesStartingWith(
+    # At import, on every machine without a GPU (`llmlab doctor` reports the devices).
+    "Setting accelerator to CPU",
+    # llmlab's DeepSpeed configs choose torch's SGD on purpose (see distributed.deepspeed_config).
+    "**** You are using ZeRO with an untested optimizer",
+)
 
 
 def silence_third_party_noise() -> None:
@@ -36,13 +41,10 @@ def silence_third_party_noise() -> None:
     # On AVX512-BF16 CPUs bitsandbytes looks for a hub-downloaded kernel (the `kernels` package,
     # which the course does not install: no downloads) and says so before using its own.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
-    # DeepSpeed warns at import, on every machine without a GPU, that it falls back to the CPU
-    # (`llmlab doctor` reports the devices).
-    logging.getLogger("DeepSpeed").addFilter(_DEEPSPEED_CPU_FALLBACK)
-    # torch 2.13 renamed some collectives (all_gather_into_tensor -> all_gather_single, ...) and
-    # warns on every call of the old names, which DeepSpeed still uses: many lines per step.
-    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated",
-                            category=FutureWarning)  # fmt: skip
+    logging.getLogger("DeepSpeed").addFilter(_DEEPSPEED_NOISE)
+    # DeepSpeed calls torch's collectives by their old names, and torch warns at every call.
+    old_names = r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)`"
+    warnings.filterwarnings("ignore", old_names + " is deprecated")
     # Counting tensor-parallel collectives with CommDebugMode hooks modules whose outputs are
     # transformers' dataclasses; torch warns, once per module type, that those hooks are skipped.
     warnings.filterwarnings("ignore", message="For backward hooks to be called")

@@ -138,8 +138,11 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Train Lab 03's model with its recipe; under torchrun every process takes part (DDP)."""
     from llmlab.course import profile
     from llmlab.distributed import process_group
+    from llmlab.distributed.data_parallel import STRATEGIES
     from llmlab.train import CheckpointError, EarlierRun
 
+    if args.parallel not in STRATEGIES:  # checked here: importing torch for choices= is slow
+        parser.error(f"--parallel {args.parallel}: use one of {', '.join(STRATEGIES)}")
     try:
         name = profile(args.profile).name
     except ValueError as error:  # an unknown profile
@@ -171,6 +174,7 @@ def _train_lab03(name: str, args: argparse.Namespace, info):
     changes = {"max_steps": args.steps} if args.steps else {}
     if args.checkpoint_every:
         changes["checkpoint_interval"] = args.checkpoint_every
+    changes["parallel"] = args.parallel
     config = lab03_config(name, out_dir=args.out, progress=info.is_main, **changes)
     data = lab03_data(name, config, seed=info.rank)  # each rank draws its own windows
     shape = lab03_shape(name, data.dataset)
@@ -253,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     p_memory = _add_memory_parser(commands)
 
     p_train = commands.add_parser(
-        "train", help="train Lab 03's model (run it under torchrun for DDP)",
+        "train", help="train Lab 03's model (run it under torchrun for DDP, ZeRO-1 or FSDP)",
         description="Train Lab 03's model with its recipe. Under `torchrun --nproc_per_node N -m "
-        "llmlab train` the N processes train together with DDP (gloo on CPUs, NCCL on GPUs).",
+        "llmlab train` the N processes train together with DDP, or with --parallel zero1/fsdp "
+        "(gloo on CPUs, NCCL on GPUs).",
     )
     p_train.add_argument("--profile", default="auto", help="smoke, full or auto (default)")
     p_train.add_argument("--steps", type=_positive, default=None,
@@ -265,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     p_train.add_argument("--checkpoint-every", type=_positive, default=None, metavar="N",
                          help="save a checkpoint every N steps (default: the recipe's, 100), "
                          "so a killed run resumes from the last one")
+    p_train.add_argument("--parallel", default="ddp",
+                         help="how the processes share the model under torchrun: ddp "
+                         "(replicated), zero1 (optimizer states sharded), fsdp (all sharded, "
+                         "checkpoints in shards); ignored in one process")
     p_train.add_argument("--fresh", action="store_true",
                          help="start again at step 1 in an --out that holds an earlier run "
                          "(its metrics are appended to, its checkpoints set aside)")

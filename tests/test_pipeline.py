@@ -9,6 +9,12 @@ from llmlab.distributed.pipeline import bubble_fraction, stage_bounds, train_pip
 TOLERANCE = 1e-5  # the issue's target for PP vs one process, relative, fp32
 
 
+@pytest.fixture(scope="module")
+def reference():
+    """Parameters after 5 steps of the smoke model in one process, on the whole batch."""
+    return train_single_process()
+
+
 def _whole_model(runs) -> dict:
     params = {}
     for run in runs:  # each stage's parameters, named as in the whole model
@@ -17,16 +23,14 @@ def _whole_model(runs) -> dict:
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_two_stages_match_one_process_after_five_steps(schedule):
-    reference = train_single_process()
+def test_two_stages_match_one_process_after_five_steps(schedule, reference):
     runs = launch(train_pipeline, nprocs=2, args=(None, 5, 8, 32, 4, schedule), timeout_s=120)
     assert max_relative_error(_whole_model(runs), reference) < TOLERANCE
     assert len(runs[1].losses) == 5 and runs[0].losses == []  # the last stage computes the loss
     assert all(0 <= run.idle_fraction < 1 for run in runs)
 
 
-def test_the_comparison_fails_without_the_tied_embedding_all_reduce():
-    reference = train_single_process()
+def test_the_comparison_fails_without_the_tied_embedding_all_reduce(reference):
     runs = launch(train_pipeline, nprocs=2, args=(None, 5, 8, 32, 4, "gpipe", False),
                   timeout_s=120)  # fmt: skip
     assert max_relative_error(_whole_model(runs), reference) > 1e-2

@@ -28,9 +28,16 @@ from llmlab.distributed.tensor_parallel import (
     tensor_parallel_bytes,
     tensor_parallel_plan,
 )
+from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import build_model, preset
 
 TOLERANCE = 1e-5  # the issue's target for TP vs one process, relative, fp32
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Parameters after 5 steps of the smoke model in one process, on the whole batch."""
+    return train_single_process()
 
 
 def _mlp_against_unsplit(broken: str):
@@ -122,26 +129,24 @@ def test_parallelized_model_matches_and_all_reduces_four_activations_per_block(f
 
 
 @pytest.mark.slow
-def test_five_steps_of_tensor_parallel_match_one_process():
-    reference = train_single_process()
+def test_five_steps_of_tensor_parallel_match_one_process(reference):
     runs = launch(train_tensor_parallel, nprocs=2, args=(None, 5, 8, 32, 2), timeout_s=120)
     for run in runs:
         assert max_relative_error(run.params, reference) < TOLERANCE
     assert runs[0].comm_counts == {"all_reduce": 4 * smoke_shape().n_layer}
 
 
-def test_the_comparison_fails_without_the_row_parallel_all_reduce():
+@pytest.mark.slow
+def test_the_comparison_fails_without_the_row_parallel_all_reduce(reference):
     plan = tensor_parallel_plan(build_model(smoke_shape()))
     plan["mlp.c_proj"] = RowwiseParallel(output_layouts=Partial())  # keep the partial sums
-    reference = train_single_process()
     run = launch(train_tensor_parallel, nprocs=2, args=(None, 5, 8, 32, 2, plan), timeout_s=120)
     assert max_relative_error(run[0].params, reference) > 1e-2
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("average", [True, False])
-def test_2d_data_and_tensor_parallel_on_four_ranks_matches_one_process(average):
-    reference = train_single_process()
+def test_2d_data_and_tensor_parallel_on_four_ranks_matches_one_process(average, reference):
     runs = launch(train_tensor_parallel, nprocs=4, args=(None, 5, 8, 32, 2, None, average),
                   timeout_s=120)  # fmt: skip
     errors = [max_relative_error(run.params, reference) for run in runs]
@@ -158,3 +163,22 @@ def test_bad_input_is_named():
         launch(train_tensor_parallel, nprocs=2, args=(None, 1, 3, 32, 1), timeout_s=60)
     with pytest.raises(TypeError, match="no tensor-parallel plan"):
         tensor_parallel_plan(nn.Linear(2, 2))
+
+
+def _local_weight_bytes():
+    model = apply_tensor_parallel(build_model(smoke_shape()), device_mesh(tp=2)["tp"])
+    return tp_module.local_parameter_bytes(model)
+
+
+def test_each_rank_holds_half_of_every_block_matrix_and_all_of_the_rest():
+    shape = smoke_shape()
+    d, f = shape.d_model, shape.ff
+    # Split: q, k, v, attention output, MLP in and out matrices, and the column-parallel biases.
+    split = shape.n_layer * (4 * d * d + 2 * d * f + 3 * d + f)
+    total = sum(p.numel() for p in build_model(shape).parameters())
+    measured = launch(_local_weight_bytes, nprocs=2, timeout_s=60)
+    assert measured == [4 * (total - split // 2)] * 2  # fp32
+    # The memory planner also splits the embeddings (Megatron's vocabulary-parallel embedding
+    # and LM head), which this plan keeps whole: it plans fewer bytes than these ranks hold.
+    planned = estimate_memory(shape, TrainingSetup(dtype="fp32", tensor_parallel=2, gpus=2))
+    assert planned.items["weights"] < measured[0]

@@ -38,6 +38,8 @@ def smoke_shape() -> ModelShape:
 
 def global_batches(shape: ModelShape, steps: int, batch: int, seq: int, seed: int = 0) -> list:
     """`steps` batches of random token ids, (batch, seq) each: the same on every rank."""
+    if seq > shape.context:
+        raise ValueError(f"seq={seq} is longer than the model's context {shape.context}")
     generator = torch.Generator().manual_seed(seed)
     return [torch.randint(0, shape.vocab_size, (batch, seq), generator=generator)
             for _ in range(steps)]  # fmt: skip

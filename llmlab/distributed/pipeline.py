@@ -110,6 +110,9 @@ def train_pipeline(
         raise ValueError(f"a batch of {batch} does not cut into {microbatches} equal micro-batches")
     shape = shape or smoke_shape()
     rank, stages = dist.get_rank(), dist.get_world_size()
+    if schedule == "1f1b" and microbatches < stages:
+        raise ValueError(f"1F1B needs at least as many micro-batches as stages ({stages}): "
+                         f"got {microbatches}")  # fmt: skip
     model = build_model(shape)  # every rank builds it whole (same seed), then keeps its stage
     first, last = stage_bounds(shape.n_layer, stages)[rank]
     module = GPT2Stage(model, first, last)

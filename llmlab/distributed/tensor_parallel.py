@@ -237,6 +237,12 @@ def full_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def local_parameter_bytes(model: nn.Module) -> int:
+    """Bytes of the parameters this rank holds: its shards of split weights, whole replicated
+    ones. Gradients and each optimizer state per parameter take the same again."""
+    return sum((p.to_local() if isinstance(p, DTensor) else p).nbytes for p in model.parameters())
+
+
 # ---------------------------------------------------------------------------------------------
 # Counting what tensor parallelism sends.
 

@@ -5,6 +5,9 @@ A checkpoint is a folder `step_NNNNNNN/` holding
   state.pt           optimizer, grad scaler, RNG states, data position (read with weights_only)
   meta.json          step, validation loss, the model's signature, the training config
   checksums.sha256   the sha256 of each file above, in `sha256sum` format (`sha256sum -c` reads it)
+A sharded run (FSDP) has no model.safetensors: each rank writes its own shard of the weights and
+optimizer states into `dcp/` with `torch.distributed.checkpoint`, and the checksums cover every
+file there. `torch.distributed.checkpoint` can load the shards into another number of ranks.
 It is written under a temporary name and renamed when complete, so a run killed half-way
 through a save leaves the previous checkpoints untouched and loadable. A checkpoint damaged
 later (a flipped bit, a truncated copy) fails its checksums and is never loaded.
@@ -31,6 +34,7 @@ from llmlab.data.checksums import file_sha256
 STEP_DIR = re.compile(r"^step_(\d{7})$")
 CHECKSUMS = "checksums.sha256"
 CHECKED_FILES = ("model.safetensors", "state.pt", "meta.json")
+SHARDED_DIR = "dcp"  # a sharded checkpoint's weights and optimizer states, one file per rank
 IGNORED_CONFIG_KEYS = {
     "transformers_version",
     "_name_or_path",
@@ -157,9 +161,29 @@ def best_checkpoint(root: Path) -> Path | None:
 # ---------------------------------------------------------------- checksums
 
 
+def is_sharded(checkpoint: Path) -> bool:
+    """Whether the checkpoint's weights are shards in dcp/ (an FSDP run) or one safetensors."""
+    return (Path(checkpoint) / SHARDED_DIR).is_dir()
+
+
+def _files_to_check(folder: Path) -> list[str]:
+    """The files whose checksums a checkpoint records: its weights (model.safetensors, or every
+    file in dcp/), state.pt and meta.json."""
+    if not is_sharded(folder):
+        return list(CHECKED_FILES)
+    shards = sorted(p for p in (folder / SHARDED_DIR).rglob("*") if p.is_file())
+    return [p.relative_to(folder).as_posix() for p in shards] + list(CHECKED_FILES[1:])
+
+
+def _required_files(recorded: dict[str, str]) -> list[str]:
+    """What checksums.sha256 must list: a sharded checkpoint's dcp/.metadata names its shards."""
+    weights = f"{SHARDED_DIR}/.metadata" if f"{SHARDED_DIR}/.metadata" in recorded else None
+    return [weights or CHECKED_FILES[0], *CHECKED_FILES[1:]]
+
+
 def _write_checksums(folder: Path) -> None:
     """Record the sha256 of each file, read back from disk: what a later load must find."""
-    lines = [f"{file_sha256(folder / name)}  {name}\n" for name in CHECKED_FILES]
+    lines = [f"{file_sha256(folder / name)}  {name}\n" for name in _files_to_check(folder)]
     (folder / CHECKSUMS).write_text("".join(lines), encoding="utf-8")
 
 
@@ -190,9 +214,10 @@ def verify_checkpoint(path: Path) -> None:
     if not path.is_dir():
         raise CheckpointCorrupt(path, "the folder", "does not exist")
     recorded = _read_checksums(path)
-    for name in CHECKED_FILES:
+    for name in _required_files(recorded):
         if name not in recorded:
             raise CheckpointCorrupt(path, CHECKSUMS, f"records no checksum for {name}")
+    for name in recorded:
         try:
             found = file_sha256(path / name)
         except FileNotFoundError:
@@ -228,6 +253,16 @@ def sweep_stale_temporaries(root: Path) -> list[Path]:
     return remove_temporaries(root) if root.is_dir() else []
 
 
+def sharded_checkpoint_folder(root: Path, step: int) -> Path:
+    """A new temporary folder for checkpoint `step`, for every rank to write its shards into
+    (under SHARDED_DIR) before rank 0 completes it with `save_checkpoint(..., shards=folder)`."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    temporary = temporary_sibling(root / f"step_{step:07d}")
+    (temporary / SHARDED_DIR).mkdir(parents=True)
+    return temporary
+
+
 def save_checkpoint(
     root: Path,
     step: int,
@@ -237,15 +272,21 @@ def save_checkpoint(
     val_loss: float | None = None,
     train_config: dict | None = None,
     keep_last: int = 2,
+    shards: Path | None = None,
 ) -> Path:
     """Write checkpoint `step` atomically, update best.json, delete all but the last `keep_last`
-    (the best one is always kept). `state` holds the optimizer, scaler, RNG and data states."""
+    (the best one is always kept). `state` holds the optimizer, scaler, RNG and data states.
+
+    shards: the folder from `sharded_checkpoint_folder` that already holds the weights (a
+    sharded run); without it the weights are written here as model.safetensors."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:07d}"
-    temporary = temporary_sibling(final)  # not a step_NNNNNNN name: never taken for a checkpoint
-    temporary.mkdir()
-    save_model(model, str(temporary / "model.safetensors"))  # handles tied (shared) weights
+    # Not a step_NNNNNNN name: never taken for a checkpoint until renamed.
+    temporary = shards or temporary_sibling(final)
+    if shards is None:
+        temporary.mkdir()
+        save_model(model, str(temporary / "model.safetensors"))  # handles tied (shared) weights
     torch.save({**state, "step": step}, temporary / "state.pt")
     meta = {
         "step": step,
@@ -297,7 +338,8 @@ def _verifies(path: Path) -> bool:
 def load_checkpoint(path: Path, model: torch.nn.Module) -> dict:
     """Load the weights into `model` (after verifying the files' checksums and that the weights
     belong to this model); return the state dict (optimizer, scaler, rng, data, step) for the
-    trainer to restore."""
+    trainer to restore. A sharded checkpoint's weights are left for the caller to load from
+    dcp/ (with torch.distributed.checkpoint, on every rank)."""
     path = Path(path)
     verify_checkpoint(path)  # before anything is read: damaged weights are refused, not loaded
     meta_file, weights, state_file = (
@@ -314,6 +356,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module) -> dict:
             f"  {listing}\nBuild the model with the checkpoint's configuration "
             f"(see {meta_file}), or start a fresh run in another out_dir."
         )
-    load_model(model, str(weights), strict=True)
+    if not is_sharded(path):
+        load_model(model, str(weights), strict=True)
     # weights_only: only tensors and plain containers are unpickled, never arbitrary objects.
     return torch.load(state_file, weights_only=True)

@@ -3,6 +3,8 @@
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from llmlab.distributed.data_parallel import STRATEGIES
+
 SCHEDULES = ("cosine", "constant", "cyclical")
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "adamw8bit")
@@ -32,6 +34,10 @@ class TrainConfig:
     dtype: str = "auto"  # auto: llmlab.device.choose_dtype (bf16, fp16 + scaler, or fp32)
     gradient_checkpointing: bool = False
     compile: bool = False
+    # How several processes share the work (ignored in one process): "ddp" replicates
+    # everything, "zero1" shards the optimizer states, "fsdp" shards weights, gradients and
+    # states (llmlab.distributed.data_parallel).
+    parallel: str = "ddp"
     # Evaluation, logging and checkpoints.
     eval_interval: int = 50
     eval_batches: int = 8
@@ -68,6 +74,7 @@ class TrainConfig:
             ("dtype", self.dtype, DTYPES),
             ("optimizer", self.optimizer, OPTIMIZERS),
             ("nan_policy", self.nan_policy, NAN_POLICIES),
+            ("parallel", self.parallel, STRATEGIES),
         ]:
             if value not in allowed:
                 raise ValueError(f"TrainConfig.{name}={value!r} is not one of {allowed}")
@@ -79,6 +86,11 @@ class TrainConfig:
             raise ValueError("warmup_steps and checkpoint_interval cannot be negative")
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip}")
+        if self.parallel != "ddp" and self.optimizer == "adamw8bit":
+            raise ValueError(
+                f"parallel={self.parallel!r} shards a torch optimizer; bitsandbytes' 8-bit AdamW "
+                "is not one: use optimizer='adamw', or parallel='ddp'"
+            )
         if self.out_dir is not None:
             self.out_dir = Path(self.out_dir)
 

@@ -12,20 +12,25 @@ from typing import Protocol
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from tqdm.auto import tqdm
 
 from llmlab.bench import mfu
 from llmlab.device import DtypeChoice, autocast, choose_device, choose_dtype, seed_everything
 from llmlab.distributed import dist_info
+from llmlab.distributed.data_parallel import wrap_model
 from llmlab.train.checkpoint import (
+    SHARDED_DIR,
     CheckpointMismatch,
     capture_rng,
+    is_sharded,
     load_checkpoint,
     newest_verified_checkpoint,
     restore_rng,
     save_checkpoint,
+    sharded_checkpoint_folder,
     sweep_stale_temporaries,
 )
 from llmlab.train.config import TrainConfig
@@ -116,12 +121,18 @@ class Trainer:
             # (transformers 5 renamed gradient_checkpointing_enable; older versions lack this.)
             enable = getattr(self.model, "activation_checkpointing_enable", None)
             (enable or self.model.gradient_checkpointing_enable)()
-        self.forward_model = self.model
-        if self.dist.distributed:
-            self.forward_model = DistributedDataParallel(self.model)
+        # One process trains the model as it is; several share it as config.parallel says.
+        self.strategy = config.parallel if self.dist.distributed else "none"
+        if self.strategy == "fsdp" and self.precision.use_grad_scaler:
+            raise ValueError(
+                "fp16 with parallel='fsdp' needs a sharded grad scaler, which this trainer does "
+                "not have: use dtype='bf16' (no scaler needed), or parallel='ddp'"
+            )
+        # FSDP shards self.model in place (the same object); DDP wraps it.
+        self.forward_model = wrap_model(self.model, self.strategy)
         if config.compile:
             self.forward_model = torch.compile(self.forward_model)
-        self.optimizer = build_optimizer(self.model, config)
+        self.optimizer = build_optimizer(self.model, config, self.strategy)
         # Loss scaling keeps small fp16 gradients from underflowing; a no-op otherwise.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.use_grad_scaler)
         self.flops_per_token = flops_per_token
@@ -157,8 +168,7 @@ class Trainer:
             inputs, targets = (t.to(self.device) for t in self.train_data.next_batch())
             # DDP all-reduces gradients during backward; only the last micro-step needs that.
             last = micro_step == k - 1
-            no_sync = self.dist.distributed and not last
-            with self.forward_model.no_sync() if no_sync else contextlib.nullcontext():
+            with self._gradient_sync(last):
                 with autocast(self.device, self.precision.dtype):
                     loss = next_token_loss(self.forward_model, inputs, targets)
                 # Divide by k so the summed gradients equal the gradient of the mean loss.
@@ -167,6 +177,8 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
         max_norm = self.config.grad_clip or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP: a norm over shards, summed over ranks
+            grad_norm = grad_norm.full_tensor()
         # Averaged first, so a NaN on any rank makes every rank skip the same step.
         mean_loss = self._mean_over_ranks(total_loss)
         if torch.isfinite(mean_loss):
@@ -175,6 +187,15 @@ class Trainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return mean_loss, grad_norm
+
+    def _gradient_sync(self, sync: bool):
+        """Communicate this backward's gradients only when `sync` (the last micro-step)."""
+        if self.strategy in ("ddp", "zero1") and not sync:
+            return self.forward_model.no_sync()
+        if self.strategy == "fsdp":
+            # FSDP2's switch: without sync, keep unsharded gradients and skip the reduce-scatter.
+            self.model.set_requires_gradient_sync(sync)
+        return contextlib.nullcontext()
 
     def _mean_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
         if self.dist.distributed:
@@ -238,10 +259,15 @@ class Trainer:
         if self.checkpoint_dir is None:
             return None
         rank_states = self._gather_rank_states()
+        shards = self._save_shards() if self.strategy == "fsdp" else None
+        if self.strategy == "zero1":
+            # Each rank holds 1/N of the AdamW states: gather them on rank 0, which writes them.
+            self.optimizer.consolidate_state_dict(to=0)
         path = None
         if self.dist.is_main:
             state = {
-                "optimizer": self.optimizer.state_dict(),
+                # A sharded run's optimizer states are in its shards (dcp/), not here.
+                "optimizer": None if shards else self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict(),
                 "ranks": rank_states,
                 "tokens_seen": self.tokens_seen,
@@ -254,10 +280,30 @@ class Trainer:
                 val_loss=val_loss,
                 train_config=self.config.to_dict(),
                 keep_last=self.config.keep_last,
+                shards=shards,
             )
         if self.dist.distributed:
             dist.barrier()
         return path
+
+    def _sharded_state(self) -> dict:
+        """This rank's shards of the weights and AdamW states, as DCP saves and loads them."""
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        return {"model": model_state, "optimizer": optimizer_state}
+
+    def _save_shards(self) -> Path:
+        """Every rank writes its shards into one new temporary folder that rank 0 names."""
+        folder = [sharded_checkpoint_folder(self.checkpoint_dir, self.step)] if \
+            self.dist.is_main else [None]  # fmt: skip
+        dist.broadcast_object_list(folder, src=0)
+        dcp.save(self._sharded_state(), checkpoint_id=folder[0] / SHARDED_DIR)
+        return folder[0]
+
+    def _load_shards(self, checkpoint: Path) -> None:
+        state = self._sharded_state()
+        dcp.load(state, checkpoint_id=checkpoint / SHARDED_DIR)  # fills the tensors in place
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])  # fmt: skip
 
     def resume(self, checkpoint: Path | None = None) -> bool:
         """Continue from `checkpoint`, or the newest one in out_dir that verifies; False when
@@ -265,6 +311,13 @@ class Trainer:
         checkpoint = checkpoint or (self.checkpoint_dir and self._newest_verified())
         if not checkpoint:
             return False
+        if is_sharded(checkpoint) != (self.strategy == "fsdp"):
+            kind = "sharded (fsdp)" if is_sharded(checkpoint) else "unsharded (one weights file)"
+            raise CheckpointMismatch(
+                f"{checkpoint} is {kind} and this run's strategy is {self.strategy!r}: resume "
+                "with the strategy that saved it (meta.json's train_config.parallel), or start "
+                "fresh in another out_dir"
+            )
         state = load_checkpoint(checkpoint, self.model)
         saved_by = len(state["ranks"])
         if saved_by != self.dist.world_size:
@@ -274,7 +327,10 @@ class Trainer:
                 f"state, so resume with {saved_by} (torchrun --nproc_per_node {saved_by}), or "
                 f"start fresh in another out_dir"
             )
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.strategy == "fsdp":
+            self._load_shards(checkpoint)
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         mine = state["ranks"][self.dist.rank]
         restore_rng(mine["rng"])
@@ -458,9 +514,10 @@ class Trainer:
             callback(metrics)
 
     def _print_sample(self) -> None:
-        if self.config.sample_prompt and self.dist.is_main:
+        # FSDP's forward is collective (it all-gathers weights): then every rank generates.
+        if self.config.sample_prompt and (self.dist.is_main or self.strategy == "fsdp"):
             text = self.sample(self.config.sample_prompt)
-            if text is not None:
+            if text is not None and self.dist.is_main:
                 tqdm.write(f"[step {self.step}] {text!r}")
 
     def _tensorboard(self):

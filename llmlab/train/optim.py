@@ -2,6 +2,7 @@
 
 import torch
 
+from llmlab.distributed.data_parallel import make_optimizer
 from llmlab.train.config import TrainConfig
 
 
@@ -18,7 +19,11 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: torch.nn.Module, config: TrainConfig, strategy: str = "none"
+) -> torch.optim.Optimizer:
+    """strategy: how the model is parallel ("none", "ddp", "zero1", "fsdp"); "zero1" shards the
+    AdamW states over the ranks (llmlab.distributed.data_parallel.make_optimizer)."""
     groups = parameter_groups(model, config.weight_decay)
     if config.optimizer == "adamw8bit":
         try:
@@ -31,5 +36,6 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
         # Optimizer states stored in 8 bits with block-wise scales: 2 bytes/param instead of 8.
         return bnb.optim.AdamW8bit(groups, lr=config.lr, betas=config.betas)
     # fused: one kernel updates every tensor (about 8x faster than the per-tensor loop on this
-    # course's CPU model); PyTorch has it for CPU and CUDA parameters.
-    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, fused=True)
+    # course's CPU model); PyTorch has it for CPU and CUDA parameters, not for FSDP's DTensors.
+    fused = strategy != "fsdp"
+    return make_optimizer(model, strategy, groups, lr=config.lr, betas=config.betas, fused=fused)

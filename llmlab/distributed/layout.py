@@ -1,0 +1,174 @@
+"""Choosing a layout: how to spread a training run over GPUs, by memory first, then by a rule.
+
+A layout is a data-parallel degree `dp` (with a ZeRO stage), a tensor-parallel degree `tp` and
+a pipeline degree `pp`, with dp x tp x pp = all GPUs. `choose_layouts` keeps the layouts whose
+planned memory per GPU fits, and ranks them by one stated rule, simplest communication first:
+
+1. plain data parallel: each GPU holds the whole model; one gradient all-reduce per step;
+2. ZeRO-1/2: optimizer states (and gradients) sharded, the same traffic as plain DP;
+3. ZeRO-3/FSDP: weights sharded too, about 1.5x the traffic (they are gathered twice a step);
+4. tensor parallel, only inside a node with NVLink: every layer all-reduces its activations;
+5. pipeline parallel, only across nodes: stages pass activations over the slower link, and GPUs
+   idle in the pipeline's bubble. Between nodes on Ethernet it ranks before ZeRO-3, whose
+   gradient and weight traffic would cross that link.
+
+Ties go to fewer model splits, then a lower ZeRO stage, then more free memory. This is a first
+cut on memory alone; Lab 05 adds time (an alpha-beta communication model) on top.
+"""
+
+import math
+from dataclasses import dataclass
+
+from llmlab.bench import GPU_SPECS, find_gpu_spec
+from llmlab.env import GB
+from llmlab.memory import MemoryEstimate, TrainingSetup, estimate_memory, fits
+from llmlab.models import ModelShape, as_shape
+
+INSIDE_NODE = ("nvlink", "pcie")
+BETWEEN_NODES = ("infiniband", "ethernet")
+LINK = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    dp: int
+    tp: int
+    pp: int
+    zero: int
+    estimate: MemoryEstimate  # per GPU, of the most loaded pipeline stage
+    fit: str  # "yes" or "tight" (see llmlab.memory.fits)
+    reason: str  # the rule that ranks it, in one line
+
+    def describe(self) -> str:
+        parts = [f"DP {self.dp}" + (f" ZeRO-{self.zero}" if self.zero else "")]
+        parts += [f"TP {self.tp}"] * (self.tp > 1) + [f"PP {self.pp}"] * (self.pp > 1)
+        return " x ".join(parts)
+
+
+def gpu_memory_gb(gpu: str | float) -> float:
+    """GB of a GPU named in llmlab.bench's table ("H100 SXM", "A100 40GB"), or a number of GB."""
+    if isinstance(gpu, int | float):
+        return float(gpu)
+    spec = {s.name.lower(): s for s in GPU_SPECS}.get(gpu.strip().lower()) or find_gpu_spec(gpu)
+    if spec is None:
+        names = ", ".join(s.name for s in GPU_SPECS)
+        raise ValueError(f"unknown GPU {gpu!r}: use one of {names}, or its memory in GB")
+    return spec.memory_gb
+
+
+def choose_layouts(
+    model: str | ModelShape,
+    gpu: str | float,
+    gpus_per_node: int = 8,
+    nodes: int = 1,
+    inside_node: str = "nvlink",
+    between_nodes: str = "infiniband",
+    setup: TrainingSetup | None = None,
+) -> list[Layout]:
+    """Every layout of `nodes` x `gpus_per_node` GPUs that fits in memory, best first.
+
+    `setup` gives the micro-batch, precision and optimizer (its zero, gpus and tensor_parallel
+    are what this function chooses). An empty list means nothing fits: try more GPUs, LoRA,
+    activation checkpointing or a smaller micro-batch (`llmlab.memory.memory_options`).
+    """
+    shape = as_shape(model)
+    gpu_gb = gpu_memory_gb(gpu)
+    _check(gpu_gb, gpus_per_node, nodes, inside_node, between_nodes)
+    setup = setup or TrainingSetup()
+    total = gpus_per_node * nodes
+    layouts = []
+    for tp in _tensor_parallel_degrees(shape, gpus_per_node, inside_node):
+        for pp in _pipeline_degrees(shape, nodes):
+            dp = total // (tp * pp)
+            for zero in (0, 1, 2, 3) if dp > 1 else (0,):
+                estimate = _stage_estimate(shape, setup, dp, tp, pp, zero)
+                fit = fits(estimate, gpu_gb)
+                if fit != "no":
+                    reason = _reason(dp, tp, pp, zero, nodes, between_nodes)
+                    layouts.append(Layout(dp, tp, pp, zero, estimate, fit, reason))
+    return sorted(layouts, key=lambda layout: _rank(layout, nodes, between_nodes))
+
+
+def _check(gpu_gb: float, gpus_per_node: int, nodes: int, inside: str, between: str) -> None:
+    if not gpu_gb > 0:
+        raise ValueError(f"GPU memory must be a positive number of GB, got {gpu_gb}")
+    for name, value in (("gpus_per_node", gpus_per_node), ("nodes", nodes)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if inside not in INSIDE_NODE:
+        raise ValueError(f"inside_node={inside!r}: GPUs in a node talk over one of {INSIDE_NODE}")
+    if between not in BETWEEN_NODES:
+        raise ValueError(f"between_nodes={between!r}: nodes talk over one of {BETWEEN_NODES}")
+
+
+def _tensor_parallel_degrees(shape: ModelShape, gpus_per_node: int, inside: str) -> list[int]:
+    """TP only over NVLink, inside one node, and by a degree that divides the heads."""
+    if inside != "nvlink":
+        return [1]
+    return [tp for tp in _divisors(gpus_per_node) if shape.n_head % tp == 0]
+
+
+def _pipeline_degrees(shape: ModelShape, nodes: int) -> list[int]:
+    """PP only across nodes (one or more whole nodes per stage), at most one layer per stage."""
+    return [pp for pp in _divisors(nodes) if pp <= shape.n_layer]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _stage_estimate(shape, setup, dp, tp, pp, zero) -> MemoryEstimate:
+    """The planner has no pipeline term, so a stage is planned as a model with 1/pp of the
+    layers (and, conservatively, the embeddings and head as well) that keeps pp micro-batches
+    of activations: what 1F1B's first stage holds in flight."""
+    stage = shape.replace(n_layer=math.ceil(shape.n_layer / pp))
+    return estimate_memory(
+        stage, setup.replace(zero=zero, gpus=dp * tp, tensor_parallel=tp, batch=setup.batch * pp)
+    )
+
+
+def _tier(layout: Layout, nodes: int, between: str) -> int:
+    """The rule of the module docstring: 1 plain DP, 2 ZeRO-1/2, 3 ZeRO-3, 4 TP, 5 PP (over
+    Ethernet between nodes, PP 3 and ZeRO-3 4)."""
+    over_ethernet = nodes > 1 and between == "ethernet"
+    if layout.tp > 1:
+        return 4
+    if layout.pp > 1:
+        return 3 if over_ethernet else 5
+    if layout.zero == 3:
+        return 4 if over_ethernet else 3
+    return 2 if layout.zero else 1
+
+
+def _rank(layout: Layout, nodes: int, between: str) -> tuple:
+    return (layout.fit != "yes", _tier(layout, nodes, between), layout.tp * layout.pp,
+            layout.zero, layout.estimate.total)  # fmt: skip
+
+
+def _reason(dp: int, tp: int, pp: int, zero: int, nodes: int, between: str) -> str:
+    if tp > 1:
+        reason = f"each layer split over {tp} GPUs of a node: fast only on NVLink"
+    elif pp > 1:
+        reason = f"{pp} pipeline stages across nodes: only activations cross {LINK[between]}"
+    elif zero == 3:
+        reason = "weights, gradients and optimizer states sharded: ~1.5x DP's traffic"
+    elif zero:
+        reason = f"ZeRO-{zero} shards what the optimizer step needs: DP's traffic, less memory"
+    else:
+        reason = "the whole model on every GPU: one gradient all-reduce per step"
+    if dp > 1 and nodes > 1 and pp < nodes and between == "ethernet":
+        reason += f"; data-parallel traffic crosses {LINK[between]}"
+    return reason
+
+
+def layout_table(layouts: list[Layout], limit: int = 8) -> str:
+    """The best `limit` layouts as text: rank, layout, GB per GPU, fit, reason."""
+    if not layouts:
+        return "nothing fits: more GPUs, LoRA, checkpointing or a smaller micro-batch"
+    width = max(len(layout.describe()) for layout in layouts[:limit]) + 2
+    lines = [f"{'#':>2}  {'layout':<{width}}{'GB/GPU':>7}  {'fit':<6}why"]
+    for i, layout in enumerate(layouts[:limit], 1):
+        gb = layout.estimate.total / GB
+        row = f"{i:>2}  {layout.describe():<{width}}{gb:>7.1f}  {layout.fit:<6}{layout.reason}"
+        lines.append(row)
+    return "\n".join(lines)
