@@ -269,7 +269,8 @@ def bubble_sweep(rows: Sequence[Mapping], title: str = "") -> Figure:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     counts = [row["microbatches"] for row in rows]
     for stage in range(len(rows[0]["idle"])):
-        ax.plot(counts, [row["idle"][stage] for row in rows], "o-", label=f"stage {stage}, measured")
+        idle = [row["idle"][stage] for row in rows]
+        ax.plot(counts, idle, "o-", label=f"stage {stage}, measured")
     ax.plot(counts, [row["formula"] for row in rows], "k--", label="(p-1)/(m+p-1)")
     ax.set_xscale("log", base=2)
     ax.set_xticks(counts, [str(m) for m in counts])

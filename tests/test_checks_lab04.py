@@ -445,3 +445,92 @@ def test_the_measures_a_timeline_gives():
     assert check.peak_in_flight({("F", 0): 0, ("F", 1): 1, ("B", 0): 2, ("B", 1): 3}) == 2
     with pytest.raises(ValueError, match="unknown schedule 'zb'"):
         check.pipeline_timeline_reference(2, 4, "zb")
+
+
+# ---------------------------------------------------------------- Exercise 5: choosing a layout
+
+
+def _first_fit(model, gpu_gb, per_node, nodes, inside, *, zeros=(0, 1, 2, 3), tps=None,
+               use_all=True, check_memory=True):
+    """DP, then ZeRO 1 to 3, then TP inside an NVLink node: the first that fits (a switch per
+    likely mistake)."""
+    from llmlab.memory import estimate_memory, fits
+
+    total = per_node * nodes if use_all else per_node
+    if tps is None:
+        tps = [1] + [t for t in range(2, per_node + 1)
+                     if inside == "nvlink" and per_node % t == 0 and model.n_head % t == 0]
+    for tp in tps:
+        for zero in zeros:
+            setup = check.LAYOUT_SETUP.replace(zero=zero, gpus=total, tensor_parallel=tp)
+            if not check_memory or fits(estimate_memory(model, setup), gpu_gb) == "yes":
+                return {"dp": total // tp, "tp": tp, "pp": 1, "zero": zero}
+    return None
+
+
+def layout_right(model, gpu_gb, per_node, nodes, inside, between):
+    return _first_fit(model, gpu_gb, per_node, nodes, inside)
+
+
+class LayoutAsObject:
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+def layout_as_an_object_with_numpy_ints(model, gpu_gb, per_node, nodes, inside, between):
+    import numpy as np
+
+    values = _first_fit(model, gpu_gb, per_node, nodes, inside)
+    return LayoutAsObject(**{k: np.int64(v) for k, v in values.items()})
+
+
+def layout_always_zero3(model, gpu_gb, per_node, nodes, inside, between):
+    return _first_fit(model, gpu_gb, per_node, nodes, inside, zeros=(3,))
+
+
+def layout_ignoring_memory(model, gpu_gb, per_node, nodes, inside, between):
+    return _first_fit(model, gpu_gb, per_node, nodes, inside, check_memory=False)
+
+
+def layout_tensor_parallel_over_two_nodes(model, gpu_gb, per_node, nodes, inside, between):
+    if nodes == 1:
+        return layout_right(model, gpu_gb, per_node, nodes, inside, between)
+    return {"dp": nodes // 2, "tp": 2 * per_node, "pp": 1, "zero": 0}
+
+
+def layout_tensor_parallel_not_dividing_the_heads(model, gpu_gb, per_node, nodes, inside,
+                                                  between):
+    return {"dp": per_node * nodes // 8, "tp": 8, "pp": 1, "zero": 0}  # GPT-2 has 12 heads
+
+
+def layout_one_node_only(model, gpu_gb, per_node, nodes, inside, between):
+    return _first_fit(model, gpu_gb, per_node, nodes, inside, use_all=False)
+
+
+def layout_tensor_parallel_first(model, gpu_gb, per_node, nodes, inside, between):
+    return _first_fit(model, gpu_gb, per_node, nodes, inside, tps=[2, 1])
+
+
+def layout_as_a_string(model, gpu_gb, per_node, nodes, inside, between):
+    return "DP 8"
+
+
+@pytest.mark.parametrize("right", [layout_right, layout_as_an_object_with_numpy_ints,
+                                   check.choose_layout_reference], ids=lambda f: f.__name__)
+def test_choose_layout_accepts_correct_forms(right, capsys):
+    check.exercise_choose_layout(right)
+    assert "PASSED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("mistake", "message"), [
+    (layout_always_zero3, "ZeRO-3 fits, but ZeRO-0 does too"),
+    (layout_ignoring_memory, "does not fit: the planner needs about"),
+    (layout_tensor_parallel_over_two_nodes, "crosses nodes"),
+    (layout_tensor_parallel_not_dividing_the_heads, "must divide the model's 12 heads"),
+    (layout_one_node_only, "should use all 16 GPUs"),
+    (layout_tensor_parallel_first, "without splitting the model"),
+    (layout_as_a_string, "return a dict"),
+], ids=lambda value: getattr(value, "__name__", ""))  # fmt: skip
+def test_choose_layout_rejects_likely_mistakes(mistake, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        check.exercise_choose_layout(mistake)

@@ -15,9 +15,20 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from llmlab.course.checks import ExerciseFailed, ExerciseNotDone, call, exercise, passed
+from llmlab.course.checks import (
+    ExerciseFailed,
+    ExerciseNotDone,
+    call,
+    exercise,
+    passed,
+    real_number,
+)
 from llmlab.distributed import LaunchError, launch
+from llmlab.distributed.layout import choose_layouts
 from llmlab.distributed.tensor_parallel import CopyToTensorParallel, ReduceFromTensorParallel
+from llmlab.env import GB
+from llmlab.memory import TrainingSetup, estimate_memory
+from llmlab.models import preset
 
 WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
 NOT_DONE = "not done"  # what a worker sends back when the learner's code is still the stub
@@ -593,6 +604,94 @@ def exercise_pipeline_timeline(pipeline_timeline) -> None:
                  f"for (stages, micro-batches) in {cases}")  # fmt: skip
 
 
+# ---------------------------------------------------------------- Exercise 5: choosing a layout
+
+# Every scenario trains with this set-up; the layout decides zero, gpus and tensor_parallel.
+LAYOUT_SETUP = TrainingSetup(batch=1, seq=1024, dtype="bf16", optimizer="adamw", checkpointing=True)
+LAYOUT_SCENARIOS = [  # model, GB per GPU, GPUs per node, nodes, link inside a node, between nodes
+    ("gpt2-124m", 80.0, 8, 1, "nvlink", "infiniband"),
+    ("llama-7b", 40.0, 8, 1, "nvlink", "infiniband"),
+    ("llama-13b", 40.0, 8, 1, "nvlink", "infiniband"),
+    ("llama-13b", 40.0, 8, 2, "nvlink", "infiniband"),
+    ("llama-70b", 80.0, 8, 4, "nvlink", "infiniband"),
+]
+
+
+def _as_layout(got) -> dict | None:
+    """A dict with dp, tp, pp, zero, or an object with those attributes, as a dict of ints."""
+    keys = ("dp", "tp", "pp", "zero")
+    values = [got.get(k) if isinstance(got, dict) else getattr(got, k, None) for k in keys]
+    if any(v is None or isinstance(v, bool) or real_number(v) != int(real_number(v) or 0)
+           for v in values):  # fmt: skip
+        return None
+    return dict(zip(keys, (int(v) for v in values), strict=True))
+
+
+def _layout_hint(layout: dict, best, scenario: tuple, layouts: list) -> str | None:
+    model, gpu_gb, per_node, nodes, inside, between = scenario
+    dp, tp, pp, zero = (layout[k] for k in ("dp", "tp", "pp", "zero"))
+    if dp * tp * pp != per_node * nodes or min(dp, tp, pp) < 1 or not 0 <= zero <= 3:
+        return (f"dp x tp x pp = {dp} x {tp} x {pp} should use all {per_node * nodes} GPUs, "
+                "each degree at least 1, and ZeRO's stage is 0 to 3.")
+    if tp > per_node:
+        return (f"tensor parallel over {tp} GPUs crosses nodes: its all-reduces, inside every "
+                f"layer, would travel over {between}. Keep tp within one node's {per_node} GPUs.")
+    if tp > 1 and inside != "nvlink":
+        return (f"tensor parallel over {inside.upper()}: it all-reduces activations inside every "
+                "layer, which needs NVLink's bandwidth.")
+    if model.n_head % tp or per_node % tp:
+        return (f"tensor parallel degree {tp} must divide the model's {model.n_head} heads (each "
+                f"rank computes whole heads) and the node's {per_node} GPUs.")
+    if pp > 1 and nodes % pp:
+        return (f"{pp} pipeline stages over {nodes} node(s): stages go across nodes, one or more "
+                "whole nodes each, so pp divides the number of nodes.")
+    if (best.dp, best.tp, best.pp, best.zero) == (dp, tp, pp, zero):
+        return None
+    chosen = next((c for c in layouts if (c.dp, c.tp, c.pp, c.zero) == (dp, tp, pp, zero)), None)
+    if chosen is None:
+        planned = estimate_memory(model, LAYOUT_SETUP.replace(zero=zero, gpus=dp * tp,
+                                                              tensor_parallel=tp))  # fmt: skip
+        return (f"{dp=} {tp=} {pp=} ZeRO-{zero} does not fit: the planner needs about "
+                f"{planned.total / GB:.1f} GB per GPU (pipeline stages counted as whole models), "
+                f"and a GPU has {gpu_gb:g} GB with 10% kept free.")
+    if best.tp * best.pp < tp * pp:
+        return (f"{chosen.describe()} fits, but so does {best.describe()} without splitting the "
+                "model: splitting it adds communication inside every step's layers.")
+    if (best.tp, best.pp) == (tp, pp) and best.zero < zero:
+        return (f"ZeRO-{zero} fits, but ZeRO-{best.zero} does too, with less communication: "
+                f"{best.reason}.")
+    return f"the planner's rule prefers {best.describe()}: {best.reason}."
+
+
+def choose_layout_reference(model, gpu_gb, gpus_per_node, nodes, inside_node, between_nodes):
+    """The lab's fallback for Exercise 5: the first layout of llmlab.distributed.layout."""
+    layouts = choose_layouts(model, gpu_gb, gpus_per_node, nodes, inside_node, between_nodes,
+                             setup=LAYOUT_SETUP)  # fmt: skip
+    best = layouts[0]
+    return dict(dp=best.dp, tp=best.tp, pp=best.pp, zero=best.zero)
+
+
+@exercise(fallback=choose_layout_reference,
+          fallback_name="llmlab.distributed.layout.choose_layouts")  # fmt: skip
+def exercise_choose_layout(choose_layout) -> None:
+    """Exercise 5: choose_layout(model, gpu_gb, gpus_per_node, nodes, inside, between)."""
+    name = "Exercise 5 (choosing a layout)"
+    for scenario in LAYOUT_SCENARIOS:
+        model, *rest = scenario
+        call_text = f"choose_layout(preset({model!r}), {', '.join(map(repr, rest))})"
+        got = call(name, choose_layout, preset(model), *rest)
+        layout = _as_layout(got)
+        if layout is None:
+            raise ExerciseFailed(f"{name}: {call_text} returned {got!r}; return a dict with "
+                                 "integer dp, tp, pp and zero.")  # fmt: skip
+        layouts = choose_layouts(preset(model), *rest, setup=LAYOUT_SETUP)
+        hint = _layout_hint(layout, layouts[0], (preset(model), *rest), layouts)
+        if hint:
+            raise ExerciseFailed(f"{name}: {call_text}: {hint}")
+    passed(name, f"the simplest layout that fits, for {len(LAYOUT_SCENARIOS)} clusters from one "
+                 "node to 4 nodes of 8 GPUs")  # fmt: skip
+
+
 NOTEBOOK = "04_multi_gpu.ipynb"
 # The function each exercise asks for -> its check (tests/test_checks.py runs them all).
 EXERCISES = {
@@ -600,6 +699,7 @@ EXERCISES = {
     "DataParallel": exercise_data_parallel,
     "tensor_parallel_mlp": exercise_tensor_parallel_mlp,
     "pipeline_timeline": exercise_pipeline_timeline,
+    "choose_layout": exercise_choose_layout,
 }
 # The notebook's other definitions those functions call: Exercise 3's two conjugate operations.
 HELPERS = ("CopyToTensorParallel", "ReduceFromTensorParallel")
