@@ -228,15 +228,6 @@ def _family(model: nn.Module) -> str:
     return family
 
 
-def full_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter whole, as CPU tensors: DTensor shards are gathered from their ranks."""
-    out = {}
-    for name, param in model.named_parameters():
-        value = param.full_tensor() if isinstance(param, DTensor) else param
-        out[name] = value.detach().cpu().clone()
-    return out
-
-
 def local_parameter_bytes(model: nn.Module) -> int:
     """Bytes of the parameters this rank holds: its shards of split weights, whole replicated
     ones. Gradients and each optimizer state per parameter take the same again."""
