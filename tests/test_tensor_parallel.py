@@ -163,7 +163,7 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="does not divide the model's 4 attention heads"):
         tp_module.check_tensor_parallel(model_shape(build_model(SMOKE_SHAPE)), 3)
     with pytest.raises(LaunchError, match="does not split over 2 data-parallel ranks"):
-        launch(partial(train_tensor_parallel, tp=1, steps=1, global_batch=3), nprocs=2,
+        launch(partial(train_tensor_parallel, tp=1, steps=1, batch=3), nprocs=2,
                timeout_s=60)  # fmt: skip
     with pytest.raises(TypeError, match="no tensor-parallel plan"):
         tensor_parallel_plan(nn.Linear(2, 2))

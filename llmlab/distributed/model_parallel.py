@@ -16,7 +16,14 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from llmlab.distributed.data_parallel import full_parameters
-from llmlab.distributed.equivalence import OPTIMIZERS, SMOKE_SHAPE, global_batches, loss_on
+from llmlab.distributed.equivalence import (
+    OPTIMIZERS,
+    SMOKE_SHAPE,
+    global_batches,
+    loss_on,
+    reference_parameters,
+    relative_error,
+)
 from llmlab.distributed.mesh import RankGrid, device_mesh
 from llmlab.distributed.tensor_parallel import (
     CollectiveBytes,
@@ -26,6 +33,28 @@ from llmlab.distributed.tensor_parallel import (
 from llmlab.models import ModelShape, build_model
 
 STEPS = 5  # optimizer steps per comparison, as the issue asks
+max_relative_error = relative_error  # the largest ||p - p_ref|| / ||p_ref|| over parameters
+
+
+def smoke_shape() -> ModelShape:
+    """The smoke model every equivalence check trains (`equivalence.SMOKE_SHAPE`)."""
+    return SMOKE_SHAPE
+
+
+def token_batches(shape: ModelShape, steps: int, batch: int, seq: int) -> torch.Tensor:
+    """`equivalence.global_batches` cut to `seq` tokens of input (plus the next token to
+    predict): (steps, batch, seq + 1)."""
+    if seq > shape.context:
+        raise ValueError(f"seq={seq} is longer than the model's context {shape.context}")
+    return global_batches(steps, batch, shape)[:, :, :seq + 1]
+
+
+def train_single_process(
+    shape: ModelShape | None = None, steps: int = STEPS, batch: int = 8, seq: int = 32
+) -> dict[str, torch.Tensor]:
+    """The reference: every parameter after `steps` steps in one process on the whole batch."""
+    shape = shape or SMOKE_SHAPE
+    return reference_parameters(token_batches(shape, steps, batch, seq), shape, "sgd")[0]
 
 
 def make_optimizer(parameters, name: str = "sgd") -> torch.optim.Optimizer:
@@ -62,10 +91,11 @@ class ParallelRun:
 
 
 def train_tensor_parallel(
-    tp: int = 2,
+    shape: ModelShape | None = None,
     steps: int = STEPS,
-    global_batch: int = 8,
-    shape: ModelShape = SMOKE_SHAPE,
+    batch: int = 8,
+    seq: int = 32,
+    tp: int = 2,
     plan: dict[str, ParallelStyle] | None = None,
     average_gradients: bool = True,
     optimizer: str = "sgd",
@@ -77,15 +107,16 @@ def train_tensor_parallel(
     dimension splits the batch, and each data-parallel group averages its gradients.
     `average_gradients=False` skips that average (to see the comparison catch it).
     """
+    shape = shape or SMOKE_SHAPE
     grid = RankGrid.for_world(dist.get_world_size(), tp=tp)
-    if global_batch % grid.dp:
-        raise ValueError(f"a global batch of {global_batch} does not split over {grid.dp} "
+    if batch % grid.dp:
+        raise ValueError(f"a global batch of {batch} does not split over {grid.dp} "
                          "data-parallel ranks: make it a multiple of world_size / tp")  # fmt: skip
     mesh = device_mesh(dp=grid.dp, tp=grid.tp)
     model = apply_tensor_parallel(build_model(shape), mesh["tp"], plan)
-    rows = global_batch // grid.dp
+    rows = batch // grid.dp
     at = grid.coords(dist.get_rank())["dp"]
-    batches = global_batches(steps, global_batch, shape)[:, at * rows:(at + 1) * rows]
+    batches = token_batches(shape, steps, batch, seq)[:, at * rows:(at + 1) * rows]
     dp_group = mesh["dp"].get_group()
 
     def average(model):

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from llmlab.distributed.equivalence import SMOKE_SHAPE, global_batches
-from llmlab.distributed.model_parallel import STEPS, make_optimizer
+from llmlab.distributed.equivalence import SMOKE_SHAPE
+from llmlab.distributed.model_parallel import STEPS, make_optimizer, token_batches
 from llmlab.models import ModelShape, build_model
 from llmlab.models.blocks import transformer_blocks
 
@@ -94,11 +94,12 @@ class PipelineRun:
 
 
 def train_pipeline(
+    shape: ModelShape | None = None,
     steps: int = STEPS,
-    global_batch: int = 8,
+    batch: int = 8,
+    seq: int = 32,
     microbatches: int = 4,
     schedule: str = "gpipe",
-    shape: ModelShape = SMOKE_SHAPE,
     sync_tied: bool = True,
     optimizer: str = "sgd",
 ) -> PipelineRun:
@@ -107,8 +108,9 @@ def train_pipeline(
     gradient all-reduce (to see the comparison catch it)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}: use one of {tuple(SCHEDULES)}")
-    if global_batch % microbatches:
-        raise ValueError(f"a batch of {global_batch} does not cut into {microbatches} equal "
+    shape = shape or SMOKE_SHAPE
+    if batch % microbatches:
+        raise ValueError(f"a batch of {batch} does not cut into {microbatches} equal "
                          "micro-batches")  # fmt: skip
     rank, stages = dist.get_rank(), dist.get_world_size()
     if schedule == "1f1b" and microbatches < stages:
@@ -127,7 +129,7 @@ def train_pipeline(
     tied = shape.tied_embeddings and stages > 1 and (module.is_first or module.is_last)
     tie_group = dist.new_group([0, stages - 1])  # every rank must take part in creating it
     losses, step_times, busy_times = [], [], []
-    for tokens in global_batches(steps, global_batch, shape):
+    for tokens in token_batches(shape, steps, batch, seq):
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         dist.barrier()  # start the clocks together
         busy[0], start = 0.0, time.perf_counter()
@@ -169,14 +171,14 @@ def _time_chunks(stage: PipelineStage) -> list[float]:
 
 
 def bubble_sweep(
-    microbatch_counts=(2, 4, 8), schedule: str = "gpipe", global_batch: int = 16,
-    steps: int = 3, shape: ModelShape = SMOKE_SHAPE,
+    microbatch_counts=(1, 2, 4, 8), schedule: str = "gpipe", batch: int = 16, seq: int = 32,
+    steps: int = 3, shape: ModelShape | None = None,
 ) -> list[dict]:
     """Measured idle share per stage against `bubble_fraction`, for each micro-batch count.
     Call on every rank; every rank returns the same table."""
     rows = []
     for m in microbatch_counts:
-        run = train_pipeline(steps, global_batch, m, schedule, shape)
+        run = train_pipeline(shape, steps, batch, seq, m, schedule)
         idle = [None] * dist.get_world_size()
         dist.all_gather_object(idle, run.idle_fraction)
         rows.append({"microbatches": m, "schedule": schedule, "idle": idle,
