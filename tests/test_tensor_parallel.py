@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.tensor import Partial
+from torch.distributed.tensor import DTensor, Partial
 from torch.distributed.tensor.parallel import RowwiseParallel
 
 from llmlab.distributed import LaunchError, launch
@@ -99,44 +99,71 @@ def _tiny_llama():
                   vocab_size=256, context=32)  # fmt: skip
 
 
-def _forward_backward_against_unsplit(family: str):
+def _forward_backward_against_unsplit(family: str, sequence_parallel: bool):
     shape = preset("tiny", vocab_size=256, context=32) if family == "gpt2" else _tiny_llama()
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
     reference = build_model(shape)
     expected = reference(input_ids=ids, labels=ids)
     expected.loss.backward()
-    model = apply_tensor_parallel(build_model(shape), device_mesh(tp=2)["tp"])
+    mesh = device_mesh(tp=2)["tp"]
+    model = apply_tensor_parallel(build_model(shape), mesh, sequence_parallel=sequence_parallel)
     with tp_module.CollectiveBytes() as comm:
         out = model(input_ids=ids, labels=ids)
         out.loss.backward()
     embedding = model.get_input_embeddings().weight  # whole on every rank, tied to the LM head
+    norm = next(m for n, m in model.named_modules() if n.endswith("0.ln_1")
+                or n.endswith("0.input_layernorm")).weight  # a DTensor under sequence parallel
+    norm_grad = norm.grad.full_tensor() if isinstance(norm.grad, DTensor) else norm.grad
+    reference_norm = next(m for n, m in reference.named_modules() if n.endswith("0.ln_1")
+                          or n.endswith("0.input_layernorm")).weight  # fmt: skip
     return {
         "logits": (out.logits - expected.logits).abs().max().item(),
         "embedding grad": (embedding.grad - reference.get_input_embeddings().weight.grad)
         .abs().max().item(),
-        "all_reduces": sum(comm.get_comm_counts().values()),
-        "bytes": comm.bytes.get("all_reduce", 0),
+        "norm grad": (norm_grad - reference_norm.grad).abs().max().item(),
+        "counts": {str(op).rsplit(".", 1)[-1]: n for op, n in comm.get_comm_counts().items()},
+        "bytes": comm.bytes,
         "shape": model_shape(reference),
     }
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_parallelized_model_matches_and_all_reduces_four_activations_per_block(family):
-    result = launch(_forward_backward_against_unsplit, nprocs=2, args=(family,), timeout_s=60)[0]
-    assert result["logits"] < 1e-5 and result["embedding grad"] < 1e-6, result
+    result = launch(_forward_backward_against_unsplit, nprocs=2, args=(family, False),
+                    timeout_s=60)[0]  # fmt: skip
+    assert max(result[k] for k in ("logits", "embedding grad", "norm grad")) < 1e-5, result
     shape = result["shape"]
-    assert result["all_reduces"] == 4 * shape.n_layer  # 2 forward + 2 backward per block
+    assert result["counts"] == {"all_reduce": 4 * shape.n_layer}  # 2 forward + 2 backward
     formula = tensor_parallel_bytes(2, 16, shape.d_model, shape.n_layer, tp=2)
-    assert result["bytes"] == formula["all_reduce"]
+    assert result["bytes"] == {"all_reduce": formula["all_reduce"]}
     assert formula["sent"] == formula["all_reduce"]  # a 2-rank ring sends 2 * 1/2 of it
 
 
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_sequence_parallel_turns_each_all_reduce_into_reduce_scatter_and_all_gather(family):
+    result = launch(_forward_backward_against_unsplit, nprocs=2, args=(family, True),
+                    timeout_s=60)[0]  # fmt: skip
+    assert max(result[k] for k in ("logits", "embedding grad", "norm grad")) < 1e-5, result
+    shape = result["shape"]
+    # Per block, 4 all-gathers and 4 reduce-scatters; 2 more all-gathers where the slices
+    # begin (the first block's input gradient) and end (the final norm's input).
+    assert result["counts"] == {"reduce_scatter_tensor": 4 * shape.n_layer,
+                                "all_gather_into_tensor": 4 * shape.n_layer + 2}  # fmt: skip
+    whole = tensor_parallel_bytes(2, 16, shape.d_model, shape.n_layer, tp=2)["all_reduce"]
+    one = whole // (4 * shape.n_layer)  # one activation, batch x seq x width, in bytes
+    assert result["bytes"]["reduce_scatter_tensor"] == whole  # each takes a whole activation
+    assert result["bytes"]["all_gather_into_tensor"] == (4 * shape.n_layer + 2) * one // 2
+
+
 @pytest.mark.slow
-def test_five_steps_of_tensor_parallel_match_one_process(reference):
-    runs = launch(partial(train_tensor_parallel, tp=2), nprocs=2, timeout_s=120)
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_five_steps_of_tensor_parallel_match_one_process(reference, sequence_parallel):
+    run = partial(train_tensor_parallel, tp=2, sequence_parallel=sequence_parallel)
+    runs = launch(run, nprocs=2, timeout_s=120)
     for run in runs:
         assert relative_error(run.params, reference) < TOLERANCE
-    assert runs[0].comm_counts == {"all_reduce": 4 * SMOKE_SHAPE.n_layer}
+    per_block, at_the_ends = (8, 2) if sequence_parallel else (4, 0)
+    assert sum(runs[0].comm_counts.values()) == per_block * SMOKE_SHAPE.n_layer + at_the_ends
 
 
 @pytest.mark.slow

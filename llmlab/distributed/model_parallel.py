@@ -99,6 +99,7 @@ def train_tensor_parallel(
     plan: dict[str, ParallelStyle] | None = None,
     average_gradients: bool = True,
     optimizer: str = "sgd",
+    sequence_parallel: bool = False,
 ) -> ParallelRun:
     """Train with tensor parallelism of degree `tp`, and data parallelism over the remaining
     world_size / tp ranks (2-D when that is > 1). Call on every rank (inside `launch`).
@@ -113,7 +114,7 @@ def train_tensor_parallel(
         raise ValueError(f"a global batch of {batch} does not split over {grid.dp} "
                          "data-parallel ranks: make it a multiple of world_size / tp")  # fmt: skip
     mesh = device_mesh(dp=grid.dp, tp=grid.tp)
-    model = apply_tensor_parallel(build_model(shape), mesh["tp"], plan)
+    model = apply_tensor_parallel(build_model(shape), mesh["tp"], plan, sequence_parallel)
     rows = batch // grid.dp
     at = grid.coords(dist.get_rank())["dp"]
     batches = token_batches(shape, steps, batch, seq)[:, at * rows:(at + 1) * rows]
