@@ -23,7 +23,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from llmlab.distributed.equivalence import SMOKE_SHAPE
-from llmlab.distributed.model_parallel import STEPS, make_optimizer, token_batches
+from llmlab.distributed.model_parallel import STEPS, reference_optimizer, token_batches
 from llmlab.models import ModelShape, build_model
 from llmlab.models.blocks import transformer_blocks
 
@@ -125,7 +125,7 @@ def train_pipeline(
     # The schedule cuts the batch into micro-batches and divides the summed gradients by their
     # number, so with a mean loss per micro-batch the gradient is the global batch's mean.
     runner = SCHEDULES[schedule](stage, microbatches, loss_fn=next_token_loss)
-    optimizer = make_optimizer(module.parameters(), optimizer)
+    optimizer = reference_optimizer(module.parameters(), optimizer)
     tied = shape.tied_embeddings and stages > 1 and (module.is_first or module.is_last)
     tie_group = dist.new_group([0, stages - 1])  # every rank must take part in creating it
     losses, step_times, busy_times = [], [], []
