@@ -18,10 +18,20 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
+from llmlab.distributed import launch
 from llmlab.distributed.deepspeed_run import compare_deepspeed, deepspeed_available
-from llmlab.distributed.equivalence import SMOKE_SHAPE, compare_to_single_process
+from llmlab.distributed.equivalence import (
+    SMOKE_SHAPE,
+    compare_to_single_process,
+    reference_parameters,
+    relative_error,
+)
+from llmlab.distributed.model_parallel import token_batches, train_tensor_parallel
+from llmlab.distributed.pipeline import train_pipeline
 from llmlab.distributed.rank_memory import measure_rank_memory
+from llmlab.distributed.tensor_parallel import ring_all_reduce_bytes, tensor_parallel_bytes
 from llmlab.memory import TrainingSetup, estimate_memory, measure
 
 MB = 1e6  # the course's MB: 10^6 bytes
@@ -73,6 +83,43 @@ def _states(items: dict[str, float]) -> float:
     return items["weights"] + items["gradients"] + items["optimizer states"]
 
 
+def _timed(train, **options):
+    """Run `train` on this rank (inside `launch`) and add its wall time to the result."""
+    start = time.perf_counter()
+    result = train(**options)
+    return result, time.perf_counter() - start
+
+
+def _marginal_step_seconds(train, nprocs: int, steps: int, **options):
+    """Seconds per step without start-up: (time of `steps` steps - time of 1) / (steps - 1).
+    Returns the longer run's per-rank results and that time."""
+    short = launch(partial(_timed, train, steps=1, **options), nprocs)
+    runs = launch(partial(_timed, train, steps=steps, **options), nprocs)
+    seconds = (runs[0][1] - short[0][1]) / (steps - 1)
+    return [result for result, _ in runs], seconds
+
+
+def model_parallel(nprocs: int, steps: int) -> list[Row]:
+    """Tensor parallel over all ranks (model_parallel) and one pipeline stage per rank (pipeline),
+    on equivalence's smoke model, batches of 8 x 32 tokens and plain SGD."""
+    batch, seq = 8, SMOKE_SHAPE.context
+    reference, reference_seconds = reference_parameters(
+        token_batches(SMOKE_SHAPE, steps, batch, seq), SMOKE_SHAPE, "sgd")
+    runs, seconds = _marginal_step_seconds(train_tensor_parallel, nprocs, steps, tp=nprocs,
+                                           batch=batch, seq=seq)  # fmt: skip
+    handed = runs[0].comm_bytes.get("all_reduce", 0)  # one forward and backward pass
+    formula = tensor_parallel_bytes(batch, seq, SMOKE_SHAPE.d_model, SMOKE_SHAPE.n_layer, nprocs)
+    rows = [Row(f"TP {nprocs}", max(relative_error(r.params, reference) for r in runs), 1e-5,
+                None, None, ring_all_reduce_bytes(handed, nprocs), formula["sent"], seconds,
+                reference_seconds, "activations all-reduced; memory not measured here")]
+    stages = launch(partial(train_pipeline, steps=steps, batch=batch, seq=seq), nprocs)
+    whole = {name: p for stage in stages for name, p in stage.params.items()}
+    rows.append(Row(f"PP {nprocs} (GPipe)", relative_error(whole, reference), 1e-5, None, None,
+                    None, None, max(stage.step_seconds for stage in stages), reference_seconds,
+                    "sends activations point to point (not counted); memory not measured"))
+    return rows  # fmt: skip
+
+
 def deepspeed(nprocs: int, steps: int) -> list[Row]:
     """DeepSpeed ZeRO-2 and ZeRO-3 from llmlab's generated config (deepspeed_run)."""
     if not deepspeed_available():
@@ -92,6 +139,7 @@ def deepspeed(nprocs: int, steps: int) -> list[Row]:
 GROUPS: dict[str, Callable[[int, int], list[Row]]] = {
     "single": single_process,
     "data-parallel": data_parallel,
+    "model-parallel": model_parallel,
     "deepspeed": deepspeed,
 }
 
@@ -120,13 +168,20 @@ def table(rows: list[Row]) -> str:
             f"{row.step_seconds * 1e3:>9.1f}{speed:>6.2f}x"
         )  # fmt: skip
     notes = [f"  {row.strategy}: {row.note}" for row in rows if row.note]
-    return "\n".join(lines + (["notes:"] + notes if notes else []))
+    return "\n".join(lines + (["notes:"] + notes if notes else []) + HARNESSES)
+
+
+HARNESSES = [
+    "harnesses: DDP, ZeRO-1, FSDP2 and DeepSpeed train a global batch of 4 x 32 tokens with SGD",
+    "  (momentum 0.9; DeepSpeed also clips at 1.0); TP and PP 8 x 32 tokens with plain SGD; the",
+    "  memory of DDP, ZeRO-1 and FSDP2 is one AdamW step of 2 sequences per rank (rank_memory).",
+]
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nprocs", type=int, default=2, help="processes per strategy (2)")
-    parser.add_argument("--steps", type=int, default=5, help="optimizer steps compared (5)")
+    parser.add_argument("--steps", type=int, default=5, help="optimizer steps compared (5, >= 2)")
     parser.add_argument("--only", default=",".join(GROUPS),
                         help=f"comma-separated groups to run, of {', '.join(GROUPS)}")  # fmt: skip
     return parser.parse_args()
@@ -134,6 +189,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.steps < 2 or args.nprocs < 2:
+        raise SystemExit("need --steps >= 2 (a step time) and --nprocs >= 2 (a parallel run)")
     groups = args.only.split(",")
     unknown = sorted(set(groups) - set(GROUPS))
     if unknown:
