@@ -101,6 +101,9 @@ def test_sharding_and_tensor_parallelism_divide_the_states():
 def test_ddp_keeps_a_second_copy_of_the_gradients():
     ddp = estimate_memory("gpt2-124m", batch=4, gpus=4)
     assert ddp.items["DDP gradient buckets"] == ddp.items["gradients"]
+    zero1 = estimate_memory("gpt2-124m", batch=4, gpus=4, zero=1)  # ZeroRedundancyOptimizer + DDP
+    assert zero1.items["DDP gradient buckets"] == ddp.items["gradients"]
+    assert "DDP gradient buckets" not in estimate_memory("gpt2-124m", batch=4, gpus=4, zero=2).items
 
 
 def test_lora_and_qlora():

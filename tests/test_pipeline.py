@@ -1,9 +1,16 @@
 """Pipeline parallelism: two stages under GPipe and 1F1B train like one process; the bubble."""
 
+from functools import partial
+
 import pytest
 
 from llmlab.distributed import LaunchError, launch
-from llmlab.distributed.model_parallel import max_relative_error, train_single_process
+from llmlab.distributed.equivalence import (
+    SMOKE_SHAPE,
+    global_batches,
+    reference_parameters,
+    relative_error,
+)
 from llmlab.distributed.pipeline import bubble_fraction, stage_bounds, train_pipeline
 
 TOLERANCE = 1e-5  # the issue's target for PP vs one process, relative, fp32
@@ -12,7 +19,7 @@ TOLERANCE = 1e-5  # the issue's target for PP vs one process, relative, fp32
 @pytest.fixture(scope="module")
 def reference():
     """Parameters after 5 steps of the smoke model in one process, on the whole batch."""
-    return train_single_process()
+    return reference_parameters(global_batches(5, 8, SMOKE_SHAPE), SMOKE_SHAPE, "sgd")[0]
 
 
 def _whole_model(runs) -> dict:
@@ -24,16 +31,15 @@ def _whole_model(runs) -> dict:
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_two_stages_match_one_process_after_five_steps(schedule, reference):
-    runs = launch(train_pipeline, nprocs=2, args=(None, 5, 8, 32, 4, schedule), timeout_s=120)
-    assert max_relative_error(_whole_model(runs), reference) < TOLERANCE
+    runs = launch(partial(train_pipeline, schedule=schedule), nprocs=2, timeout_s=120)
+    assert relative_error(_whole_model(runs), reference) < TOLERANCE
     assert len(runs[1].losses) == 5 and runs[0].losses == []  # the last stage computes the loss
     assert all(0 <= run.idle_fraction < 1 for run in runs)
 
 
 def test_the_comparison_fails_without_the_tied_embedding_all_reduce(reference):
-    runs = launch(train_pipeline, nprocs=2, args=(None, 5, 8, 32, 4, "gpipe", False),
-                  timeout_s=120)  # fmt: skip
-    assert max_relative_error(_whole_model(runs), reference) > 1e-2
+    runs = launch(partial(train_pipeline, sync_tied=False), nprocs=2, timeout_s=120)
+    assert relative_error(_whole_model(runs), reference) > 1e-2
 
 
 def test_bubble_formula_and_stage_bounds():
@@ -48,6 +54,6 @@ def test_bubble_formula_and_stage_bounds():
 
 def test_bad_input_is_named():
     with pytest.raises(LaunchError, match="unknown schedule 'zb'"):
-        launch(train_pipeline, nprocs=2, args=(None, 1, 8, 32, 4, "zb"), timeout_s=60)
+        launch(partial(train_pipeline, steps=1, schedule="zb"), nprocs=2, timeout_s=60)
     with pytest.raises(LaunchError, match="does not cut into 3 equal micro-batches"):
-        launch(train_pipeline, nprocs=2, args=(None, 1, 8, 32, 3), timeout_s=60)
+        launch(partial(train_pipeline, steps=1, microbatches=3), nprocs=2, timeout_s=60)

@@ -13,7 +13,12 @@ from train_fakes import FixedRows, global_rows, tiny_gpt2
 from llmlab.cli import main
 from llmlab.distributed import launch
 from llmlab.train import TrainConfig, Trainer
-from llmlab.train.checkpoint import CheckpointCorrupt, is_sharded, verify_checkpoint
+from llmlab.train.checkpoint import (
+    CheckpointCorrupt,
+    is_sharded,
+    newest_verified_checkpoint,
+    verify_checkpoint,
+)
 
 STEPS = 4
 
@@ -44,30 +49,42 @@ def test_sharded_strategies_match_one_process(parallel):
     assert losses[0][-1] < losses[0][0]
 
 
-def fsdp_run(out_dir: str, max_steps: int, resume: bool) -> list[float]:
+def run(parallel: str, out_dir: str, max_steps: int, resume: bool) -> list[float]:
     rank, world = dist.get_rank(), dist.get_world_size()
     source = FixedRows(global_rows(8), 4, rank=rank, world_size=world)
-    config = settings(4, parallel="fsdp", max_steps=max_steps, out_dir=out_dir,
+    config = settings(4, parallel=parallel, max_steps=max_steps, out_dir=out_dir,
                       checkpoint_interval=2)  # fmt: skip
     return [m.loss for m in Trainer(tiny_gpt2(), config, source).fit(resume=resume).history]
 
 
 @pytest.mark.slow
-def test_fsdp_checkpoints_shards_and_resumes_where_it_stopped(tmp_path):
-    straight = launch(fsdp_run, 2, args=(str(tmp_path / "straight"), STEPS, False))[0]
-    launch(fsdp_run, 2, args=(str(tmp_path / "stopped"), 2, False))
+@pytest.mark.parametrize("parallel", ["zero1", "fsdp"])
+def test_a_stopped_sharded_run_resumes_where_it_stopped(tmp_path, parallel):
+    """Invariant: steps 3-4 after a resume from step 2 are the steps of an uninterrupted run, so
+    the weights and every rank's share of the AdamW states came back."""
+    straight = launch(run, 2, args=(parallel, str(tmp_path / "straight"), STEPS, False))[0]
+    launch(run, 2, args=(parallel, str(tmp_path / "stopped"), 2, False))
     checkpoint = tmp_path / "stopped" / "checkpoints" / "step_0000002"
-    assert is_sharded(checkpoint) and not (checkpoint / "model.safetensors").exists()
-    verify_checkpoint(checkpoint)  # the shards of both ranks are covered by checksums
-    resumed = launch(fsdp_run, 2, args=(str(tmp_path / "stopped"), STEPS, True))[0]
+    verify_checkpoint(checkpoint)  # FSDP: the shards of both ranks are covered by checksums
+    # ZeRO-1 gathers its optimizer states into rank 0's state.pt; FSDP writes shards with DCP.
+    assert is_sharded(checkpoint) == (parallel == "fsdp")
+    assert (checkpoint / "model.safetensors").exists() == (parallel == "zero1")
+    resumed = launch(run, 2, args=(parallel, str(tmp_path / "stopped"), STEPS, True))[0]
     assert resumed == pytest.approx(straight[2:], rel=1e-6)
 
-    shard = sorted((checkpoint / "dcp").glob("*.distcp"))[-1]
+
+@pytest.mark.slow
+def test_a_damaged_shard_is_caught_and_the_older_checkpoint_used(tmp_path):
+    launch(run, 2, args=("fsdp", str(tmp_path), STEPS, False))
+    newest = tmp_path / "checkpoints" / "step_0000004"
+    shard = sorted((newest / "dcp").glob("*.distcp"))[-1]
     data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # one damaged byte in a rank's shard
+    data[len(data) // 2] ^= 0xFF  # one damaged byte in one rank's shard
     shard.write_bytes(bytes(data))
     with pytest.raises(CheckpointCorrupt, match=shard.name):
-        verify_checkpoint(checkpoint)
+        verify_checkpoint(newest)
+    found, skipped = newest_verified_checkpoint(tmp_path / "checkpoints")
+    assert found.name == "step_0000002" and shard.name in skipped[0]
 
 
 def test_unknown_strategy_is_named():

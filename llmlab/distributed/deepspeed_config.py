@@ -12,7 +12,7 @@ from pathlib import Path
 
 from llmlab.data.atomic import write_atomically
 from llmlab.memory import TrainingSetup
-from llmlab.models import ModelShape, as_shape
+from llmlab.models import ModelShape, as_shape, count_parameters
 
 DEVICES = ("cuda", "cpu")
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum")
@@ -123,16 +123,24 @@ def _check(setup: TrainingSetup, device: str, grad_clip: float, lr: float) -> No
 
 def _bucket_sizes(shape: ModelShape, stage: int) -> dict[str, int]:
     """Bucket sizes (in elements) from the model's width, the rule Hugging Face's integration uses
-    for "auto": DeepSpeed's defaults (5e8 elements, 2 GB in fp32) are made for billions of
-    parameters and would dwarf a small model."""
+    for "auto": DeepSpeed's defaults (5e8 elements, a 2 GB buffer in fp32) are made for billions
+    of parameters and would dwarf a small model."""
     d = shape.d_model
-    sizes = {"reduce_bucket_size": d * d, "allgather_bucket_size": d * d}
-    if stage == 3:
-        # Prefetch about one block's worth; keep parameters under 10 d elements (biases, norms)
-        # whole on every rank, where gathering them would cost more than storing them.
-        sizes = {"reduce_bucket_size": d * d, "stage3_prefetch_bucket_size": int(0.9 * d * d),
-                 "stage3_param_persistence_threshold": 10 * d}  # fmt: skip
-    return sizes
+    if stage < 3:
+        return {"reduce_bucket_size": d * d, "allgather_bucket_size": d * d}
+    block = count_parameters(shape).non_embedding // shape.n_layer
+    return {
+        "reduce_bucket_size": d * d,
+        "stage3_prefetch_bucket_size": int(0.9 * d * d),
+        # Keep parameters under 10 d elements (biases, norms) whole on every rank: gathering
+        # them would cost more than storing them.
+        "stage3_param_persistence_threshold": 10 * d,
+        # At most two blocks gathered (the one computed, the next one prefetched), each
+        # released after use, as FSDP's reshard_after_forward and as the planner assumes.
+        # DeepSpeed's defaults (1e9 both) keep a small model gathered from forward to backward.
+        "stage3_max_live_parameters": 2 * block,
+        "stage3_max_reuse_distance": 0,
+    }
 
 
 def write_deepspeed_config(config: dict, path: str | Path) -> Path:

@@ -2,9 +2,9 @@
 
 Every rank builds the same model, hands it to `deepspeed.initialize` with the config that
 `deepspeed_config` writes from a `TrainingSetup`, and trains on its slice of the same global
-batches. DeepSpeed averages the gradients over the ranks, so after K steps the parameters must
-match one process that trained on the whole global batch with torch's AdamW and the same
-clipping, up to the order of floating-point sums.
+batches (`llmlab.distributed.equivalence`'s harness). DeepSpeed averages the gradients over the
+ranks, so after K steps the parameters must match one process that trained on the whole global
+batch with the same torch optimizer and clipping, up to the order of floating-point sums.
 
 Runs on CPUs (DeepSpeed's CPU accelerator over gloo) and on GPUs (NCCL).
 """
@@ -13,22 +13,24 @@ import importlib.util
 import os
 import statistics
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
+from llmlab.distributed.comm import count_collectives, drop_collectives, fsdp_bytes, zero1_bytes
+from llmlab.distributed.data_parallel import split_batch
 from llmlab.distributed.deepspeed_config import deepspeed_config
+from llmlab.distributed.equivalence import SMOKE_SHAPE, global_batches, loss_on, relative_error
 from llmlab.distributed.launch import launch
 from llmlab.memory import MemoryTracker, TrainingSetup, estimate_memory
-from llmlab.models import ModelShape, build_model, count_parameters, preset
+from llmlab.models import ModelShape, build_model, count_parameters
 
-# The smoke model, shrunk so 5 steps on 2 CPU ranks take seconds: 2 blocks of width 128,
-# a 1024-token vocabulary and 64-token sequences (0.5M parameters).
-SMOKE_SHAPE = preset("tiny", n_layer=2, d_model=128, vocab_size=1024, context=64)
 TARGET = 1e-4  # the issue's tolerance for DeepSpeed, relative
+# Each stage's gradient reduction: what `drop` may remove to show the check catches it.
+REMOVABLE = {2: ("all_reduce",), 3: ("reduce_scatter",)}
 # Steps run under the memory tracker: the first creates the optimizer's state, the second is
 # a steady step. The rest are timed without the tracker's bookkeeping.
 TRACKED_STEPS = 2
@@ -54,32 +56,10 @@ def import_deepspeed():
 
 
 def smoke_setup(stage: int, nprocs: int, global_batch: int, shape: ModelShape) -> TrainingSetup:
-    """The set-up these runs use: fp32, eager attention (the planner's textbook case on a CPU)."""
-    if global_batch % nprocs:
-        raise ValueError(
-            f"a global batch of {global_batch} does not split over {nprocs} ranks: "
-            "use a multiple of the number of processes"
-        )
+    """The set-up these runs use: fp32, SGD with momentum, the model's default (sdpa) attention."""
+    split_batch(global_batch, 0, nprocs)  # a batch that does not split fails here, not in a rank
     return TrainingSetup(batch=global_batch // nprocs, seq=shape.context, dtype="fp32",
-                         attention="eager", zero=stage, gpus=nprocs)  # fmt: skip
-
-
-def global_batches(steps: int, global_batch: int, shape: ModelShape, seed: int = 0):
-    """(steps, global_batch, context + 1) random token ids, the same in every process."""
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, shape.vocab_size, (steps, global_batch, shape.context + 1),
-                         generator=generator)  # fmt: skip
-
-
-def loss_on(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over the rows of `tokens`."""
-    logits = model(tokens[:, :-1]).logits
-    return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-
-
-def relative_error(params: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> float:
-    """max over parameters of ||p - p_ref|| / ||p_ref||: 0 for the same weights."""
-    return max(((params[n] - ref).norm() / ref.norm()).item() for n, ref in reference.items())
+                         optimizer="sgd-momentum", zero=stage, gpus=nprocs)  # fmt: skip
 
 
 def torch_optimizer(config: dict, params) -> torch.optim.Optimizer:
@@ -87,16 +67,15 @@ def torch_optimizer(config: dict, params) -> torch.optim.Optimizer:
     options = dict(config["optimizer"]["params"])
     options.pop("torch_adam", None)  # DeepSpeed's own switches, not the optimizer's
     adamw = options.pop("adam_w_mode", True)
-    name = config["optimizer"]["type"]
     classes = {"AdamW": torch.optim.AdamW, "Adam": torch.optim.AdamW if adamw else torch.optim.Adam,
                "SGD": torch.optim.SGD}  # fmt: skip
-    return classes[name](params, **options)
+    return classes[config["optimizer"]["type"]](params, **options)
 
 
-def train_alone(config: dict, shape: ModelShape, batches: torch.Tensor, attention: str):
+def train_alone(config: dict, shape: ModelShape, batches: torch.Tensor):
     """Plain PyTorch on every row: the config's optimizer from torch.optim, and its clipping.
     Returns (parameters by name, median seconds per step)."""
-    model = build_model(shape, attention=attention, seed=0)
+    model = build_model(shape, seed=0)
     optimizer = torch_optimizer(config, model.parameters())
     times = []
     for tokens in batches:
@@ -111,26 +90,29 @@ def train_alone(config: dict, shape: ModelShape, batches: torch.Tensor, attentio
     return params, statistics.median(times)
 
 
-def train_with_deepspeed(config: dict, shape: ModelShape, batches: torch.Tensor, attention: str):
+def train_with_deepspeed(config: dict, shape: ModelShape, batches: torch.Tensor, drop=None):
     """One rank's run inside a process group (from `launch` or torchrun): DeepSpeed on this
-    rank's slice of each global batch. Returns its parameters (whole, gathered from the shards
-    under ZeRO-3), peak tensor bytes and median seconds per step."""
+    rank's slice of each global batch, with the collective `drop` removed if given. Returns its
+    parameters (whole, gathered from the shards under ZeRO-3), peak tensor bytes, bytes sent in
+    a steady step and median seconds per step."""
     deepspeed = import_deepspeed()
-    rank, world = dist.get_rank(), dist.get_world_size()
-    per_rank = batches.shape[1] // world
-    rows = slice(rank * per_rank, (rank + 1) * per_rank)
-    model = build_model(shape, attention=attention, seed=0)
-    # Entered before DeepSpeed copies the weights into its flat buffers, so it sees them all.
-    with MemoryTracker(model) as tracker:
+    rows = split_batch(batches.shape[1], dist.get_rank(), dist.get_world_size())
+    model = build_model(shape, seed=0)
+    # Both entered before DeepSpeed starts: it keeps references to some collectives, and copies
+    # the weights into its own flat buffers, and each must see those.
+    with (count_collectives() as counter, drop_collectives(drop) if drop else nullcontext(),
+          MemoryTracker(model) as tracker):  # fmt: skip
         engine, *_ = deepspeed.initialize(model=model, config=config)
         for tokens in batches[:TRACKED_STEPS]:
+            sent_before = counter.sent_bytes
             _deepspeed_step(engine, tokens[rows])
-    times = [_deepspeed_step(engine, tokens[rows]) for tokens in batches[TRACKED_STEPS:]]
+        step_bytes = counter.sent_bytes - sent_before
+        times = [_deepspeed_step(engine, tokens[rows]) for tokens in batches[TRACKED_STEPS:]]
     # ZeRO-3 keeps 1/N of each weight per rank; gather them to compare the whole model.
     with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
         params = {name: p.detach().clone() for name, p in engine.module.named_parameters()}
     engine.destroy()
-    return {"params": params, "peak_bytes": sum(tracker.peak.values()),
+    return {"params": params, "peak_bytes": sum(tracker.peak.values()), "bytes": step_bytes,
             "seconds": statistics.median(times) if times else float("nan")}  # fmt: skip
 
 
@@ -142,31 +124,31 @@ def _deepspeed_step(engine, tokens: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
-def _train_slice_alone(config: dict, shape: ModelShape, batches: torch.Tensor, attention: str):
-    """The broken twin of `train_with_deepspeed`: each rank trains on its slice with no
-    communication at all. What data parallelism without its gradient reduction computes."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    per_rank = batches.shape[1] // world
-    own = batches[:, rank * per_rank : (rank + 1) * per_rank]
-    params, seconds = train_alone(config, shape, own, attention)
-    return {"params": params, "peak_bytes": float("nan"), "seconds": seconds}
+def deepspeed_bytes(stage: int, parameters: int, world_size: int, bytes_per_value: int = 4):
+    """Bytes per step per rank DeepSpeed sends, by formula.
 
-
-def deepspeed_extra_bytes(shape: ModelShape, setup: TrainingSetup) -> dict[str, float]:
-    """Bytes per rank DeepSpeed keeps beyond what `estimate_memory` plans, measured here:
-
-    - its fp32 master copy of the rank's shard, made even when training in fp32 (the planner
-      counts master weights only for mixed precision, where they are a real second copy);
-    - under ZeRO-3, the rank's flat gradient shard, kept allocated between steps.
+    ZeRO-2: DeepSpeed reduces each gradient bucket with an all-reduce (its default
+    use_multi_rank_bucket_allreduce; the ZeRO paper's reduce-scatter would send half), then
+    all-gathers the updated weights: 3 (N-1)/N Psi bytes, as PyTorch's ZeRO-1. ZeRO-3:
+    all-gather the weights in forward and in backward, reduce-scatter the gradients, as FSDP.
     """
-    shard = count_parameters(shape).total / setup.data_parallel
-    extras = {}
+    bytes_of = zero1_bytes if stage == 2 else fsdp_bytes
+    return bytes_of(parameters, world_size, bytes_per_value)
+
+
+def deepspeed_planned_peak(shape: ModelShape, setup: TrainingSetup) -> float:
+    """`estimate_memory`'s peak, adjusted for two things DeepSpeed does, measured here:
+
+    - it allocates the rank's flat gradient shard at its first bucket reduction, early in the
+      backward pass while the activations are still alive (and under ZeRO-3 keeps it between
+      steps): the planner's picture of gradients held through backward, as with accumulation;
+    - it keeps an fp32 master copy of the rank's weight shard even when training in fp32 (the
+      planner counts master weights only for mixed precision, where they are a second copy).
+    """
+    peak = estimate_memory(shape, setup.replace(grad_accumulation=2)).peak
     if setup.zero and setup.dtype == "fp32":
-        extras["fp32 copy of the weight shard"] = 4 * shard
-    if setup.zero == 3:
-        extras["flat gradient shard, kept between steps"] = 4 * shard if setup.dtype == "fp32" \
-            else 2 * shard  # fmt: skip
-    return extras
+        peak += 4 * count_parameters(shape).total / setup.data_parallel
+    return peak
 
 
 @dataclass(frozen=True)
@@ -181,8 +163,10 @@ class DeepSpeedResult:
     reference_step_seconds: float  # the same for one process on the global batch
     peak_bytes: tuple[float, ...]  # each rank's peak of live tensor bytes, measured
     planned_peak_bytes: float  # estimate_memory's peak for the same set-up
-    extra_bytes: dict[str, float]  # what DeepSpeed keeps beyond the plan (deepspeed_extra_bytes)
-    communicating: bool = True  # False: the broken twin without gradient reduction
+    deepspeed_planned_bytes: float  # the same, adjusted for DeepSpeed (deepspeed_planned_peak)
+    bytes_sent_per_rank: float  # counted in a steady step, rank 0
+    bytes_formula: float  # deepspeed_bytes
+    dropped: str | None = None  # the collective removed (None: the real DeepSpeed)
 
     @property
     def passed(self) -> bool:
@@ -190,8 +174,8 @@ class DeepSpeedResult:
 
     @property
     def memory_ratio(self) -> float:
-        """The largest measured peak over the plan with DeepSpeed's extras: 1.0 is exact."""
-        return max(self.peak_bytes) / (self.planned_peak_bytes + sum(self.extra_bytes.values()))
+        """The largest measured peak over the plan adjusted for DeepSpeed: 1.0 is exact."""
+        return max(self.peak_bytes) / self.deepspeed_planned_bytes
 
 
 def compare_deepspeed(
@@ -200,32 +184,31 @@ def compare_deepspeed(
     steps: int = 5,
     global_batch: int = 4,
     shape: ModelShape = SMOKE_SHAPE,
-    optimizer: str = "sgd-momentum",
-    communicating: bool = True,
+    drop: str | None = None,
     timeout_s: float = 180,
 ) -> DeepSpeedResult:
     """Train `steps` steps of `shape` with DeepSpeed ZeRO-`stage` (2 or 3) on `nprocs` ranks
     and in one plain process, with the same global batches; return how far apart they end up.
 
-    communicating=False runs the broken twin (each rank alone on its slice) to show that the
-    comparison catches training without gradient reduction.
+    The optimizer is SGD with momentum (lr 0.1), as in `llmlab.distributed.equivalence`: Adam
+    divides each gradient by its running RMS, so a gradient that is pure rounding noise (GPT-2's
+    key bias: softmax ignores a constant added to all of a query's scores) becomes a full
+    lr-sized step, and on 2 ranks the noise differs. With AdamW (lr 1e-3) that one bias ends
+    3e-4 apart; every other parameter 1e-6.
 
-    optimizer: SGD with momentum (lr 0.1) by default, as in `llmlab.distributed.equivalence`:
-    Adam divides each gradient by its running RMS, so a gradient that is pure rounding noise
-    (GPT-2's key bias: softmax ignores a constant added to all of a query's scores, its true
-    gradient is 0) becomes a full lr-sized step, and summed in another order on 2 ranks the
-    noise differs. "adamw" (lr 1e-3) ends 3e-4 apart on that bias, 1e-6 elsewhere.
+    drop: the stage's gradient reduction (see REMOVABLE) to remove, to show the check fails
+    without it: `compare_deepspeed(2, drop="all_reduce").passed` is False.
     """
-    if stage not in (2, 3):
-        raise ValueError(f"stage must be 2 or 3 (ZeRO-1: llmlab's zero1 strategy): {stage!r}")
-    setup = smoke_setup(stage, nprocs, global_batch, shape).replace(optimizer=optimizer)
+    if stage not in REMOVABLE:
+        raise ValueError(f"stage must be 2 or 3 (ZeRO-1: llmlab's zero1 strategy), got {stage!r}")
+    if drop is not None and drop not in REMOVABLE[stage]:
+        raise ValueError(f"ZeRO-{stage} reduces gradients with {REMOVABLE[stage]}, not {drop!r}")
+    setup = smoke_setup(stage, nprocs, global_batch, shape)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    lr = 0.1 if optimizer.startswith("sgd") else 1e-3
-    config = deepspeed_config(setup, shape, lr=lr, device=device)
+    config = deepspeed_config(setup, shape, lr=0.1, device=device)
     batches = global_batches(steps, global_batch, shape)
-    reference, reference_seconds = train_alone(config, shape, batches, setup.attention)
-    rank_fn = train_with_deepspeed if communicating else _train_slice_alone
-    ranks = launch(rank_fn, nprocs, args=(config, shape, batches, setup.attention),
+    reference, reference_seconds = train_alone(config, shape, batches)
+    ranks = launch(train_with_deepspeed, nprocs, args=(config, shape, batches, drop),
                    timeout_s=timeout_s)  # fmt: skip
     return DeepSpeedResult(
         stage=stage,
@@ -236,6 +219,8 @@ def compare_deepspeed(
         reference_step_seconds=reference_seconds,
         peak_bytes=tuple(r["peak_bytes"] for r in ranks),
         planned_peak_bytes=estimate_memory(shape, setup).peak,
-        extra_bytes=deepspeed_extra_bytes(shape, setup),
-        communicating=communicating,
+        deepspeed_planned_bytes=deepspeed_planned_peak(shape, setup),
+        bytes_sent_per_rank=ranks[0]["bytes"],
+        bytes_formula=deepspeed_bytes(stage, count_parameters(shape).total, nprocs),
+        dropped=drop,
     )

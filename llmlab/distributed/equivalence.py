@@ -25,7 +25,7 @@ from llmlab.distributed.comm import (
     ddp_bytes,
     drop_collectives,
     fsdp_bytes,
-    zero1_bytes,  # fmt: skip
+    zero1_bytes,
 )
 from llmlab.distributed.data_parallel import (
     full_parameters,

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from llmlab.distributed.model_parallel import STEPS, global_batches, smoke_shape
+from llmlab.distributed.equivalence import SMOKE_SHAPE
+from llmlab.distributed.model_parallel import STEPS, reference_optimizer, token_batches
 from llmlab.models import ModelShape, build_model
 from llmlab.models.blocks import transformer_blocks
 
@@ -66,9 +67,9 @@ def stage_bounds(n_layer: int, stages: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of predicting each next token: what transformers' `labels=` computes."""
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1), input_ids[:, 1:].flatten())
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the logits against the next tokens (the inputs shifted by one)."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 def bubble_fraction(stages: int, microbatches: int) -> float:
@@ -100,15 +101,17 @@ def train_pipeline(
     microbatches: int = 4,
     schedule: str = "gpipe",
     sync_tied: bool = True,
-    lr: float = 0.5,
+    optimizer: str = "sgd",
 ) -> PipelineRun:
-    """Train with one pipeline stage per rank (call on every rank, inside `launch`); SGD, as in
-    `model_parallel`. `sync_tied=False` skips the tied embedding's gradient all-reduce."""
+    """Train with one pipeline stage per rank (call on every rank, inside `launch`), on
+    `equivalence`'s batches and optimizer. `sync_tied=False` skips the tied embedding's
+    gradient all-reduce (to see the comparison catch it)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}: use one of {tuple(SCHEDULES)}")
+    shape = shape or SMOKE_SHAPE
     if batch % microbatches:
-        raise ValueError(f"a batch of {batch} does not cut into {microbatches} equal micro-batches")
-    shape = shape or smoke_shape()
+        raise ValueError(f"a batch of {batch} does not cut into {microbatches} equal "
+                         "micro-batches")  # fmt: skip
     rank, stages = dist.get_rank(), dist.get_world_size()
     if schedule == "1f1b" and microbatches < stages:
         raise ValueError(f"1F1B needs at least as many micro-batches as stages ({stages}): "
@@ -119,19 +122,22 @@ def train_pipeline(
     names = {id(p): name for name, p in model.named_parameters()}
     stage = PipelineStage(module, rank, stages, torch.device("cpu"))
     busy = _time_chunks(stage)
+    # The schedule cuts the batch into micro-batches and divides the summed gradients by their
+    # number, so with a mean loss per micro-batch the gradient is the global batch's mean.
     runner = SCHEDULES[schedule](stage, microbatches, loss_fn=next_token_loss)
-    optimizer = torch.optim.SGD(module.parameters(), lr=lr)
+    optimizer = reference_optimizer(module.parameters(), optimizer)
     tied = shape.tied_embeddings and stages > 1 and (module.is_first or module.is_last)
     tie_group = dist.new_group([0, stages - 1])  # every rank must take part in creating it
     losses, step_times, busy_times = [], [], []
-    for input_ids in global_batches(shape, steps, batch, seq):
+    for tokens in token_batches(shape, steps, batch, seq):
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
         dist.barrier()  # start the clocks together
         busy[0], start = 0.0, time.perf_counter()
         step_losses = []
         if module.is_first:
-            runner.step(input_ids, target=input_ids if module.is_last else None)
+            runner.step(inputs, target=targets if module.is_last else None)
         else:
-            runner.step(target=input_ids, losses=step_losses)
+            runner.step(target=targets, losses=step_losses)
         step_times.append(time.perf_counter() - start)
         busy_times.append(busy[0])
         if tied and sync_tied:
@@ -165,7 +171,7 @@ def _time_chunks(stage: PipelineStage) -> list[float]:
 
 
 def bubble_sweep(
-    microbatch_counts=(1, 2, 4, 8), schedule: str = "gpipe", batch: int = 16, seq: int = 64,
+    microbatch_counts=(1, 2, 4, 8), schedule: str = "gpipe", batch: int = 16, seq: int = 32,
     steps: int = 3, shape: ModelShape | None = None,
 ) -> list[dict]:
     """Measured idle share per stage against `bubble_fraction`, for each micro-batch count.

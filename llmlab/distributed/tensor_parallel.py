@@ -14,13 +14,12 @@ Two versions live here:
   `RowwiseParallel` on the attention and MLP of the GPT-2 and Llama models `build_model` makes.
   Weights become DTensors sharded over the mesh; the ops above happen inside DTensor.
 
-Sequence parallelism (Korthikanti et al. 2022), explained and not used here: the norms and the
-residual additions between the split matmuls are computed whole on every rank, and their
-activations are stored tp times over. Sequence parallelism splits those by sequence position
-instead: each all-reduce becomes a reduce-scatter (into sequence shards) plus an all-gather
-(before the next split matmul), moving the same bytes but storing 1/tp of those activations. In
-torch it is `SequenceParallel()` on the norms plus `input_layouts=Shard(1)`/`output_layouts=
-Shard(1)` on the split layers; Megatron-LM's flag is `--sequence-parallel`.
+Sequence parallelism (Korthikanti et al. 2022), `sequence_parallel=True`: without it the norms
+and residual additions between the split matmuls are computed whole on every rank, and their
+activations are stored tp times over. With it, each rank keeps only its slice of the sequence
+positions there: each all-reduce becomes a reduce-scatter (into sequence slices) and an
+all-gather (before the next split matmul), which send the same bytes, and those activations take
+1/tp of the memory. Megatron-LM's flag is `--sequence-parallel`.
 """
 
 import re
@@ -30,13 +29,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     ParallelStyle,
     PrepareModuleInput,
     RowwiseParallel,
+    SequenceParallel,
     parallelize_module,
 )
 from transformers.pytorch_utils import Conv1D
@@ -155,47 +155,61 @@ def prepare_for_tensor_parallel(model: nn.Module) -> nn.Module:
     return model
 
 
-def tensor_parallel_plan(model: nn.Module) -> dict[str, ParallelStyle]:
+def tensor_parallel_plan(
+    model: nn.Module, sequence_parallel: bool = False
+) -> dict[str, ParallelStyle]:
     """What to split in each block, by module name within the block.
 
     Column-parallel layers take the whole input and give this rank's columns; row-parallel ones
     take those columns and give the whole output (one all-reduce). Where several column-parallel
     layers read the same input (q, k, v; Llama's gate and up), `PrepareModuleInput` makes that
-    input a replicated DTensor once, so the backward pass sums their gradient shares in one
-    all-reduce rather than one per layer.
+    input a whole DTensor once, so the backward pass sums their gradient shares in one
+    all-reduce rather than one per layer. With `sequence_parallel`, the stream between the split
+    layers is sliced by position (Shard(1)): the norms run on slices, the inputs of the
+    column-parallel layers are all-gathered and the row-parallel outputs reduce-scattered.
     """
-    shared_input = PrepareModuleInput(
-        input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),))
+    stream = Shard(1) if sequence_parallel else Replicate()  # the residual stream's layout
+    gathered = PrepareModuleInput(input_layouts=(stream,), desired_input_layouts=(Replicate(),))
+    norm = SequenceParallel() if sequence_parallel else None  # None: the norm stays whole
     if _family(model) == "gpt2":
-        return {
-            "attn.c_attn": shared_input,
+        plan = {
+            "ln_1": norm, "attn.c_attn": gathered,
             "attn.c_attn.q": ColwiseParallel(), "attn.c_attn.k": ColwiseParallel(),
-            "attn.c_attn.v": ColwiseParallel(), "attn.c_proj": RowwiseParallel(),
-            "mlp.c_fc": ColwiseParallel(), "mlp.c_proj": RowwiseParallel(),
+            "attn.c_attn.v": ColwiseParallel(),
+            "attn.c_proj": RowwiseParallel(output_layouts=stream),
+            "ln_2": norm, "mlp.c_fc": ColwiseParallel(input_layouts=stream),
+            "mlp.c_proj": RowwiseParallel(output_layouts=stream),
         }  # fmt: skip
-    return {
-        # Llama's decoder layer passes hidden_states to attention by keyword.
-        "self_attn": PrepareModuleInput(
-            input_kwarg_layouts={"hidden_states": Replicate()},
-            desired_input_kwarg_layouts={"hidden_states": Replicate()}),
-        "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
-        "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
-        "mlp": shared_input,
-        "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
-        "mlp.down_proj": RowwiseParallel(),
-    }  # fmt: skip
+    else:
+        plan = {
+            "input_layernorm": norm,
+            # Llama's decoder layer passes hidden_states to attention by keyword.
+            "self_attn": PrepareModuleInput(
+                input_kwarg_layouts={"hidden_states": stream},
+                desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+            "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(),
+            "self_attn.o_proj": RowwiseParallel(output_layouts=stream),
+            "post_attention_layernorm": norm, "mlp": gathered,
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=stream),
+        }  # fmt: skip
+    return {name: style for name, style in plan.items() if style is not None}
 
 
 def apply_tensor_parallel(
-    model: nn.Module, mesh: DeviceMesh, plan: dict[str, ParallelStyle] | None = None
+    model: nn.Module,
+    mesh: DeviceMesh,
+    plan: dict[str, ParallelStyle] | None = None,
+    sequence_parallel: bool = False,
 ) -> nn.Module:
     """Split every block of a `build_model` model over the 1-D tensor-parallel `mesh` (for a
-    2-D mesh, pass `mesh["tp"]`), in place. Embeddings, norms and the LM head stay whole on
-    every rank. Returns the model."""
+    2-D mesh, pass `mesh["tp"]`), in place. Embeddings, the final norm and the LM head stay
+    whole on every rank. Returns the model."""
     tp = mesh.size()
     check_tensor_parallel(model_shape(model), tp)
     prepare_for_tensor_parallel(model)
-    plan = plan or tensor_parallel_plan(model)
+    plan = plan or tensor_parallel_plan(model, sequence_parallel)
     for block in transformer_blocks(model):
         parallelize_module(block, mesh, plan)
         attn = getattr(block, "attn", None)
@@ -206,7 +220,25 @@ def apply_tensor_parallel(
             attn.split_size //= tp
             attn.embed_dim //= tp
         # Llama's attention reshapes with -1 heads, so its local head count follows the weights.
+    if sequence_parallel:
+        parallelize_module(model, mesh, _sequence_slicing(model))
     return model
+
+
+def _sequence_slicing(model: nn.Module) -> dict[str, ParallelStyle]:
+    """With sequence parallelism the first block takes this rank's slice of the positions
+    (no communication: every rank has the whole embedding output) and the final norm gets the
+    whole sequence back (an all-gather)."""
+    # GPT-2 hands its blocks 4 positional arguments (the hidden states first), Llama 1.
+    others = (None,) * 3 if _family(model) == "gpt2" else ()
+    first = "transformer.h.0" if _family(model) == "gpt2" else "model.layers.0"
+    final_norm = "transformer.ln_f" if _family(model) == "gpt2" else "model.norm"
+    return {
+        first: PrepareModuleInput(input_layouts=(Replicate(), *others),
+                                  desired_input_layouts=(Shard(1), *others), use_local_output=True),
+        final_norm: PrepareModuleInput(input_layouts=(Shard(1),),
+                                       desired_input_layouts=(Replicate(),), use_local_output=True),
+    }  # fmt: skip
 
 
 def model_shape(model: nn.Module) -> ModelShape:
@@ -226,15 +258,6 @@ def _family(model: nn.Module) -> str:
     if family not in ("gpt2", "llama"):
         raise TypeError(f"no tensor-parallel plan for a {family!r} model: use gpt2 or llama")
     return family
-
-
-def full_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter whole, as CPU tensors: DTensor shards are gathered from their ranks."""
-    out = {}
-    for name, param in model.named_parameters():
-        value = param.full_tensor() if isinstance(param, DTensor) else param
-        out[name] = value.detach().cpu().clone()
-    return out
 
 
 def local_parameter_bytes(model: nn.Module) -> int:

@@ -326,9 +326,10 @@ def estimate_memory(
     tp, dp = setup.tensor_parallel, setup.data_parallel
     trainable, frozen = _trainable_and_frozen(shape, setup)
     items = model_states(trainable, setup, frozen)
-    if dp > 1 and setup.zero == 0:
+    if dp > 1 and setup.zero <= 1:
         # DDP's reducer keeps its own flat copy of the gradients to all-reduce in buckets
-        # (unless DistributedDataParallel(gradient_as_bucket_view=True)).
+        # (unless DistributedDataParallel(gradient_as_bucket_view=True)); PyTorch's ZeRO-1,
+        # ZeroRedundancyOptimizer, runs on DDP and keeps it too.
         items["DDP gradient buckets"] = items["gradients"]
     items["block activations"] = block_activation_bytes(shape, setup)
     items["head activations"] = head_activation_bytes(shape, setup)

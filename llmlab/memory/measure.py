@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -79,13 +80,17 @@ class MemoryTracker(TorchDispatchMode):
             raise ValueError(f"unknown phase {phase!r}: use one of {tuple(PHASE_CATEGORY)}")
         if self.phase == "optimizer":  # the optimizer may have created its state (first step)
             self._relabel(self._optimizer_tensors(), "optimizer states")
+        if phase == "optimizer":  # FSDP sets its sharded .grad directly, with no hook to tell
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            self._relabel(grads, "gradients")
         self.phase = phase
         self.before[phase] = dict(self.current)
 
     def _optimizer_tensors(self) -> Iterable[torch.Tensor]:
         if self.optimizer is None:
             return []
-        states = self.optimizer.state.values()
+        # ZeroRedundancyOptimizer keeps this rank's share of the states in its local `.optim`.
+        states = getattr(self.optimizer, "optim", self.optimizer).state.values()
         return [t for state in states for t in state.values() if isinstance(t, torch.Tensor)]
 
     def _on_gradient(self, parameter: nn.Parameter) -> None:
@@ -95,7 +100,7 @@ class MemoryTracker(TorchDispatchMode):
         for tensor in tensors:
             if tensor.device.type == "meta":  # a shape without memory (DeepSpeed keeps some)
                 continue
-            storage = tensor.untyped_storage()
+            storage = _local(tensor).untyped_storage()
             key = id(storage)
             if key in self._live:
                 continue
@@ -108,7 +113,7 @@ class MemoryTracker(TorchDispatchMode):
 
     def _relabel(self, tensors: Iterable[torch.Tensor], category: str) -> None:
         for tensor in tensors:
-            key = id(tensor.untyped_storage())
+            key = id(_local(tensor).untyped_storage())
             if key in self._live:
                 old, nbytes = self._live[key]
                 self.current[old] -= nbytes
@@ -119,6 +124,11 @@ class MemoryTracker(TorchDispatchMode):
         category, nbytes = self._live.pop(key)
         self._refs.pop(key)
         self.current[category] -= nbytes
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of a tensor: an FSDP2 shard (a DTensor) holds only its local piece."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 @dataclass(frozen=True)
