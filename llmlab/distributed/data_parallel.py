@@ -137,8 +137,27 @@ def register_comm_hook(model: DistributedDataParallel, kind: str = "allreduce", 
         options = {"matrix_approximation_rank": 1, "start_powerSGD_iter": 2, **powersgd}
         state = powerSGD_hook.PowerSGDState(process_group=None, **options)
         hook = powerSGD_hook.powerSGD_hook
+        if dist.get_backend() == "gloo":
+            hook = _one_bucket_at_a_time(hook)
     model.register_comm_hook(state, hook)
     return state
+
+
+def _one_bucket_at_a_time(hook):
+    """gloo needs every rank to issue its collectives in the same order. PowerSGD issues its
+    second all-reduce from a callback of the first, so with several buckets in flight two ranks
+    can interleave them differently and gloo aborts; waiting for the previous bucket's
+    communication before starting the next one keeps a single order."""
+    previous = []
+
+    def serial_hook(state, bucket):
+        if previous:
+            previous.pop().wait()
+        future = hook(state, bucket)
+        previous.append(future)
+        return future
+
+    return serial_hook
 
 
 def _no_communication_hook(state, bucket) -> torch.futures.Future:
