@@ -1,0 +1,186 @@
+"""Pipeline parallelism: each rank holds some consecutive blocks (a stage) and passes activations
+on; the batch is cut into micro-batches so the stages can work at the same time.
+
+`torch.distributed.pipelining` runs the schedules (`ScheduleGPipe`: all forwards, then all
+backwards; `Schedule1F1B`: one forward, one backward in turn once the pipe is full). Its
+`PipelineStage` passes one tensor from stage to stage, and a transformers model's forward takes
+keywords and returns a ModelOutput, so each stage here is a small nn.Module that takes a tensor
+and returns a tensor: token ids -> hidden states -> ... -> logits.
+
+GPT-2 ties its LM head to its token embedding: the first stage uses the matrix to embed, the last
+to predict. Each holds its own copy, so after the backward pass the two copies' gradients are
+summed (an all-reduce between those two ranks) and both take the same step.
+"""
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from llmlab.distributed.equivalence import SMOKE_SHAPE
+from llmlab.distributed.model_parallel import STEPS, reference_optimizer, token_batches
+from llmlab.models import ModelShape, build_model
+from llmlab.models.blocks import transformer_blocks
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+class GPT2Stage(nn.Module):
+    """Blocks [first, last) of a GPT-2 model; the first stage also embeds the tokens, the last
+    also applies the final norm and the LM head. Tensor in, tensor out."""
+
+    def __init__(self, model: nn.Module, first: int, last: int):
+        super().__init__()
+        if getattr(model.config, "model_type", "") != "gpt2":
+            raise ValueError("pipeline stages are written for the gpt2 family (the smoke model)")
+        blocks = transformer_blocks(model)
+        self.is_first, self.is_last = first == 0, last == len(blocks)
+        self.blocks = nn.ModuleList(blocks[first:last])
+        if self.is_first:
+            self.wte, self.wpe = model.transformer.wte, model.transformer.wpe
+        if self.is_last:
+            self.ln_f, self.lm_head = model.transformer.ln_f, model.lm_head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.is_first:  # x: token ids (batch, seq)
+            x = self.wte(x) + self.wpe(torch.arange(x.shape[1], device=x.device))
+        for block in self.blocks:
+            x = block(x)  # no mask: GPT-2's attention is causal on its own
+        return self.lm_head(self.ln_f(x)) if self.is_last else x
+
+
+def stage_bounds(n_layer: int, stages: int) -> list[tuple[int, int]]:
+    """[first, last) blocks of each stage: as equal as they can be, earlier stages get the extra."""
+    if not 1 <= stages <= n_layer:
+        raise ValueError(f"{stages} stages for {n_layer} blocks: each stage needs at least one")
+    size, extra = divmod(n_layer, stages)
+    bounds, first = [], 0
+    for stage in range(stages):
+        last = first + size + (stage < extra)
+        bounds.append((first, last))
+        first = last
+    return bounds
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the logits against the next tokens (the inputs shifted by one)."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def bubble_fraction(stages: int, microbatches: int) -> float:
+    """The share of a step each stage idles while the pipe fills and drains, if every
+    micro-batch takes the same time on every stage."""
+    return (stages - 1) / (microbatches + stages - 1)
+
+
+@dataclass
+class PipelineRun:
+    """What one stage (rank) of a pipeline run gives back."""
+
+    stage: int
+    params: dict[str, torch.Tensor]  # this stage's parameters, named as in the whole model
+    losses: list[float]  # the mean loss per step (last stage; empty elsewhere)
+    step_seconds: float  # median wall time of a step
+    busy_seconds: float  # median time of a step spent computing forward and backward chunks
+
+    @property
+    def idle_fraction(self) -> float:
+        return 1 - self.busy_seconds / self.step_seconds
+
+
+def train_pipeline(
+    shape: ModelShape | None = None,
+    steps: int = STEPS,
+    batch: int = 8,
+    seq: int = 32,
+    microbatches: int = 4,
+    schedule: str = "gpipe",
+    sync_tied: bool = True,
+    optimizer: str = "sgd",
+) -> PipelineRun:
+    """Train with one pipeline stage per rank (call on every rank, inside `launch`), on
+    `equivalence`'s batches and optimizer. `sync_tied=False` skips the tied embedding's
+    gradient all-reduce (to see the comparison catch it)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}: use one of {tuple(SCHEDULES)}")
+    shape = shape or SMOKE_SHAPE
+    if batch % microbatches:
+        raise ValueError(f"a batch of {batch} does not cut into {microbatches} equal "
+                         "micro-batches")  # fmt: skip
+    rank, stages = dist.get_rank(), dist.get_world_size()
+    if schedule == "1f1b" and microbatches < stages:
+        raise ValueError(f"1F1B needs at least as many micro-batches as stages ({stages}): "
+                         f"got {microbatches}")  # fmt: skip
+    model = build_model(shape)  # every rank builds it whole (same seed), then keeps its stage
+    first, last = stage_bounds(shape.n_layer, stages)[rank]
+    module = GPT2Stage(model, first, last)
+    names = {id(p): name for name, p in model.named_parameters()}
+    stage = PipelineStage(module, rank, stages, torch.device("cpu"))
+    busy = _time_chunks(stage)
+    # The schedule cuts the batch into micro-batches and divides the summed gradients by their
+    # number, so with a mean loss per micro-batch the gradient is the global batch's mean.
+    runner = SCHEDULES[schedule](stage, microbatches, loss_fn=next_token_loss)
+    optimizer = reference_optimizer(module.parameters(), optimizer)
+    tied = shape.tied_embeddings and stages > 1 and (module.is_first or module.is_last)
+    tie_group = dist.new_group([0, stages - 1])  # every rank must take part in creating it
+    losses, step_times, busy_times = [], [], []
+    for tokens in token_batches(shape, steps, batch, seq):
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        dist.barrier()  # start the clocks together
+        busy[0], start = 0.0, time.perf_counter()
+        step_losses = []
+        if module.is_first:
+            runner.step(inputs, target=targets if module.is_last else None)
+        else:
+            runner.step(target=targets, losses=step_losses)
+        step_times.append(time.perf_counter() - start)
+        busy_times.append(busy[0])
+        if tied and sync_tied:
+            weight = module.wte.weight if module.is_first else module.lm_head.weight
+            dist.all_reduce(weight.grad, group=tie_group)  # embedding + LM-head gradient
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step_losses:
+            losses.append(torch.stack(step_losses).mean().item())
+    params = {names[id(p)]: p.detach().clone() for p in module.parameters()}
+    return PipelineRun(rank, params, losses, statistics.median(step_times),
+                       statistics.median(busy_times))  # fmt: skip
+
+
+def _time_chunks(stage: PipelineStage) -> list[float]:
+    """Add the seconds the stage spends in its forward and backward chunks to `busy[0]`;
+    everything else in a step (waiting for a neighbour's activations or gradients) is idle."""
+    busy = [0.0]
+    for name in ("forward_one_chunk", "backward_one_chunk"):
+        work = getattr(stage, name)
+
+        def timed(*args, _work=work, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _work(*args, **kwargs)
+            finally:
+                busy[0] += time.perf_counter() - start
+
+        setattr(stage, name, timed)  # the schedule calls these by attribute
+    return busy
+
+
+def bubble_sweep(
+    microbatch_counts=(1, 2, 4, 8), schedule: str = "gpipe", batch: int = 16, seq: int = 32,
+    steps: int = 3, shape: ModelShape | None = None,
+) -> list[dict]:
+    """Measured idle share per stage against `bubble_fraction`, for each micro-batch count.
+    Call on every rank; every rank returns the same table."""
+    rows = []
+    for m in microbatch_counts:
+        run = train_pipeline(shape, steps, batch, seq, m, schedule)
+        idle = [None] * dist.get_world_size()
+        dist.all_gather_object(idle, run.idle_fraction)
+        rows.append({"microbatches": m, "schedule": schedule, "idle": idle,
+                     "formula": bubble_fraction(dist.get_world_size(), m)})  # fmt: skip
+    return rows

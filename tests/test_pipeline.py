@@ -1,0 +1,59 @@
+"""Pipeline parallelism: two stages under GPipe and 1F1B train like one process; the bubble."""
+
+from functools import partial
+
+import pytest
+
+from llmlab.distributed import LaunchError, launch
+from llmlab.distributed.equivalence import (
+    SMOKE_SHAPE,
+    global_batches,
+    reference_parameters,
+    relative_error,
+)
+from llmlab.distributed.pipeline import bubble_fraction, stage_bounds, train_pipeline
+
+TOLERANCE = 1e-5  # the issue's target for PP vs one process, relative, fp32
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Parameters after 5 steps of the smoke model in one process, on the whole batch."""
+    return reference_parameters(global_batches(5, 8, SMOKE_SHAPE), SMOKE_SHAPE, "sgd")[0]
+
+
+def _whole_model(runs) -> dict:
+    params = {}
+    for run in runs:  # each stage's parameters, named as in the whole model
+        params.update(run.params)
+    return params
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_two_stages_match_one_process_after_five_steps(schedule, reference):
+    runs = launch(partial(train_pipeline, schedule=schedule), nprocs=2, timeout_s=120)
+    assert relative_error(_whole_model(runs), reference) < TOLERANCE
+    assert len(runs[1].losses) == 5 and runs[0].losses == []  # the last stage computes the loss
+    assert all(0 <= run.idle_fraction < 1 for run in runs)
+
+
+def test_the_comparison_fails_without_the_tied_embedding_all_reduce(reference):
+    runs = launch(partial(train_pipeline, sync_tied=False), nprocs=2, timeout_s=120)
+    assert relative_error(_whole_model(runs), reference) > 1e-2
+
+
+def test_bubble_formula_and_stage_bounds():
+    assert bubble_fraction(2, 1) == 0.5
+    assert bubble_fraction(4, 4) == pytest.approx(3 / 7)
+    assert bubble_fraction(1, 8) == 0  # one stage never waits
+    assert stage_bounds(4, 2) == [(0, 2), (2, 4)]
+    assert stage_bounds(5, 3) == [(0, 2), (2, 4), (4, 5)]
+    with pytest.raises(ValueError, match="each stage needs at least one"):
+        stage_bounds(2, 3)
+
+
+def test_bad_input_is_named():
+    with pytest.raises(LaunchError, match="unknown schedule 'zb'"):
+        launch(partial(train_pipeline, steps=1, schedule="zb"), nprocs=2, timeout_s=60)
+    with pytest.raises(LaunchError, match="does not cut into 3 equal micro-batches"):
+        launch(partial(train_pipeline, steps=1, microbatches=3), nprocs=2, timeout_s=60)
