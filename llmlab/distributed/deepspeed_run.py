@@ -6,9 +6,13 @@ batches (`llmlab.distributed.equivalence`'s harness). DeepSpeed averages the gra
 ranks, so after K steps the parameters must match one process that trained on the whole global
 batch with the same torch optimizer and clipping, up to the order of floating-point sums.
 
-Runs on CPUs (DeepSpeed's CPU accelerator over gloo) and on GPUs (NCCL).
+Runs on CPUs (DeepSpeed's CPU accelerator over gloo) and on GPUs (NCCL): from Python with
+`compare_deepspeed(stage)`, or at a terminal under torchrun, as DeepSpeed is usually run:
+
+    torchrun --nproc_per_node 2 -m llmlab.distributed.deepspeed_run --stage 3 --config ds.json
 """
 
+import argparse
 import importlib.util
 import os
 import statistics
@@ -22,8 +26,9 @@ from torch import nn
 
 from llmlab.distributed.comm import count_collectives, drop_collectives, fsdp_bytes, zero1_bytes
 from llmlab.distributed.data_parallel import split_batch
-from llmlab.distributed.deepspeed_config import deepspeed_config
+from llmlab.distributed.deepspeed_config import deepspeed_config, write_deepspeed_config
 from llmlab.distributed.equivalence import SMOKE_SHAPE, global_batches, loss_on, relative_error
+from llmlab.distributed.groups import process_group
 from llmlab.distributed.launch import launch
 from llmlab.memory import MemoryTracker, TrainingSetup, estimate_memory
 from llmlab.models import ModelShape, build_model, count_parameters
@@ -224,3 +229,31 @@ def compare_deepspeed(
         bytes_formula=deepspeed_bytes(stage, count_parameters(shape).total, nprocs),
         dropped=drop,
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Each rank trains with DeepSpeed; rank 0 then trains alone and prints the comparison."""
+    parser = argparse.ArgumentParser(description="DeepSpeed ZeRO against one process")
+    parser.add_argument("--stage", type=int, choices=sorted(REMOVABLE), default=2)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--global-batch", type=int, default=4)
+    parser.add_argument("--config", help="also write the generated DeepSpeed config JSON here")
+    args = parser.parse_args(argv)
+    with process_group() as me:
+        setup = smoke_setup(args.stage, me.world_size, args.global_batch, SMOKE_SHAPE)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        config = deepspeed_config(setup, SMOKE_SHAPE, lr=0.1, device=device)
+        if args.config and me.is_main:
+            write_deepspeed_config(config, args.config)
+        batches = global_batches(args.steps, args.global_batch, SMOKE_SHAPE)
+        run = train_with_deepspeed(config, SMOKE_SHAPE, batches)
+        if me.is_main:
+            error = relative_error(run["params"], train_alone(config, SMOKE_SHAPE, batches)[0])
+            print(f"DeepSpeed ZeRO-{args.stage} on {me.world_size} processes, {args.steps} steps: "
+                  f"max relative error {error:.1e} against one process (target {TARGET:.0e}); "
+                  f"peak {run['peak_bytes'] / 1e6:.1f} MB per rank, "
+                  f"{run['bytes'] / 1e6:.1f} MB sent per step")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
