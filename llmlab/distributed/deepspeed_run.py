@@ -133,8 +133,9 @@ def deepspeed_bytes(stage: int, parameters: int, world_size: int, bytes_per_valu
     """Bytes per step per rank DeepSpeed sends, by formula.
 
     ZeRO-2: DeepSpeed reduces each gradient bucket with an all-reduce (its default
-    use_multi_rank_bucket_allreduce; the ZeRO paper's reduce-scatter would send half), then
-    all-gathers the updated weights: 3 (N-1)/N Psi bytes, as PyTorch's ZeRO-1. ZeRO-3:
+    use_multi_rank_bucket_allreduce; the ZeRO paper's reduce-scatter sends half as much for the
+    gradients), then all-gathers the updated weights: 3 (N-1)/N Psi bytes, as PyTorch's
+    ZeRO-1. ZeRO-3:
     all-gather the weights in forward and in backward, reduce-scatter the gradients, as FSDP.
     """
     bytes_of = zero1_bytes if stage == 2 else fsdp_bytes
@@ -164,7 +165,7 @@ class DeepSpeedResult:
     nprocs: int
     steps: int
     max_rel_error: float  # the largest ||p - p_ref|| / ||p_ref|| over parameters and ranks
-    step_seconds: float  # median seconds per optimizer step, rank 0
+    step_seconds: float  # median seconds per step after the tracked ones, rank 0 (nan: none)
     reference_step_seconds: float  # the same for one process on the global batch
     peak_bytes: tuple[float, ...]  # each rank's peak of live tensor bytes, measured
     planned_peak_bytes: float  # estimate_memory's peak for the same set-up
@@ -206,6 +207,8 @@ def compare_deepspeed(
     """
     if stage not in REMOVABLE:
         raise ValueError(f"stage must be 2 or 3 (ZeRO-1: llmlab's zero1 strategy), got {stage!r}")
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
     if drop is not None and drop not in REMOVABLE[stage]:
         raise ValueError(f"ZeRO-{stage} reduces gradients with {REMOVABLE[stage]}, not {drop!r}")
     setup = smoke_setup(stage, nprocs, global_batch, shape)
