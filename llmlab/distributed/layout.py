@@ -157,7 +157,7 @@ def _reason(dp: int, tp: int, pp: int, zero: int, nodes: int, between: str) -> s
     elif zero == 3:
         reason = "weights, gradients and optimizer states sharded: ~1.5x DP's traffic"
     elif zero:
-        reason = f"ZeRO-{zero} shards what the optimizer step needs: less memory, 1-1.5x DP's traffic"
+        reason = f"ZeRO-{zero} shards the optimizer's part: less memory, 1-1.5x DP's traffic"
     else:
         reason = "the whole model on every GPU: one gradient all-reduce per step"
     if dp > 1 and nodes > 1 and pp < nodes and between == "ethernet":
