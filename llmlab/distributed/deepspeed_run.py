@@ -28,7 +28,7 @@ from llmlab.distributed.comm import count_collectives, drop_collectives, fsdp_by
 from llmlab.distributed.data_parallel import split_batch
 from llmlab.distributed.deepspeed_config import deepspeed_config, write_deepspeed_config
 from llmlab.distributed.equivalence import SMOKE_SHAPE, global_batches, loss_on, relative_error
-from llmlab.distributed.groups import process_group
+from llmlab.distributed.groups import default_backend, process_group
 from llmlab.distributed.launch import launch
 from llmlab.memory import MemoryTracker, TrainingSetup, estimate_memory
 from llmlab.models import ModelShape, build_model, count_parameters
@@ -115,7 +115,9 @@ def train_with_deepspeed(config: dict, shape: ModelShape, batches: torch.Tensor,
         times = [_deepspeed_step(engine, tokens[rows]) for tokens in batches[TRACKED_STEPS:]]
     # ZeRO-3 keeps 1/N of each weight per rank; gather them to compare the whole model.
     with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
-        params = {name: p.detach().clone() for name, p in engine.module.named_parameters()}
+        # A copy on the CPU: results travel between processes, and CUDA tensors cannot.
+        params = {name: p.detach().to("cpu", copy=True)
+                  for name, p in engine.module.named_parameters()}  # fmt: skip
     engine.destroy()
     return {"params": params, "peak_bytes": sum(tracker.peak.values()), "bytes": step_bytes,
             "seconds": statistics.median(times) if times else float("nan")}  # fmt: skip
@@ -217,7 +219,7 @@ def compare_deepspeed(
     batches = global_batches(steps, global_batch, shape)
     reference, reference_seconds = train_alone(config, shape, batches)
     ranks = launch(train_with_deepspeed, nprocs, args=(config, shape, batches, drop),
-                   timeout_s=timeout_s)  # fmt: skip
+                   backend=default_backend(), timeout_s=timeout_s)  # fmt: skip
     return DeepSpeedResult(
         stage=stage,
         nprocs=nprocs,
