@@ -96,3 +96,17 @@ def _bf16_on_gloo():
 def test_bf16_compression_on_gloo_says_it_needs_nccl():
     with pytest.raises(LaunchError, match="CUDA feature"):
         launch(_bf16_on_gloo, 2)
+
+
+@pytest.mark.slow
+def test_compressed_gradients_send_less_and_drift_a_little():
+    """fp16 halves DDP's bytes and costs accuracy (no longer within 1e-6); rank-1 PowerSGD sends
+    about 1% of them, over several buckets (gloo needs them in one order on every rank)."""
+    fp16 = compare_to_single_process("ddp", comm_hook="fp16")
+    assert fp16.bytes_sent_per_rank == fp16.bytes_formula / 2
+    assert fp16.target < fp16.max_rel_error < 1e-2
+    powersgd = compare_to_single_process("ddp", comm_hook="powersgd")
+    assert powersgd.bytes_sent_per_rank < powersgd.bytes_formula / 50
+    assert powersgd.max_rel_error < 0.1
+    with pytest.raises(ValueError, match="comm hooks are DDP's"):
+        compare_to_single_process("fsdp", comm_hook="fp16")

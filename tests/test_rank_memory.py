@@ -2,7 +2,8 @@
 
 import pytest
 
-from llmlab.distributed.rank_memory import MEMORY_SHAPE, measure_rank_memory, planned_memory
+from llmlab.distributed.equivalence import SMOKE_SHAPE
+from llmlab.distributed.rank_memory import measure_rank_memory, planned_memory
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "fsdp"])
@@ -15,7 +16,7 @@ def test_measured_memory_per_rank_matches_the_plan(strategy):
     assert ("peak" in errors) == (strategy != "fsdp")  # FSDP's peak is not measurable here
     if strategy == "zero1":
         # The check can fail: the DDP plan (replicated states) is 100% off for ZeRO-1.
-        ddp_plan = planned_memory("ddp", MEMORY_SHAPE, 2, 2)["optimizer states"]
+        ddp_plan = planned_memory("ddp", SMOKE_SHAPE, 2, 2)["optimizer states"]
         assert result.measured["optimizer states"] == pytest.approx(ddp_plan / 2, rel=0.01)
 
 

@@ -15,6 +15,7 @@ from llmlab.distributed import launch
 from llmlab.train import TrainConfig, Trainer
 from llmlab.train.checkpoint import (
     CheckpointCorrupt,
+    CheckpointMismatch,
     is_sharded,
     newest_verified_checkpoint,
     verify_checkpoint,
@@ -121,3 +122,10 @@ def test_cli_trains_with_fsdp_under_torchrun(tmp_path):
     for step in (1, 2):
         verify_checkpoint(tmp_path / "checkpoints" / f"step_{step:07d}")
         assert is_sharded(tmp_path / "checkpoints" / f"step_{step:07d}")
+
+
+def test_a_sharded_checkpoint_is_not_loaded_by_an_unsharded_run(tmp_path):
+    (tmp_path / "step_0000002" / "dcp").mkdir(parents=True)
+    trainer = Trainer(tiny_gpt2(), settings(8), FixedRows(global_rows(8), 8))
+    with pytest.raises(CheckpointMismatch, match="sharded.*strategy is 'none'"):
+        trainer.resume(tmp_path / "step_0000002")

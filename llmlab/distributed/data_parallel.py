@@ -24,25 +24,23 @@ from torch.nn.parallel import DistributedDataParallel
 from llmlab.models.blocks import transformer_blocks
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
-SHARDED = ("zero1", "fsdp")  # strategies whose optimizer state (or more) lives in shards
-COMM_HOOKS = ("allreduce", "fp16", "bf16", "powersgd", "none")
+COMM_HOOKS = ("allreduce", "fp16", "bf16", "powersgd")
 
 
-def check_strategy(strategy: str, allow_none: bool = True) -> None:
-    known = STRATEGIES + (("none",) if allow_none else ())
+def check_strategy(strategy: str) -> None:
+    known = (*STRATEGIES, "none")
     if strategy not in known:
         raise ValueError(f"unknown parallel strategy {strategy!r}: use one of {', '.join(known)}")
 
 
-def _require_group(strategy: str) -> int:
-    """The world size; a clear error when the strategy needs a process group and has none."""
+def _require_group(strategy: str) -> None:
+    """A clear error when the strategy needs a process group and there is none."""
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(
             f"strategy {strategy!r} needs a process group: run under torchrun "
             "(torchrun --nproc_per_node 2 ...) or inside llmlab.distributed.launch, or use "
             "strategy='none' for one process"
         )
-    return dist.get_world_size()
 
 
 def split_batch(global_batch: int, rank: int, world_size: int) -> slice:
@@ -113,8 +111,7 @@ def register_comm_hook(model: DistributedDataParallel, kind: str = "allreduce", 
     "allreduce": the default all-reduce, as a Python hook (so `llmlab.distributed.comm` can count
     its bytes: DDP's built-in path calls C++ directly); "fp16"/"bf16": cast each bucket to 16
     bits before the all-reduce (half the bytes); "powersgd": send a rank-r factorisation of each
-    gradient matrix (powersgd: matrix_approximation_rank=1, start_powerSGD_iter=2, ...);
-    "none": no communication at all, every rank keeps its own gradient (to show what breaks).
+    gradient matrix (powersgd: matrix_approximation_rank=1, start_powerSGD_iter=2, ...).
     Returns the hook's state (PowerSGD keeps its error feedback there).
     """
     if not isinstance(model, DistributedDataParallel):
@@ -130,21 +127,33 @@ def register_comm_hook(model: DistributedDataParallel, kind: str = "allreduce", 
         "allreduce": default_hooks.allreduce_hook,
         "fp16": default_hooks.fp16_compress_hook,
         "bf16": default_hooks.bf16_compress_hook,
-        "none": _no_communication_hook,
     }.get(kind)
     if kind == "powersgd":
         # Error feedback adds what compression dropped to the next step's gradient.
         options = {"matrix_approximation_rank": 1, "start_powerSGD_iter": 2, **powersgd}
         state = powerSGD_hook.PowerSGDState(process_group=None, **options)
         hook = powerSGD_hook.powerSGD_hook
+        if dist.get_backend() == "gloo":
+            hook = _one_bucket_at_a_time(hook)
     model.register_comm_hook(state, hook)
     return state
 
 
-def _no_communication_hook(state, bucket) -> torch.futures.Future:
-    future = torch.futures.Future()
-    future.set_result(bucket.buffer())  # this rank's own gradients, never averaged
-    return future
+def _one_bucket_at_a_time(hook):
+    """gloo needs every rank to issue its collectives in the same order. PowerSGD issues its
+    second all-reduce from a callback of the first, so with several buckets in flight two ranks
+    can interleave them differently and gloo aborts; waiting for the previous bucket's
+    communication before starting the next one keeps a single order."""
+    previous = []
+
+    def serial_hook(state, bucket):
+        if previous:
+            previous.pop().wait()
+        future = hook(state, bucket)
+        previous.append(future)
+        return future
+
+    return serial_hook
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -3,8 +3,9 @@
 The check CS336 uses for DDP, for every strategy: the same initial weights, the same GLOBAL batch
 at every step; on N ranks each rank takes its 1/N slice of it. Each rank's loss is the mean over
 its slice, and the strategy averages the gradients over the ranks, so the gradient is the mean
-over the global batch, as in one process. After K AdamW steps the parameters must agree up to
-floating-point summation order. Remove the strategy's communication and they must not.
+over the global batch, as in one process. After K optimizer steps the parameters must agree up
+to floating-point summation order. Remove the strategy's communication and they must not.
+(Memory per rank is measured separately: `llmlab.distributed.rank_memory`.)
 
 Other strategies (tensor, pipeline parallel) reuse `reference_parameters`, `global_batches` and
 `relative_error` with their own per-rank step.
@@ -47,9 +48,9 @@ REMOVABLE = {"ddp": ("all_reduce",), "zero1": ("all_reduce", "broadcast"),
 # SGD with momentum, not AdamW: AdamW divides each gradient by its running RMS, so a gradient
 # that is pure rounding noise becomes a full lr-sized step. GPT-2's key bias is one (softmax
 # ignores a constant added to all of a query's scores, so its true gradient is 0): under AdamW
-# its 1e-10 noise, summed in another order on 2 ranks, moves it by 1e-5 and the comparison
-# measures noise (1e-3 relative on that bias), not the strategy. Momentum keeps ZeRO-1 sharding
-# a real optimizer state.
+# its rounding noise, summed in another order on 2 ranks, moves it by 2e-5 in 5 steps and the
+# comparison measures noise (1e-3 relative on that bias), not the strategy. Momentum keeps
+# ZeRO-1 sharding a real optimizer state.
 OPTIMIZERS = {"sgd": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
               "adamw": (torch.optim.AdamW, {"lr": 1e-3})}  # fmt: skip
 TARGETS = {"ddp": 1e-6, "zero1": 1e-5, "fsdp": 1e-5}  # the issue's tolerances, relative
@@ -68,6 +69,7 @@ class EquivalenceResult:
     bytes_sent_per_rank: float  # counted, per step (rank 0)
     bytes_formula: float  # what the strategy's formula says, per step
     dropped: str | None = None  # the collective removed (None: the real strategy)
+    comm_hook: str = "allreduce"  # how DDP sent its gradients (see register_comm_hook)
 
     @property
     def target(self) -> float:
@@ -140,7 +142,7 @@ def _numel(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())  # a tied weight is counted once
 
 
-def _rank_run(strategy, batches, shape, optimizer_name, reference, drop) -> dict:
+def _rank_run(strategy, batches, shape, optimizer_name, reference, drop, comm_hook) -> dict:
     """The body of each rank: train on its slice of every global batch, compare, report."""
     rank, world = dist.get_rank(), dist.get_world_size()
     rows = split_batch(batches.shape[1], rank, world)
@@ -150,7 +152,7 @@ def _rank_run(strategy, batches, shape, optimizer_name, reference, drop) -> dict
     if strategy in ("ddp", "zero1"):
         # DDP's built-in all-reduce is invisible to Python; the same all-reduce as a Python hook
         # is what lets count_collectives see (and drop_collectives remove) it.
-        register_comm_hook(wrapped, "allreduce")
+        register_comm_hook(wrapped, comm_hook)
     optimizer = _optimizer(unwrap(wrapped), strategy, optimizer_name)
     counted = []
     for tokens in batches:
@@ -175,6 +177,7 @@ def compare_to_single_process(
     shape: ModelShape = SMOKE_SHAPE,
     optimizer: str = "sgd",
     drop: str | None = None,
+    comm_hook: str = "allreduce",
     timeout_s: float = 120,
 ) -> EquivalenceResult:
     """Train `steps` steps of `shape` under `strategy` on `nprocs` ranks and on one process,
@@ -183,6 +186,8 @@ def compare_to_single_process(
     optimizer: "sgd" (momentum 0.9) or "adamw" (see OPTIMIZERS for why SGD is the default).
     drop: a collective to remove from the strategy (see REMOVABLE), to show that the check
     fails without it: `compare_to_single_process("ddp", drop="all_reduce").passed` is False.
+    comm_hook: for "ddp"/"zero1", how the gradients are sent: "fp16" or "powersgd" compress
+    them (fewer bytes, a larger error; see register_comm_hook).
     """
     if strategy not in REMOVABLE:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(REMOVABLE)}")
@@ -190,12 +195,14 @@ def compare_to_single_process(
         raise ValueError(
             f"{strategy} has no {drop!r} to remove: its communication is {REMOVABLE[strategy]}"
         )
+    if comm_hook != "allreduce" and strategy == "fsdp":
+        raise ValueError("comm hooks are DDP's: use strategy 'ddp' or 'zero1' with comm_hook")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
     split_batch(global_batch, 0, nprocs)  # a batch that does not split fails here, not in a rank
     batches = global_batches(steps, global_batch, shape)
     reference, reference_seconds = reference_parameters(batches, shape, optimizer)
-    args = (strategy, batches, shape, optimizer, reference, drop)
+    args = (strategy, batches, shape, optimizer, reference, drop, comm_hook)
     ranks = launch(_rank_run, nprocs, args=args, timeout_s=timeout_s)
     return EquivalenceResult(
         strategy=strategy,
@@ -207,4 +214,5 @@ def compare_to_single_process(
         bytes_sent_per_rank=ranks[0]["bytes"],
         bytes_formula=ranks[0]["formula"],
         dropped=drop,
+        comm_hook=comm_hook,
     )

@@ -18,14 +18,13 @@ import torch
 import torch.distributed as dist
 
 from llmlab.distributed.data_parallel import STRATEGIES, make_optimizer, unwrap, wrap_model
+from llmlab.distributed.equivalence import SMOKE_SHAPE
 from llmlab.distributed.launch import launch
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.memory.measure import measure_training_step
-from llmlab.models import ModelShape, build_model, preset
+from llmlab.models import ModelShape, build_model
 
 ZERO_STAGE = {"ddp": 0, "zero1": 1, "fsdp": 3}
-# The smoke model of the equivalence check, with a wider vocabulary so the states dominate.
-MEMORY_SHAPE = preset("tiny", vocab_size=512, context=32)
 STATE_ITEMS = ("weights", "gradients", "optimizer states")
 
 
@@ -85,7 +84,7 @@ def _measure_on_rank(strategy: str, shape: ModelShape, batch: int) -> dict[str, 
 
 
 def measure_rank_memory(
-    strategy: str, nprocs: int = 2, batch: int = 2, shape: ModelShape = MEMORY_SHAPE
+    strategy: str, nprocs: int = 2, batch: int = 2, shape: ModelShape = SMOKE_SHAPE
 ) -> RankMemory:
     """Measure one training step's memory on each of `nprocs` ranks; rank 0's against the plan."""
     if strategy not in STRATEGIES:

@@ -293,8 +293,9 @@ class Trainer:
 
     def _save_shards(self) -> Path:
         """Every rank writes its shards into one new temporary folder that rank 0 names."""
-        folder = [sharded_checkpoint_folder(self.checkpoint_dir, self.step)] if \
-            self.dist.is_main else [None]  # fmt: skip
+        folder = [None]
+        if self.dist.is_main:
+            folder = [sharded_checkpoint_folder(self.checkpoint_dir, self.step)]
         dist.broadcast_object_list(folder, src=0)
         dcp.save(self._sharded_state(), checkpoint_id=folder[0] / SHARDED_DIR)
         return folder[0]
