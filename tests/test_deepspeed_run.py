@@ -7,7 +7,7 @@ import re
 import pytest
 
 from llmlab.distributed import run_script
-from llmlab.distributed.deepspeed_run import TARGET, compare_deepspeed, deepspeed_available
+from llmlab.distributed.deepspeed_run import TARGET, compare_deepspeed, deepspeed_available, main
 
 pytestmark = pytest.mark.skipif(not deepspeed_available(), reason="deepspeed not installed")
 
@@ -56,3 +56,9 @@ def test_runs_under_torchrun_as_practitioners_run_it(tmp_path):
     error = float(re.search(r"max relative error (\S+) against", output).group(1))
     assert error <= TARGET, output
     assert json.loads((tmp_path / "ds.json").read_text())["zero_optimization"]["stage"] == 2
+
+
+def test_the_terminal_entry_asks_for_torchrun(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit, match="torchrun --nproc_per_node 2"):
+        main([])
