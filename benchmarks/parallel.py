@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+import torch.distributed as dist
+
 from llmlab.distributed import launch
 from llmlab.distributed.deepspeed_run import compare_deepspeed, deepspeed_available
 from llmlab.distributed.equivalence import (
@@ -83,20 +85,19 @@ def _states(items: dict[str, float]) -> float:
     return items["weights"] + items["gradients"] + items["optimizer states"]
 
 
-def _timed(train, **options):
-    """Run `train` on this rank (inside `launch`) and add its wall time to the result."""
-    start = time.perf_counter()
-    result = train(**options)
-    return result, time.perf_counter() - start
-
-
-def _marginal_step_seconds(train, nprocs: int, steps: int, **options):
-    """Seconds per step without start-up: (time of `steps` steps - time of 1) / (steps - 1).
-    Returns the longer run's per-rank results and that time."""
-    short = launch(partial(_timed, train, steps=1, **options), nprocs)
-    runs = launch(partial(_timed, train, steps=steps, **options), nprocs)
-    seconds = (runs[0][1] - short[0][1]) / (steps - 1)
-    return [result for result, _ in runs], seconds
+def _marginal_step(train, steps: int, **options):
+    """On this rank (inside `launch`): run `train` for 1 step, then for `steps`; the difference
+    is `steps - 1` steps without the set-up both share (building the model, the mesh). A first
+    1-step run pays the one-time costs (caches, first calls) outside the clock.
+    Returns the longer run's result and the seconds per step."""
+    train(steps=1, **options)
+    times = []
+    for n in (1, steps):
+        dist.barrier()  # every rank starts the clock together
+        start = time.perf_counter()
+        result = train(steps=n, **options)
+        times.append(time.perf_counter() - start)
+    return result, (times[1] - times[0]) / (steps - 1)
 
 
 def model_parallel(nprocs: int, steps: int) -> list[Row]:
@@ -105,8 +106,9 @@ def model_parallel(nprocs: int, steps: int) -> list[Row]:
     batch, seq = 8, SMOKE_SHAPE.context
     reference, reference_seconds = reference_parameters(
         token_batches(SMOKE_SHAPE, steps, batch, seq), SMOKE_SHAPE, "sgd")
-    runs, seconds = _marginal_step_seconds(train_tensor_parallel, nprocs, steps, tp=nprocs,
-                                           batch=batch, seq=seq)  # fmt: skip
+    timed = launch(partial(_marginal_step, train_tensor_parallel, steps, tp=nprocs, batch=batch,
+                           seq=seq), nprocs)  # fmt: skip
+    runs, seconds = [run for run, _ in timed], max(seconds for _, seconds in timed)
     handed = runs[0].comm_bytes.get("all_reduce", 0)  # one forward and backward pass
     formula = tensor_parallel_bytes(batch, seq, SMOKE_SHAPE.d_model, SMOKE_SHAPE.n_layer, nprocs)
     rows = [Row(f"TP {nprocs}", max(relative_error(r.params, reference) for r in runs), 1e-5,

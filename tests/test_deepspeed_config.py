@@ -56,6 +56,7 @@ def test_zero3_offloads_nothing_and_buckets_follow_the_model_width():
     assert zero["offload_param"] == {"device": "none"}
     assert zero["reduce_bucket_size"] == 768 * 768
     assert zero["stage3_param_persistence_threshold"] == 10 * 768
+    assert zero["stage3_max_reuse_distance"] == 0  # released after use, as FSDP reshards
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,13 @@
 """DeepSpeed ZeRO-2 and ZeRO-3 on 2 CPU processes train exactly as one process does, and the
 check catches DeepSpeed with its gradient reduction removed."""
 
+import json
+import re
+
 import pytest
 
-from llmlab.distributed.deepspeed_run import TARGET, compare_deepspeed, deepspeed_available
+from llmlab.distributed import run_script
+from llmlab.distributed.deepspeed_run import TARGET, compare_deepspeed, deepspeed_available, main
 
 pytestmark = pytest.mark.skipif(not deepspeed_available(), reason="deepspeed not installed")
 
@@ -42,3 +46,19 @@ def test_the_check_fails_without_gradient_reduction(stage, drop):
 def test_bad_input_is_refused_before_any_process_starts(kwargs, message):
     with pytest.raises(ValueError, match=message):
         compare_deepspeed(**kwargs)
+
+
+@pytest.mark.slow
+def test_runs_under_torchrun_as_practitioners_run_it(tmp_path):
+    output = run_script("llmlab.distributed.deepspeed_run", nprocs=2, module=True,
+                        script_args=["--stage", "2", "--config", tmp_path / "ds.json"],
+                        timeout_s=300)  # fmt: skip
+    error = float(re.search(r"max relative error (\S+) against", output).group(1))
+    assert error <= TARGET, output
+    assert json.loads((tmp_path / "ds.json").read_text())["zero_optimization"]["stage"] == 2
+
+
+def test_the_terminal_entry_asks_for_torchrun(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit, match="torchrun --nproc_per_node 2"):
+        main([])

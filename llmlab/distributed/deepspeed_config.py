@@ -44,7 +44,7 @@ def deepspeed_config(
         )
     zero: dict = {
         "stage": setup.zero,
-        "offload_optimizer": {"device": "none"},  # all states stay on the GPU, as planned
+        "offload_optimizer": {"device": "none"},  # no offload to CPU memory: as planned
         "contiguous_gradients": True,  # gradients copied into one buffer: less fragmentation
         "overlap_comm": False,  # simpler to follow and to measure; True hides it behind compute
     }

@@ -5,7 +5,8 @@ a pipeline degree `pp`, with dp x tp x pp = all GPUs. `choose_layouts` keeps the
 planned memory per GPU fits, and ranks them by one stated rule, simplest communication first:
 
 1. plain data parallel: each GPU holds the whole model; one gradient all-reduce per step;
-2. ZeRO-1/2: optimizer states (and gradients) sharded, the same traffic as plain DP;
+2. ZeRO-1/2: optimizer states (and gradients) sharded; the ZeRO paper's traffic is plain DP's
+   (PyTorch's ZeRO-1 and DeepSpeed's ZeRO-2 send 1.5x: see benchmarks/parallel.py);
 3. ZeRO-3/FSDP: weights sharded too, about 1.5x the traffic (they are gathered twice a step);
 4. tensor parallel, only inside a node with NVLink: every layer all-reduces its activations;
 5. pipeline parallel, only across nodes: stages pass activations over the slower link, and GPUs
@@ -41,7 +42,10 @@ class Layout:
 
     def describe(self) -> str:
         parts = [f"DP {self.dp}" + (f" ZeRO-{self.zero}" if self.zero else "")]
-        parts += [f"TP {self.tp}"] * (self.tp > 1) + [f"PP {self.pp}"] * (self.pp > 1)
+        if self.tp > 1:
+            parts.append(f"TP {self.tp}")
+        if self.pp > 1:
+            parts.append(f"PP {self.pp}")
         return " x ".join(parts)
 
 
@@ -153,7 +157,7 @@ def _reason(dp: int, tp: int, pp: int, zero: int, nodes: int, between: str) -> s
     elif zero == 3:
         reason = "weights, gradients and optimizer states sharded: ~1.5x DP's traffic"
     elif zero:
-        reason = f"ZeRO-{zero} shards what the optimizer step needs: DP's traffic, less memory"
+        reason = f"ZeRO-{zero} shards the optimizer's part: less memory, 1-1.5x DP's traffic"
     else:
         reason = "the whole model on every GPU: one gradient all-reduce per step"
     if dp > 1 and nodes > 1 and pp < nodes and between == "ethernet":
