@@ -3,6 +3,16 @@
 One concern per module:
 - `groups`: who am I (rank, world size), and joining/leaving the process group safely.
 - `launch`: start N processes from a notebook, a test or a terminal, with their output shown.
+- `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
+- `comm`: count the bytes each collective sends; the formulas they should match.
+- `equivalence`: a strategy on N ranks against one process on the same global batch.
+- `rank_memory`: memory per rank, measured, against the Lab 02 planner.
+- `mesh`: every parallel group read off one rank grid; device meshes.
+- `tensor_parallel`, `model_parallel`: Megatron-style tensor parallelism, by hand and by plan.
+- `pipeline`: pipeline stages, GPipe and 1F1B schedules, and their idle time.
+- `deepspeed_config`, `deepspeed_run`: DeepSpeed's JSON config from a TrainingSetup; ZeRO-2/3 runs.
+- `layout`: which data/tensor/pipeline/ZeRO layouts fit a cluster, in a stated order.
+- `megatron`: the course's names as Megatron-LM arguments, and a command line.
 """
 
 from llmlab.distributed.groups import (
