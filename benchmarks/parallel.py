@@ -4,7 +4,7 @@
 
 For each strategy, on `nprocs` CPU processes over gloo (one math thread each), the smoke model
 trains `steps` optimizer steps on the same global batches as one process, and the table shows:
-- the largest relative parameter error after the steps, against the issue's target;
+- the largest relative parameter error after the steps, against its target;
 - memory per rank, measured by Lab 02's tensor tracker, against `llmlab.memory`'s plan;
 - bytes sent per rank in a step, counted at the collectives, against the strategy's formula;
 - the step time, and the speed against one process (on 2 shared CPU cores, communication and

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not deepspeed_available(), reason="deepspeed not
 def test_zero_matches_one_process(stage):
     result = compare_deepspeed(stage, nprocs=2, steps=5)
     # Invariant: averaging the gradients over the ranks gives the global batch's gradient, so
-    # the parameters agree up to summation order (2e-6 measured; the issue's bound is 1e-4).
+    # the parameters agree up to summation order (2e-6 measured; the target is 1e-4).
     assert result.max_rel_error <= TARGET, result
     # Each rank's peak of live tensors against the planner adjusted for DeepSpeed's gradient
     # shard and fp32 copy (deepspeed_planned_peak): 1.09 (ZeRO-2) and 1.12 (ZeRO-3) measured.

@@ -18,10 +18,10 @@ from llmlab.distributed.equivalence import compare_to_single_process
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "fsdp"])
 def test_strategy_matches_one_process(strategy):
     """Invariant: the mean of per-rank mean gradients is the global-batch gradient, so after 5
-    steps the parameters agree to the issue's tolerance (DDP 1e-6, sharded 1e-5, relative)."""
+    steps the parameters agree to the target tolerance (DDP 1e-6, sharded 1e-5, relative)."""
     result = compare_to_single_process(strategy, nprocs=2, steps=5)
     assert result.max_rel_error <= result.target, result
-    # The bytes counted on the wrapped collectives match the strategy's formula (issue: 5%).
+    # The bytes counted on the wrapped collectives match the strategy's formula (target: within 5%).
     assert result.bytes_sent_per_rank == pytest.approx(result.bytes_formula, rel=0.05), result
 
 

@@ -13,7 +13,7 @@ from llmlab.distributed.equivalence import (
 )
 from llmlab.distributed.pipeline import bubble_fraction, stage_bounds, train_pipeline
 
-TOLERANCE = 1e-5  # the target for PP vs one process, relative, fp32
+TOLERANCE = 1e-5  # the target for PP vs one process, relative, fp32
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from llmlab.distributed.rank_memory import measure_rank_memory, planned_memory
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "fsdp"])
 def test_measured_memory_per_rank_matches_the_plan(strategy):
-    """Invariant: each rank holds what its ZeRO stage says (issue target: within 10%); ZeRO-1
+    """Invariant: each rank holds what its ZeRO stage says (target: within 10%); ZeRO-1
     halves the optimizer states on 2 ranks, FSDP also the weights and gradients."""
     result = measure_rank_memory(strategy, nprocs=2)
     errors = result.relative_errors()

@@ -34,7 +34,7 @@ from llmlab.distributed.tensor_parallel import (
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import build_model, preset
 
-TOLERANCE = 1e-5  # the target for TP vs one process, relative, fp32
+TOLERANCE = 1e-5  # the target for TP vs one process, relative, fp32
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,7 @@ REMOVABLE = {"ddp": ("all_reduce",), "zero1": ("all_reduce", "broadcast"),
 # ZeRO-1 sharding a real optimizer state.
 OPTIMIZERS = {"sgd": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
               "adamw": (torch.optim.AdamW, {"lr": 1e-3})}  # fmt: skip
-TARGETS = {"ddp": 1e-6, "zero1": 1e-5, "fsdp": 1e-5}  # the tolerances, relative
+TARGETS = {"ddp": 1e-6, "zero1": 1e-5, "fsdp": 1e-5}  # relative; summation order stays inside
 
 
 @dataclass(frozen=True)
