@@ -6,20 +6,11 @@ import pytest
 
 from llmlab.distributed import LaunchError, launch
 from llmlab.distributed.equivalence import (
-    SMOKE_SHAPE,
-    global_batches,
-    reference_parameters,
     relative_error,
 )
 from llmlab.distributed.pipeline import bubble_fraction, stage_bounds, train_pipeline
 
 TOLERANCE = 1e-5  # the target for PP vs one process, relative, fp32
-
-
-@pytest.fixture(scope="module")
-def reference():
-    """Parameters after 5 steps of the smoke model in one process, on the whole batch."""
-    return reference_parameters(global_batches(5, 8, SMOKE_SHAPE), SMOKE_SHAPE, "sgd")[0]
 
 
 def _whole_model(runs) -> dict:
@@ -30,16 +21,16 @@ def _whole_model(runs) -> dict:
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_two_stages_match_one_process_after_five_steps(schedule, reference):
+def test_two_stages_match_one_process_after_five_steps(schedule, smoke_reference):
     runs = launch(partial(train_pipeline, schedule=schedule), nprocs=2, timeout_s=120)
-    assert relative_error(_whole_model(runs), reference) < TOLERANCE
+    assert relative_error(_whole_model(runs), smoke_reference) < TOLERANCE
     assert len(runs[1].losses) == 5 and runs[0].losses == []  # the last stage computes the loss
     assert all(0 <= run.idle_fraction < 1 for run in runs)
 
 
-def test_the_comparison_fails_without_the_tied_embedding_all_reduce(reference):
+def test_the_comparison_fails_without_the_tied_embedding_all_reduce(smoke_reference):
     runs = launch(partial(train_pipeline, sync_tied=False), nprocs=2, timeout_s=120)
-    assert relative_error(_whole_model(runs), reference) > 1e-2
+    assert relative_error(_whole_model(runs), smoke_reference) > 1e-2
 
 
 def test_bubble_formula_and_stage_bounds():

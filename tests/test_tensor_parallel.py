@@ -16,8 +16,6 @@ from llmlab.distributed import tensor_parallel as tp_module
 from llmlab.distributed.data_parallel import full_parameters
 from llmlab.distributed.equivalence import (
     SMOKE_SHAPE,
-    global_batches,
-    reference_parameters,
     relative_error,
 )
 from llmlab.distributed.mesh import device_mesh
@@ -35,12 +33,6 @@ from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import build_model, preset
 
 TOLERANCE = 1e-5  # the target for TP vs one process, relative, fp32
-
-
-@pytest.fixture(scope="module")
-def reference():
-    """Parameters after 5 steps of the smoke model in one process, on the whole batch."""
-    return reference_parameters(global_batches(5, 8, SMOKE_SHAPE), SMOKE_SHAPE, "sgd")[0]
 
 
 def _mlp_against_unsplit(broken: str):
@@ -157,29 +149,29 @@ def test_sequence_parallel_turns_each_all_reduce_into_reduce_scatter_and_all_gat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sequence_parallel", [False, True])
-def test_five_steps_of_tensor_parallel_match_one_process(reference, sequence_parallel):
+def test_five_steps_of_tensor_parallel_match_one_process(smoke_reference, sequence_parallel):
     run = partial(train_tensor_parallel, tp=2, sequence_parallel=sequence_parallel)
     runs = launch(run, nprocs=2, timeout_s=120)
     for run in runs:
-        assert relative_error(run.params, reference) < TOLERANCE
+        assert relative_error(run.params, smoke_reference) < TOLERANCE
     per_block, at_the_ends = (8, 2) if sequence_parallel else (4, 0)
     assert sum(runs[0].comm_counts.values()) == per_block * SMOKE_SHAPE.n_layer + at_the_ends
 
 
 @pytest.mark.slow
-def test_the_comparison_fails_without_the_row_parallel_all_reduce(reference):
+def test_the_comparison_fails_without_the_row_parallel_all_reduce(smoke_reference):
     plan = tensor_parallel_plan(build_model(SMOKE_SHAPE))
     plan["mlp.c_proj"] = RowwiseParallel(output_layouts=Partial())  # keep the partial sums
     run = launch(partial(train_tensor_parallel, tp=2, plan=plan), nprocs=2, timeout_s=120)
-    assert relative_error(run[0].params, reference) > 1e-2
+    assert relative_error(run[0].params, smoke_reference) > 1e-2
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("average", [True, False])
-def test_2d_data_and_tensor_parallel_on_four_ranks_matches_one_process(average, reference):
+def test_2d_data_and_tensor_parallel_on_four_ranks_matches_one_process(average, smoke_reference):
     runs = launch(partial(train_tensor_parallel, tp=2, average_gradients=average), nprocs=4,
                   timeout_s=120)  # fmt: skip
-    errors = [relative_error(run.params, reference) for run in runs]
+    errors = [relative_error(run.params, smoke_reference) for run in runs]
     if average:
         assert max(errors) < TOLERANCE
     else:  # without the data-parallel gradient average each half of the batch trains alone
