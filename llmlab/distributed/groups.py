@@ -1,7 +1,8 @@
 """Process groups for multi-process training: who am I, and a paired set-up and tear-down.
 
 `torchrun --nproc_per_node N script.py` starts N copies of a script and tells each its place
-through environment variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+through environment variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); SLURM's
+`srun` alone does it under other names (see `llmlab.distributed.launcher_env`).
 """
 
 import gc
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from llmlab.distributed.launcher_env import launcher_env
 
 
 @dataclass(frozen=True)
@@ -45,18 +48,23 @@ def default_backend() -> str:
 
 @contextmanager
 def process_group(backend: str | None = None) -> Iterator[DistInfo]:
-    """Join the process group torchrun describes (or run alone without one); always leave it.
+    """Join the process group torchrun or srun describes (or run alone without one); always
+    leave it.
 
     Destroying the group at the end matters: a process that exits without it can leave the
     others hanging in a collective, and NCCL warns about leaked resources. Drop DDP-wrapped
     models before the block ends (see `leave_process_group`).
     """
-    if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) == 1:
+    place = launcher_env(os.environ)
+    if place is None or place.world_size == 1:
         yield DistInfo(0, 0, 1)
         return
+    # Under srun alone, torchrun's names are set too: env:// reads them, and so does the code
+    # (dist_info, libraries) that asks for LOCAL_RANK later.
+    os.environ.update(place.torchrun_variables())
     backend = backend or default_backend()
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # one GPU per process
+        torch.cuda.set_device(place.local_rank)  # one GPU per process
     dist.init_process_group(backend)
     try:
         yield dist_info()
