@@ -1,0 +1,115 @@
+"""The sbatch script llmlab writes, and launches across "nodes" that are one machine.
+
+The real runs use stand-ins for srun and scontrol (tests/fake_slurm/) first on PATH: the job's
+two hosts are localhost and 127.0.0.1, so two torchruns on this machine meet through the c10d
+rendezvous as two nodes would. The script runs under bash with the variables sbatch would set.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmlab.distributed.launch import _kill_tree, free_port  # the tree: torchrun's workers too
+from llmlab.distributed.slurm import sbatch_script, write_sbatch
+
+HERE = Path(__file__).resolve().parent
+FAKE_SLURM = HERE / "fake_slurm"
+WORKER = HERE / "multinode_worker.py"
+TORCHRUN = f"{sys.executable} -m torch.distributed.run"  # this Python's torchrun
+LAUNCHER_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
+
+
+def job_env(**slurm) -> dict[str, str]:
+    """This environment without any launcher's variables, plus the fake SLURM and `slurm`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_NAMES and not k.startswith("SLURM")}  # fmt: skip
+    env.update(PATH=f"{FAKE_SLURM}{os.pathsep}{env['PATH']}", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(HERE.parent),
+                                                        env.get("PYTHONPATH")])))  # fmt: skip
+    return {**env, **slurm}
+
+
+def run(command: list[str], env: dict[str, str], timeout_s: float = 120) -> str:
+    """Run to the end and return the output; fail with it on an error or past the time."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env=env)  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_tree(process.pid)
+        output, _ = process.communicate()
+        pytest.fail(f"still running after {timeout_s:g} s:\n{output}")
+    assert process.returncode == 0, f"exit code {process.returncode}:\n{output}"
+    return output
+
+
+def joined(output: str) -> list[tuple[int, ...]]:
+    """(rank, local rank, node, world size, all-reduced sum) of each rank that finished."""
+    lines = re.findall(r"joined rank=(\d+) local=(\d+) node=(\d+) world=(\d+) sum=(\d+)", output)
+    return sorted(tuple(map(int, line)) for line in lines)
+
+
+def test_the_script_asks_for_the_layout_and_starts_one_torchrun_per_node():
+    text = sbatch_script("train.py", nodes=4, gpus_per_node=8, script_args=["--lr", "3e-4"],
+                         job_name="gpt-350m", time="1-00:00:00")  # fmt: skip
+    for line in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
+                 "#SBATCH --cpus-per-task=64", "#SBATCH --time=1-00:00:00",
+                 "#SBATCH --job-name=gpt-350m", "#SBATCH --output=%x-%j.out",
+                 "export NCCL_DEBUG=WARN", "export OMP_NUM_THREADS=8",
+                 "# export NCCL_SOCKET_IFNAME=",
+                 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'):
+        assert line in text, line
+    srun = text.splitlines()[-1]
+    assert srun == ('srun --kill-on-bad-exit=1 torchrun --nnodes "$SLURM_NNODES" '
+                    "--nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint "
+                    '"$head_node:29500" --rdzv_id "$SLURM_JOB_ID" train.py --lr 3e-4')
+    assert text.startswith("#!/bin/bash\n#SBATCH")  # sbatch reads options only before any command
+
+
+def test_arguments_with_spaces_are_quoted():
+    text = sbatch_script("my train.py", nodes=1, gpus_per_node=1, script_args=["a b"])
+    assert text.splitlines()[-1].endswith("'my train.py' 'a b'")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"nodes": 0}, "nodes must be a positive whole number"),
+     ({"gpus_per_node": 2.0}, "gpus_per_node must be a positive whole number"),
+     ({"cpus_per_task": 4}, "cpus_per_task=4 gives 8 processes less than one core each"),
+     ({"time": "2h"}, "time '2h' is not a SLURM time"),
+     ({"job_name": "my job"}, "job name 'my job'"),
+     ({"port": 70000}, "port 70000 is not a TCP port")],
+)  # fmt: skip
+def test_a_wrong_layout_or_option_is_an_error(options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        sbatch_script("train.py", **{"nodes": 2, "gpus_per_node": 8, **options})
+
+
+@pytest.mark.slow
+def test_the_sbatch_script_runs_two_nodes_that_meet_at_the_first(tmp_path):
+    job = write_sbatch(tmp_path / "job.sbatch", WORKER, nodes=2, gpus_per_node=1,
+                       cpus_per_task=1, port=free_port(), torchrun=TORCHRUN)  # fmt: skip
+    # What sbatch would set for a two-node job (SLURM_NNODES, the node list, a job id).
+    env = job_env(SLURM_JOB_NODELIST="localhost,127.0.0.1", SLURM_NNODES="2",
+                  SLURM_JOB_ID="4242", SLURM_NTASKS_PER_NODE="1")  # fmt: skip
+    output = run(["bash", str(job)], env)
+    assert "job 4242: 2 nodes x 1 processes, rendezvous at localhost:" in output
+    # Both torchruns joined one world of 2; the rendezvous gave each node its own rank.
+    assert joined(output) == [(0, 0, 0, 2, 3), (1, 0, 1, 2, 3)], output
+    assert output.count("launcher=torchrun") == 2
+
+
+@pytest.mark.slow
+def test_srun_alone_starts_the_ranks_and_process_group_reads_slurms_variables():
+    env = job_env(SLURM_JOB_NODELIST="localhost,127.0.0.1", SLURM_NNODES="2",
+                  SLURM_NTASKS_PER_NODE="2", SLURM_JOB_ID="4243",
+                  MASTER_PORT=str(free_port()))  # a free port, not the one from the job id
+    output = run(["srun", sys.executable, str(WORKER)], env)
+    # 2 nodes x 2 tasks: local ranks 0,1 on each node; rank 0 listened on the first host.
+    assert joined(output) == [(0, 0, 0, 4, 10), (1, 1, 0, 4, 10), (2, 0, 1, 4, 10),
+                              (3, 1, 1, 4, 10)], output  # fmt: skip
+    assert output.count("launcher=slurm") == 4
