@@ -5,52 +5,16 @@ two hosts are localhost and 127.0.0.1, so two torchruns on this machine meet thr
 rendezvous as two nodes would. The script runs under bash with the variables sbatch would set.
 """
 
-import os
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from launch_helpers import WORKER, job_env, joined, run
 
-from llmlab.distributed.launch import _kill_tree, free_port  # the tree: torchrun's workers too
+from llmlab.distributed.launch import free_port
 from llmlab.distributed.slurm import sbatch_script, write_sbatch
 
-HERE = Path(__file__).resolve().parent
-FAKE_SLURM = HERE / "fake_slurm"
-WORKER = HERE / "multinode_worker.py"
 TORCHRUN = f"{sys.executable} -m torch.distributed.run"  # this Python's torchrun
-LAUNCHER_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
-
-
-def job_env(**slurm) -> dict[str, str]:
-    """This environment without any launcher's variables, plus the fake SLURM and `slurm`."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in LAUNCHER_NAMES and not k.startswith("SLURM")}  # fmt: skip
-    env.update(PATH=f"{FAKE_SLURM}{os.pathsep}{env['PATH']}", OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(HERE.parent),
-                                                        env.get("PYTHONPATH")])))  # fmt: skip
-    return {**env, **slurm}
-
-
-def run(command: list[str], env: dict[str, str], timeout_s: float = 120) -> str:
-    """Run to the end and return the output; fail with it on an error or past the time."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env=env)  # fmt: skip
-    try:
-        output, _ = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_tree(process.pid)
-        output, _ = process.communicate()
-        pytest.fail(f"still running after {timeout_s:g} s:\n{output}")
-    assert process.returncode == 0, f"exit code {process.returncode}:\n{output}"
-    return output
-
-
-def joined(output: str) -> list[tuple[int, ...]]:
-    """(rank, local rank, node, world size, all-reduced sum) of each rank that finished."""
-    lines = re.findall(r"joined rank=(\d+) local=(\d+) node=(\d+) world=(\d+) sum=(\d+)", output)
-    return sorted(tuple(map(int, line)) for line in lines)
 
 
 def test_the_script_asks_for_the_layout_and_starts_one_torchrun_per_node():

@@ -2,7 +2,9 @@
 
 One concern per module:
 - `groups`: who am I (rank, world size), and joining/leaving the process group safely.
+- `launcher_env`: where this process stands, from torchrun's variables or srun's.
 - `launch`: start N processes from a notebook, a test or a terminal, with their output shown.
+- `slurm`: an sbatch script for N nodes x G GPUs (srun starts one torchrun per node).
 - `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
 - `comm`: count the bytes each collective sends; the formulas they should match.
 - `equivalence`: a strategy on N ranks against one process on the same global batch.
@@ -23,10 +25,16 @@ from llmlab.distributed.groups import (
     process_group,
 )
 from llmlab.distributed.launch import LaunchError, launch, run_script, torchrun_command
+from llmlab.distributed.launcher_env import LauncherEnv, launcher_env
+from llmlab.distributed.slurm import sbatch_script, write_sbatch
 
 __all__ = [
     "DistInfo",
     "LaunchError",
+    "LauncherEnv",
+    "launcher_env",
+    "sbatch_script",
+    "write_sbatch",
     "launch",
     "run_script",
     "torchrun_command",

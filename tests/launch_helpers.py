@@ -1,0 +1,48 @@
+"""Helpers for the tests that launch "nodes" on this machine: the environment of a job with the
+stand-in srun and scontrol (tests/fake_slurm/) first on PATH, a run that cannot hang, and the
+ranks that finished, read off tests/multinode_worker.py's output."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from llmlab.distributed.launch import _kill_tree  # the whole tree: torchrun's workers too
+
+HERE = Path(__file__).resolve().parent
+FAKE_SLURM = HERE / "fake_slurm"
+WORKER = HERE / "multinode_worker.py"
+LAUNCHER_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
+
+
+def job_env(**slurm) -> dict[str, str]:
+    """This environment without any launcher's variables, the stand-in srun and scontrol first
+    on PATH, and the variables given (those sbatch would set)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_NAMES and not k.startswith("SLURM")}  # fmt: skip
+    env.update(PATH=f"{FAKE_SLURM}{os.pathsep}{env['PATH']}", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(HERE.parent),
+                                                        env.get("PYTHONPATH")])))  # fmt: skip
+    return {**env, **slurm}
+
+
+def run(command: list[str], env: dict[str, str], timeout_s: float = 120) -> str:
+    """Run to the end and return the output; fail with it on an error or past the time."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env=env)  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_tree(process.pid)
+        output, _ = process.communicate()
+        pytest.fail(f"still running after {timeout_s:g} s:\n{output}")
+    assert process.returncode == 0, f"exit code {process.returncode}:\n{output}"
+    return output
+
+
+def joined(output: str) -> list[tuple[int, ...]]:
+    """(rank, local rank, node, world size, all-reduced sum) of each rank that finished."""
+    lines = re.findall(r"joined rank=(\d+) local=(\d+) node=(\d+) world=(\d+) sum=(\d+)", output)
+    return sorted(tuple(map(int, line)) for line in lines)
