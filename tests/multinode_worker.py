@@ -18,6 +18,6 @@ if __name__ == "__main__":
         total = torch.tensor([float(info.rank + 1)])
         if info.distributed:  # an elastic run may end up with one node of one process
             dist.all_reduce(total)
-        print(f"joined rank={info.rank} local={info.local_rank} node={place.node_rank} "
-              f"world={info.world_size} sum={total.item():g} launcher={place.launcher}",
-              flush=True)  # fmt: skip
+        line = (f"joined rank={info.rank} local={info.local_rank} node={place.node_rank} "
+                f"world={info.world_size} sum={total.item():g} launcher={place.launcher}\n")
+        os.write(1, line.encode())  # one write: the ranks share one pipe, lines must not mix
