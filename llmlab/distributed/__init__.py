@@ -5,6 +5,7 @@ One concern per module:
 - `launcher_env`: where this process stands, from torchrun's variables or srun's.
 - `launch`: start N processes from a notebook, a test or a terminal, with their output shown.
 - `slurm`: an sbatch script for N nodes x G GPUs (srun starts one torchrun per node).
+- `accelerate_config`: a config for `accelerate launch` that really starts N processes.
 - `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
 - `comm`: count the bytes each collective sends; the formulas they should match.
 - `equivalence`: a strategy on N ranks against one process on the same global batch.
