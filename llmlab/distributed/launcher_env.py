@@ -9,6 +9,8 @@ environment variables, under its own names:
 
 `launcher_env(environ)` turns either set into one `LauncherEnv`, or None when no launcher started
 this process. It is a pure function of the dict it is given, so it is tested without a cluster.
+Start SLURM tasks with srun: a script run straight from a batch script of several tasks may see
+the job's SLURM_NTASKS and then wait for partners that were never started.
 """
 
 import re
