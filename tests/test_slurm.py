@@ -34,9 +34,11 @@ def test_the_script_asks_for_the_layout_and_starts_one_torchrun_per_node():
     assert text.startswith("#!/bin/bash\n#SBATCH")  # sbatch reads options only before any command
 
 
-def test_arguments_with_spaces_are_quoted():
-    text = sbatch_script("my train.py", nodes=1, gpus_per_node=1, script_args=["a b"])
-    assert text.splitlines()[-1].endswith("'my train.py' 'a b'")
+def test_arguments_are_quoted_and_the_jobs_variables_expand_in_them():
+    args = ["a b", "runs/$SLURM_JOB_ID", 'say "hi" $USER']
+    text = sbatch_script("my train.py", nodes=1, gpus_per_node=1, script_args=args)
+    expected = ''''my train.py' 'a b' "runs/$SLURM_JOB_ID" "say \\"hi\\" $USER"'''
+    assert text.splitlines()[-1].endswith(expected)
 
 
 @pytest.mark.parametrize(

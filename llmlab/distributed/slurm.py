@@ -42,6 +42,8 @@ def sbatch_script(
     `cpus_per_task` is the CPU cores of a whole node's task (default 8 per GPU, to feed each
     GPU's data loader); each process gets an equal share as OMP_NUM_THREADS. `torchrun` is the
     command that starts it (e.g. "python -m torch.distributed.run" to pin the Python).
+    An argument holding `$` is double-quoted, so the job's variables expand in it
+    ("runs/$SLURM_JOB_ID"); any other is quoted as it stands.
     """
     cpus = 8 * gpus_per_node if cpus_per_task is None else cpus_per_task
     _check(nodes, gpus_per_node, cpus, job_name, time, port)
