@@ -40,8 +40,7 @@ def test_the_papers_layouts_fit_in_80_gb(run):
     assert prediction.memory.total < 80e9
     # Without activation checkpointing (which the paper uses) the 1T stage would not fit.
     if run.pp == 64:
-        bare = megatron_layout(run).__class__(**{**vars(megatron_layout(run)),
-                                                 "checkpointing": False})
+        bare = Parallel(**{**vars(megatron_layout(run)), "checkpointing": False})
         assert simulate(run.model, megatron_cluster(run), bare, run.tokens).fit == "no"
 
 

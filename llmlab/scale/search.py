@@ -75,9 +75,12 @@ def plan_table(predictions: list[Prediction], limit: int = 5) -> str:
                      f"{p.tp_s:.2f}", f"{p.pp_s:.2f}", f"{p.dp_s:.2f}", f"{p.mfu:.0%}",
                      f"{p.days:.1f}", f"{p.cost:,.0f}"))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.rjust(w) if i != 1 else cell.ljust(w)
-                               for i, (cell, w) in enumerate(zip(row, widths)))
-                     for row in rows)  # fmt: skip
+    lines = []
+    for row in rows:  # the layout column left-aligned, the numbers right-aligned
+        cells = [cell.ljust(w) if i == 1 else cell.rjust(w)
+                 for i, (cell, w) in enumerate(zip(row, widths, strict=True))]  # fmt: skip
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
 
 
 def scaling_curve(

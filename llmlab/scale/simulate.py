@@ -32,7 +32,8 @@ from llmlab.scale.collectives import ring_seconds, send_seconds
 from llmlab.scale.links import link
 
 # Short names people type; anything else goes to llmlab.bench's table.
-GPU_ALIASES = {"h100": "H100 SXM", "h200": "H200", "a100": "A100 SXM 80GB", "a100-40gb": "A100 40GB"}
+GPU_ALIASES = {"h100": "H100 SXM", "h200": "H200", "a100": "A100 SXM 80GB",
+               "a100-40gb": "A100 40GB"}  # fmt: skip
 # An assumption: the share of the dense peak a large bf16 matmul-heavy step keeps busy
 # (llmlab.bench: real matmuls reach 60-80% of the datasheet peak; the rest is elementwise work).
 EFFICIENCY = 0.6
@@ -168,8 +169,8 @@ def simulate(
                           grad_accumulation=p.accumulation)  # fmt: skip
     memory = stage_estimate(shape, setup, p.dp, p.tp, p.pp, p.zero)
     tokens_per_step = p.dp * p.micro_batch * p.accumulation * seq
-    flops_per_gpu = tokens_per_step * hardware_flops_per_token(shape, seq, p.checkpointing) / (
-        p.gpus)
+    hardware_flops = hardware_flops_per_token(shape, seq, p.checkpointing)
+    flops_per_gpu = tokens_per_step * hardware_flops / p.gpus
     peak = spec.tflops[DTYPE] * 1e12
     compute_s = flops_per_gpu / (peak * efficiency)
     # Interleaving v chunks per GPU cuts the bubble about v-fold (Narayanan 2021, section 2.2.2):
