@@ -60,12 +60,16 @@ NARAYANAN_RUNS = (
 MEGATRON_TABLE2_175B = PublishedRun("GPT-3 175B (Table 2)", GPT3_175B, "a100", 1536, 8, 12, 1,
                                     1536, 141, 300e9, days=23)  # fmt: skip
 
-# Llama 3 405B, Table 4, the 16K-GPU 8K-sequence stage: 16 sequences of 8192 per DP group.
-# The simulator reaches its 41% only with (a) FSDP that keeps weights gathered between forward
-# and backward (ZeRO-2-like traffic, which `Parallel(zero=2)` models), (b) an efficiency near
-# 0.5 for compute, and (c) a better pipeline schedule than 1F1B's bubble (p-1)/(m+p-1) with
-# m = 16: Llama 3 uses an interleaved schedule, which divides the bubble by its virtual stages.
-# It models none of the rest: stragglers, network congestion, and the 1:7 oversubscribed links
-# between pods that Meta's job placement works around.
+# Llama 3 405B, Table 4, the 16K-GPU 8K-sequence stage: 16 sequences of 8192 per DP group,
+# 400 TFLOP/s per GPU, 41% MFU. What the simulator needs to land there (tests/test_scale_simulate):
+# - with its defaults (1F1B, full activation checkpointing, ZeRO-3 to fit, efficiency 0.6) it
+#   predicts about 20%: with m = 16 micro-batches on 16 stages, 1F1B idles 48% of the step;
+# - an interleaved schedule (4 chunks per GPU: the bubble falls to 19%), no full recomputation
+#   (the GPUs then run only the model's FLOPs), FSDP that keeps the gathered weights from
+#   forward to backward (ZeRO-2's traffic) and an efficiency of 0.55-0.6 give 40-43%;
+# - but llmlab.memory then says it does not fit: Meta also needs what the planner does not
+#   model (selective recomputation and sequence parallelism, Korthikanti et al. 2022; stages
+#   balanced by hand). Nor does it model stragglers, congestion, or the 1:7 oversubscribed
+#   links between pods that Meta's job placement works around.
 LLAMA3_405B_RUN = PublishedRun("Llama 3 405B", LLAMA3_405B, "h100", 16384, 8, 16, 1, 2048, 400,
                                15.6e12, mfu=0.41)  # fmt: skip
