@@ -5,9 +5,11 @@ import math
 import pytest
 
 from llmlab.distributed.comm import ddp_bytes, fsdp_bytes, ring_bytes
+from llmlab.distributed.tensor_parallel import tensor_parallel_bytes
+from llmlab.models import preset
 from llmlab.scale.collectives import ring_seconds, send_seconds, tree_all_reduce_seconds
 from llmlab.scale.links import LINKS, Link, gbit_to_bytes
-from llmlab.scale.simulate import dp_bytes
+from llmlab.scale.simulate import Parallel, dp_bytes, tp_bytes
 
 NO_LATENCY = Link("test", bandwidth=50e9, latency=0.0)
 
@@ -68,3 +70,15 @@ def test_dp_volumes_equal_lab04_formulas(ranks):
 def test_bad_input_is_refused(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_tp_volume_equals_lab04_count():
+    # tests/test_tensor_parallel.py measured 4 all-reduces of batch x seq x d_model per block
+    # (2 forward, 2 backward) on the smoke model; the simulator sends the same bytes.
+    shape = preset("tiny")  # 4 blocks, width 256
+    layout = Parallel(dp=1, tp=2, micro_batch=2, accumulation=1, checkpointing=False)
+    measured = tensor_parallel_bytes(2, 16, shape.d_model, shape.n_layer, tp=2, dtype_bytes=2)
+    assert tp_bytes(shape, layout, seq=16) == measured["sent"] == 4 * 4 * 2 * 16 * 256 * 2
+    # Recomputing the forward all-reduces twice more per block; each micro-batch repeats it all.
+    again = Parallel(dp=1, tp=2, micro_batch=2, accumulation=3, checkpointing=True)
+    assert tp_bytes(shape, again, seq=16) == 1.5 * 3 * measured["sent"]

@@ -26,6 +26,7 @@ from llmlab.bench import GPU_SPECS, GpuSpec, find_gpu_spec
 from llmlab.distributed.comm import ring_bytes
 from llmlab.distributed.layout import stage_estimate
 from llmlab.distributed.pipeline import bubble_fraction
+from llmlab.distributed.tensor_parallel import tensor_parallel_bytes
 from llmlab.memory import DTYPE_BYTES, MemoryEstimate, TrainingSetup, fits
 from llmlab.models import ModelShape, as_shape, count_parameters, training_flops_per_token
 from llmlab.scale.collectives import ring_seconds, send_seconds
@@ -214,15 +215,28 @@ def _check(shape, cluster, p, tokens, efficiency, overlap, achieved_tflops) -> N
 
 
 def _activation_bytes(shape: ModelShape, p: Parallel, seq: int) -> float:
-    """One micro-batch's hidden states: what TP all-reduces and PP passes on."""
+    """One micro-batch's hidden states: what PP passes on."""
     return p.micro_batch * seq * shape.d_model * DTYPE_BYTES[DTYPE]
 
 
+def tp_bytes(shape: ModelShape, p: Parallel, seq: int) -> float:
+    """Bytes one GPU sends for tensor parallelism in a step: Lab 04's count for a forward and
+    backward of the stage's blocks (llmlab.distributed.tensor_parallel), per micro-batch."""
+    layers = math.ceil(shape.n_layer / p.pp)
+    one_pass = tensor_parallel_bytes(p.micro_batch, seq, shape.d_model, layers, p.tp,
+                                     DTYPE_BYTES[DTYPE])["sent"]  # fmt: skip
+    recomputed = 1.5 if p.checkpointing else 1.0  # the recomputed forward all-reduces 2 more
+    return one_pass * recomputed * p.accumulation
+
+
 def _tp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> float:
+    if p.tp == 1:
+        return 0.0
     per_layer = 6 if p.checkpointing else 4  # 2 forward, 2 backward, 2 in the recomputation
-    calls = per_layer * math.ceil(shape.n_layer / p.pp) * p.accumulation
-    over = cluster.link_for(1, p.tp)
-    return calls * ring_seconds("all_reduce", _activation_bytes(shape, p, seq), p.tp, over)
+    all_reduces = per_layer * math.ceil(shape.n_layer / p.pp) * p.accumulation
+    # Each ring all-reduce takes 2 (tp - 1) steps, one message each.
+    messages = all_reduces * 2 * (p.tp - 1)
+    return link(cluster.link_for(1, p.tp)).seconds(tp_bytes(shape, p, seq), messages)
 
 
 def _pp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> float:
