@@ -65,8 +65,7 @@ def search_layouts(
 def plan_table(predictions: list[Prediction], limit: int = 5) -> str:
     """The best `limit` predictions as text: layout, memory, step time and where it goes."""
     if not predictions:
-        return ("nothing fits: more GPUs, a smaller global batch that still fills them, or a "
-                "GPU with more memory")  # fmt: skip
+        return "nothing fits: more GPUs, a GPU with more memory, or shorter sequences"
     rows = [("#", "layout", "ckpt", "GB/GPU", "step s", "bubble", "TP s", "PP s", "DP s", "MFU",
              "days", "cost $")]  # fmt: skip
     for i, p in enumerate(predictions[:limit], 1):

@@ -109,7 +109,8 @@ class Parallel:
 
     def describe(self) -> str:
         zero = f" ZeRO-{self.zero}" if self.zero else ""
-        return (f"DP {self.dp}{zero} x TP {self.tp} x PP {self.pp}, micro-batch "
+        chunks = f" ({self.virtual_stages} chunks)" if self.virtual_stages > 1 else ""
+        return (f"DP {self.dp}{zero} x TP {self.tp} x PP {self.pp}{chunks}, micro-batch "
                 f"{self.micro_batch} x {self.accumulation}")  # fmt: skip
 
 
