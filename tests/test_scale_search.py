@@ -68,3 +68,13 @@ def test_cli_plan_bad_input(change, message, capsys):
         cli.main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_strong_scaling_to_16k_gpus_loses_efficiency():
+    # A fixed 16M-token batch over 16,384 GPUs leaves each replica few micro-batches: the
+    # pipeline bubble grows and MFU falls, while tokens/s still rise.
+    rows = scaling_curve("llama-70b", (512, 16384), mode="strong", batch_tokens=16e6)
+    small, large = rows
+    assert large["gpus"] == 16384
+    assert large["mfu"] < small["mfu"]
+    assert large["tokens_per_s"] > small["tokens_per_s"]
