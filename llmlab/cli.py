@@ -1,4 +1,4 @@
-"""The `llmlab` command: doctor, estimate-memory, train, course, make-labs."""
+"""The `llmlab` command: doctor, estimate-memory, plan, train, course, make-labs."""
 
 import argparse
 import json
@@ -134,6 +134,30 @@ def _what_would_fit(model: str, setup, estimate) -> str:
     return f"Too big for the {size} GB GPUs ({', '.join(gpus_with(size))}).\n{options}"
 
 
+def plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Print the cheapest layouts of a training run on a cluster, simulated."""
+    from llmlab.scale.search import plan_table, search_layouts
+    from llmlab.scale.simulate import Cluster
+
+    if args.gpus % args.gpus_per_node:
+        parser.error(f"--gpus {args.gpus} is not whole nodes of --gpus-per-node "
+                     f"{args.gpus_per_node}: give a multiple of it")  # fmt: skip
+    if not args.tokens > 0:
+        parser.error(f"--tokens must be a positive number of tokens, got {args.tokens:g}")
+    try:
+        cluster = Cluster(args.gpu, args.gpus_per_node, args.gpus // args.gpus_per_node,
+                          args.inside_node, args.between_nodes, args.price)  # fmt: skip
+        found = search_layouts(args.model, cluster, args.tokens, args.batch_tokens, args.seq,
+                               args.efficiency)  # fmt: skip
+    except ValueError as error:  # an unknown model, GPU or link, or numbers that do not fit
+        parser.error(str(error))
+    print(f"{args.model} on {args.gpus} x {args.gpu} ({args.gpus_per_node} per node, "
+          f"{args.inside_node} inside, {args.between_nodes} between), {args.tokens:g} tokens, "
+          f"${args.price}/GPU-hour")  # fmt: skip
+    print(plan_table(found, args.limit))
+    return 0 if found else 1
+
+
 def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Train Lab 03's model with its recipe; under torchrun every process takes part (DDP)."""
     from llmlab.course import profile
@@ -241,6 +265,28 @@ def _add_memory_parser(commands) -> argparse.ArgumentParser:
     return p  # fmt: skip
 
 
+def _add_plan_parser(commands) -> argparse.ArgumentParser:
+    p = commands.add_parser(
+        "plan", help="predict time and cost of a run on many GPUs, best layouts first",
+        description="Search DP x TP x PP x ZeRO layouts that fit, simulate each (memory, "
+        "alpha-beta communication, pipeline bubble) and print the cheapest.",
+    )  # fmt: skip
+    p.add_argument("--model", required=True, help="a preset: llama-7b, llama-70b, ...")
+    p.add_argument("--gpu", default="h100", help="h100 (default), h200, a100, a100-40gb, ...")
+    p.add_argument("--gpus", type=_positive, required=True, help="all GPUs")
+    p.add_argument("--gpus-per-node", type=_positive, default=8)
+    p.add_argument("--tokens", type=float, required=True, help="tokens to train, e.g. 2e12")
+    p.add_argument("--batch-tokens", type=float, default=4e6, help="global batch in tokens")
+    p.add_argument("--seq", type=int, default=0, help="tokens per sequence (0: the context)")
+    p.add_argument("--efficiency", type=float, default=None,
+                   help="share of the bf16 peak compute reaches (default 0.6)")
+    p.add_argument("--price", type=float, default=2.0, help="$ per GPU-hour (default 2.0)")
+    p.add_argument("--inside-node", default="nvlink4", help="nvlink4, nvlink3, pcie4, pcie5")
+    p.add_argument("--between-nodes", default="ib-ndr", help="ib-ndr, ib-hdr, roce-400")
+    p.add_argument("--limit", type=_positive, default=5, help="layouts to show")
+    return p  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llmlab", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -255,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     p_course.add_argument("--out", type=Path, default=Path("build"))
 
     p_memory = _add_memory_parser(commands)
+    p_plan = _add_plan_parser(commands)
 
     p_train = commands.add_parser(
         "train", help="train Lab 03's model (run it under torchrun for DDP, ZeRO-1 or FSDP)",
@@ -291,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         return train(args, p_train)
     if args.command == "estimate-memory":
         return estimate_memory(args, p_memory)
+    if args.command == "plan":
+        return plan(args, p_plan)
     return make_labs(args.solutions, args.labs)
 
 

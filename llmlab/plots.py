@@ -282,3 +282,32 @@ def bubble_sweep(rows: Sequence[Mapping], title: str = "") -> Figure:
     ax.set_title(title or "Pipeline bubble against micro-batches")
     fig.tight_layout()
     return fig
+
+
+def scaling_curves(
+    curves: Mapping[str, Sequence[Mapping]],
+    published: Mapping[str, tuple[int, float]] | None = None,
+    title: str = "",
+) -> Figure:
+    """Predicted MFU and tokens/s against GPUs, one line per curve (rows as
+    `llmlab.scale.search.scaling_curve` returns them); `published` adds points
+    {label: (gpus, MFU)} reported by real runs."""
+    fig, (ax_mfu, ax_rate) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for label, rows in curves.items():
+        gpus = [row["gpus"] for row in rows]
+        ax_mfu.plot(gpus, [row["mfu"] for row in rows], "o-", label=label)
+        ax_rate.plot(gpus, [row["tokens_per_s"] for row in rows], "o-", label=label)
+    for label, (gpus, mfu) in (published or {}).items():
+        ax_mfu.plot([gpus], [mfu], "k*", markersize=12, label=f"{label} (reported)")
+    for ax in (ax_mfu, ax_rate):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GPUs")
+        ax.grid(True, alpha=0.3)
+    ax_rate.set_yscale("log")
+    ax_mfu.set_ylim(0, 1)
+    ax_mfu.set_ylabel("MFU")
+    ax_rate.set_ylabel("tokens/s")
+    ax_mfu.legend(fontsize=8)
+    fig.suptitle(title or "Predicted scaling")
+    fig.tight_layout()
+    return fig

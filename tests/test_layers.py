@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "llmlab"
 LAYER = {
     "_quiet": 0, "network": 0, "env": 0, "device": 0, "bench": 0,
-    "data": 1, "models": 2, "memory": 3, "distributed": 4, "train": 5,
+    "data": 1, "models": 2, "memory": 3, "distributed": 4, "scale": 4, "train": 5,
     "prune": 6, "quant": 6, "evaluate": 7,
     "course": 8, "plots": 8, "cli": 8, "__main__": 8, "__init__": 8,
 }  # fmt: skip

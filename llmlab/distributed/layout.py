@@ -85,7 +85,7 @@ def choose_layouts(
         for pp in _pipeline_degrees(shape, nodes):
             dp = total // (tp * pp)
             for zero in (0, 1, 2, 3) if dp > 1 else (0,):
-                estimate = _stage_estimate(shape, setup, dp, tp, pp, zero)
+                estimate = stage_estimate(shape, setup, dp, tp, pp, zero)
                 fit = fits(estimate, gpu_gb)
                 if fit != "no":
                     reason = _reason(dp, tp, pp, zero, nodes, between_nodes)
@@ -121,7 +121,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _stage_estimate(shape, setup, dp, tp, pp, zero) -> MemoryEstimate:
+def stage_estimate(shape, setup, dp, tp, pp, zero) -> MemoryEstimate:
     """The planner has no pipeline term, so a stage is planned as a model with 1/pp of the
     layers (and, conservatively, the embeddings and head as well) that keeps pp micro-batches
     of activations: what 1F1B's first stage holds in flight."""

@@ -1,0 +1,274 @@
+"""Predict a training run at scale: memory per GPU, step time, MFU, days and dollars.
+
+One step of a layout dp x tp x pp on `Cluster`'s GPUs, with each data-parallel replica running
+`accumulation` micro-batches of `micro_batch` sequences (the pipeline's micro-batches):
+
+- memory: llmlab.memory's estimate of the most loaded pipeline stage (distributed.layout);
+- compute: the step's FLOPs (with activation checkpointing, one more forward of the blocks) at
+  `efficiency` x the GPU's dense bf16 peak, stretched by the pipeline bubble;
+- communication, alpha-beta (llmlab.scale.collectives), and what is assumed to hide:
+  TP  every block all-reduces its activations 2x in forward, 2x in backward (and 2x in the
+      recomputed forward): on the critical path, nothing hidden (Megatron-LM, Narayanan 2021);
+  PP  each micro-batch's activations go forward and its gradients back, 1/tp per GPU (their
+      scatter/gather), over (v m + p - 1) time slots each way: not hidden;
+  DP  the gradients (ZeRO-1/2: reduce-scatter, then all-gather the updated weights; ZeRO-3:
+      weights gathered twice and gradients reduce-scattered for every micro-batch) hide behind
+      the last micro-batch's backward (ZeRO-3: behind all compute) at `overlap` x that time.
+
+Or give `achieved_tflops` (an end-to-end rate per GPU, as papers report it): the step then takes
+its FLOPs at that rate, and bubble and communication are already inside it.
+"""
+
+import math
+from dataclasses import dataclass
+
+from llmlab.bench import GPU_SPECS, GpuSpec, find_gpu_spec
+from llmlab.distributed.comm import ring_bytes
+from llmlab.distributed.layout import stage_estimate
+from llmlab.distributed.pipeline import bubble_fraction
+from llmlab.distributed.tensor_parallel import tensor_parallel_bytes
+from llmlab.memory import DTYPE_BYTES, MemoryEstimate, TrainingSetup, fits
+from llmlab.models import ModelShape, as_shape, count_parameters, training_flops_per_token
+from llmlab.scale.collectives import ring_seconds, send_seconds
+from llmlab.scale.links import link
+
+# Short names people type; anything else goes to llmlab.bench's table.
+GPU_ALIASES = {"h100": "H100 SXM", "h200": "H200", "a100": "A100 SXM 80GB",
+               "a100-40gb": "A100 40GB"}  # fmt: skip
+# An assumption: the share of the dense peak a large bf16 matmul-heavy step keeps busy
+# (llmlab.bench: real matmuls reach 60-80% of the datasheet peak; the rest is elementwise work).
+EFFICIENCY = 0.6
+DTYPE = "bf16"  # weights, activations and gradients on the wire
+SECONDS_PER_DAY = 86400
+
+
+def gpu_spec(gpu: str | GpuSpec) -> GpuSpec:
+    """A GPU by alias ("h100"), by its name in llmlab.bench's table, or by its device name."""
+    if isinstance(gpu, GpuSpec):
+        return gpu
+    name = GPU_ALIASES.get(gpu.strip().lower(), gpu)
+    spec = {s.name.lower(): s for s in GPU_SPECS}.get(name.strip().lower()) or find_gpu_spec(name)
+    if spec is None or spec.tflops[DTYPE] is None:
+        known = ", ".join([*GPU_ALIASES, *(s.name for s in GPU_SPECS if s.tflops[DTYPE])])
+        raise ValueError(f"unknown GPU {gpu!r} (or no {DTYPE} peak): use one of {known}")
+    return spec
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpu: str = "h100"
+    gpus_per_node: int = 8
+    nodes: int = 1
+    inside_node: str = "nvlink4"  # a llmlab.scale.links preset
+    between_nodes: str = "ib-ndr"
+    dollars_per_gpu_hour: float = 2.0  # an assumption: roughly a rented H100 in 2025-26
+
+    def __post_init__(self) -> None:
+        gpu_spec(self.gpu), link(self.inside_node), link(self.between_nodes)  # named well?
+        for name in ("gpus_per_node", "nodes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not self.dollars_per_gpu_hour >= 0:
+            raise ValueError(f"dollars_per_gpu_hour must be >= 0, got {self.dollars_per_gpu_hour}")
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    def link_for(self, stride: int, size: int) -> str:
+        """The slowest link of a group of `size` ranks `stride` apart (ranks fill a node first)."""
+        return self.between_nodes if (size - 1) * stride >= self.gpus_per_node else self.inside_node
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """A layout: ranks are numbered TP first, then PP, then DP (TP groups stay inside a node)."""
+
+    dp: int
+    tp: int = 1
+    pp: int = 1
+    zero: int = 0
+    micro_batch: int = 1  # sequences per micro-batch
+    accumulation: int = 1  # micro-batches per step per replica (the pipeline's m)
+    checkpointing: bool = True
+    seq: int = 0  # tokens per sequence; 0: the model's context
+    virtual_stages: int = 1  # interleaved 1F1B: each GPU holds this many chunks of layers
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "micro_batch", "accumulation", "virtual_stages"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"zero must be a ZeRO stage 0-3, got {self.zero!r}")
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def describe(self) -> str:
+        zero = f" ZeRO-{self.zero}" if self.zero else ""
+        chunks = f" ({self.virtual_stages} chunks)" if self.virtual_stages > 1 else ""
+        return (f"DP {self.dp}{zero} x TP {self.tp} x PP {self.pp}{chunks}, micro-batch "
+                f"{self.micro_batch} x {self.accumulation}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Prediction:
+    parallel: Parallel
+    memory: MemoryEstimate  # per GPU, most loaded stage
+    fit: str  # "yes", "tight" or "no" (llmlab.memory.fits)
+    tokens_per_step: int
+    compute_s: float  # at the stated efficiency, without the bubble
+    bubble: float  # share of the step the pipeline idles
+    tp_s: float  # exposed communication per step, by dimension
+    pp_s: float
+    dp_s: float
+    dp_total_s: float  # all of DP's communication, before overlap
+    step_s: float
+    mfu: float  # model FLOPs (no recompute) over the peak
+    tokens: float  # tokens to train
+    dollars_per_gpu_hour: float
+    gpus: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_s
+
+    @property
+    def days(self) -> float:
+        return self.tokens / self.tokens_per_s / SECONDS_PER_DAY
+
+    @property
+    def cost(self) -> float:
+        return self.days * 24 * self.gpus * self.dollars_per_gpu_hour
+
+
+def hardware_flops_per_token(model: str | ModelShape, seq: int, checkpointing: bool) -> float:
+    """FLOPs the GPUs run per token: the model's 6N (+ attention, + LM head), plus one more
+    forward of the blocks when they are recomputed in backward (8N: Narayanan et al. 2021)."""
+    counts = training_flops_per_token(model, seq)
+    recompute = (counts.blocks + counts.attention) / 3 if checkpointing else 0
+    return counts.total + recompute
+
+
+def simulate(
+    model: str | ModelShape,
+    cluster: Cluster,
+    parallel: Parallel,
+    tokens: float = 1e12,
+    efficiency: float = EFFICIENCY,
+    overlap: float = 1.0,
+    achieved_tflops: float | None = None,
+) -> Prediction:
+    """Predict one layout (see the module docstring for what is modelled and assumed)."""
+    shape, p = as_shape(model), parallel
+    _check(shape, cluster, p, tokens, efficiency, overlap, achieved_tflops)
+    seq = p.seq or shape.context
+    spec = gpu_spec(cluster.gpu)
+    setup = TrainingSetup(batch=p.micro_batch, seq=seq, checkpointing=p.checkpointing,
+                          grad_accumulation=p.accumulation)  # fmt: skip
+    memory = stage_estimate(shape, setup, p.dp, p.tp, p.pp, p.zero)
+    tokens_per_step = p.dp * p.micro_batch * p.accumulation * seq
+    hardware_flops = hardware_flops_per_token(shape, seq, p.checkpointing)
+    flops_per_gpu = tokens_per_step * hardware_flops / p.gpus
+    peak = spec.tflops[DTYPE] * 1e12
+    compute_s = flops_per_gpu / (peak * efficiency)
+    # Interleaving v chunks per GPU cuts the bubble about v-fold (Narayanan 2021, section 2.2.2):
+    # as if the pipe carried v x m micro-batches.
+    bubble = bubble_fraction(p.pp, p.accumulation * p.virtual_stages)
+    tp_s, pp_s = _tp_seconds(shape, cluster, p, seq), _pp_seconds(shape, cluster, p, seq)
+    dp_total = _dp_seconds(shape, cluster, p)
+    # Backward is 2/3 of a step's matmuls (3/4 with the recomputed forward); DP hides behind
+    # the last micro-batch's backward, ZeRO-3's per-micro-batch traffic behind all compute.
+    backward_share = 3 / 4 if p.checkpointing else 2 / 3
+    window = compute_s if p.zero == 3 else compute_s * backward_share / p.accumulation
+    dp_s = max(0.0, dp_total - overlap * window)
+    if achieved_tflops is None:
+        step_s = compute_s / (1 - bubble) + tp_s + pp_s + dp_s
+    else:  # an end-to-end rate: bubble and communication are inside it
+        step_s = flops_per_gpu / (achieved_tflops * 1e12)
+    model_flops = tokens_per_step * training_flops_per_token(shape, seq).total
+    return Prediction(
+        p, memory, fits(memory, spec.memory_gb), tokens_per_step, compute_s, bubble, tp_s, pp_s,
+        dp_s, dp_total, step_s, model_flops / (step_s * p.gpus * peak), tokens,
+        cluster.dollars_per_gpu_hour, p.gpus,
+    )
+
+
+def _check(shape, cluster, p, tokens, efficiency, overlap, achieved_tflops) -> None:
+    if p.gpus != cluster.gpus:
+        raise ValueError(f"dp x tp x pp = {p.dp} x {p.tp} x {p.pp} = {p.gpus} GPUs, but the "
+                         f"cluster has {cluster.gpus}: make the product equal")  # fmt: skip
+    if shape.n_head % p.tp:
+        raise ValueError(f"tp={p.tp} does not divide the {shape.n_head} attention heads")
+    if p.pp > shape.n_layer:
+        raise ValueError(f"pp={p.pp} stages for {shape.n_layer} layers: at most one per layer")
+    if not tokens > 0:
+        raise ValueError(f"tokens to train must be positive, got {tokens}")
+    if not 0 < efficiency <= 1:
+        raise ValueError(f"efficiency is a share of the peak, in (0, 1], got {efficiency}")
+    if not 0 <= overlap <= 1:
+        raise ValueError(f"overlap is a share of the compute window, in [0, 1], got {overlap}")
+    if achieved_tflops is not None and not achieved_tflops > 0:
+        raise ValueError(f"achieved_tflops must be positive TFLOP/s per GPU, got {achieved_tflops}")
+
+
+def _activation_bytes(shape: ModelShape, p: Parallel, seq: int) -> float:
+    """One micro-batch's hidden states: what PP passes on."""
+    return p.micro_batch * seq * shape.d_model * DTYPE_BYTES[DTYPE]
+
+
+def tp_bytes(shape: ModelShape, p: Parallel, seq: int) -> float:
+    """Bytes one GPU sends for tensor parallelism in a step: Lab 04's count for a forward and
+    backward of the stage's blocks (llmlab.distributed.tensor_parallel), per micro-batch."""
+    layers = math.ceil(shape.n_layer / p.pp)
+    one_pass = tensor_parallel_bytes(p.micro_batch, seq, shape.d_model, layers, p.tp,
+                                     DTYPE_BYTES[DTYPE])["sent"]  # fmt: skip
+    recomputed = 1.5 if p.checkpointing else 1.0  # the recomputed forward all-reduces 2 more
+    return one_pass * recomputed * p.accumulation
+
+
+def _tp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> float:
+    if p.tp == 1:
+        return 0.0
+    per_layer = 6 if p.checkpointing else 4  # 2 forward, 2 backward, 2 in the recomputation
+    all_reduces = per_layer * math.ceil(shape.n_layer / p.pp) * p.accumulation
+    # Each ring all-reduce takes 2 (tp - 1) steps, one message each.
+    messages = all_reduces * 2 * (p.tp - 1)
+    return link(cluster.link_for(1, p.tp)).seconds(tp_bytes(shape, p, seq), messages)
+
+
+def _pp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> float:
+    if p.pp == 1:
+        return 0.0
+    # Forward and backward time slots of the schedule; interleaving sends v times as often.
+    slots = 2 * (p.accumulation * p.virtual_stages + p.pp - 1)
+    over = cluster.link_for(p.tp, p.pp)
+    return slots * send_seconds(_activation_bytes(shape, p, seq) / p.tp, over)
+
+
+def dp_collectives(parameters: float, zero: int, accumulation: int = 1) -> list[tuple[str, float]]:
+    """(kind, full tensor bytes) of the data-parallel traffic of one step, for `parameters`
+    held (unsharded) by one GPU: 16-bit gradients and weights."""
+    nbytes = parameters * DTYPE_BYTES[DTYPE]
+    if zero == 0:
+        return [("all_reduce", nbytes)]
+    if zero in (1, 2):  # the ZeRO paper's traffic: as much as one all-reduce
+        return [("reduce_scatter", nbytes), ("all_gather", nbytes)]
+    return [("all_gather", nbytes), ("all_gather", nbytes), ("reduce_scatter", nbytes)] * (
+        accumulation)
+
+
+def dp_bytes(parameters: float, dp: int, zero: int, accumulation: int = 1) -> float:
+    """Bytes one GPU sends for data parallelism in a step (llmlab.distributed.comm's ring_bytes)."""
+    collectives = dp_collectives(parameters, zero, accumulation)
+    return sum(ring_bytes(kind, nbytes, dp) for kind, nbytes in collectives)
+
+
+def _dp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel) -> float:
+    stage = count_parameters(shape.replace(n_layer=math.ceil(shape.n_layer / p.pp))).total
+    over = cluster.link_for(p.tp * p.pp, p.dp)
+    return sum(ring_seconds(kind, n, p.dp, over)
+               for kind, n in dp_collectives(stage / p.tp, p.zero, p.accumulation))  # fmt: skip
