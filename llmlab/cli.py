@@ -280,7 +280,8 @@ def _add_plan_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, default=0, help="tokens per sequence (0: the context)")
     p.add_argument("--efficiency", type=float, default=None,
                    help="share of the bf16 peak compute reaches (default 0.6)")
-    p.add_argument("--price", type=float, default=2.0, help="$ per GPU-hour (default 2.0)")
+    p.add_argument("--price", type=float, default=3.0,
+                   help="$ per GPU-hour (default 3.0, an on-demand H100; prices vary)")
     p.add_argument("--inside-node", default="nvlink4", help="nvlink4, nvlink3, pcie4, pcie5")
     p.add_argument("--between-nodes", default="ib-ndr", help="ib-ndr, ib-hdr, roce-400")
     p.add_argument("--limit", type=_positive, default=5, help="layouts to show")

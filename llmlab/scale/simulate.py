@@ -61,7 +61,7 @@ class Cluster:
     nodes: int = 1
     inside_node: str = "nvlink4"  # a llmlab.scale.links preset
     between_nodes: str = "ib-ndr"
-    dollars_per_gpu_hour: float = 2.0  # an assumption: roughly a rented H100 in 2025-26
+    dollars_per_gpu_hour: float = 3.0  # an assumption, as in every lab: an on-demand H100
 
     def __post_init__(self) -> None:
         gpu_spec(self.gpu), link(self.inside_node), link(self.between_nodes)  # named well?
