@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llmlab.distributed.launch import _kill_tree  # the whole tree: torchrun's workers too
+from llmlab.distributed.launch import kill_process_tree  # the whole tree: torchrun's workers too
 
 HERE = Path(__file__).resolve().parent
 FAKE_SLURM = HERE / "fake_slurm"
@@ -35,7 +35,7 @@ def run(command: list[str], env: dict[str, str], timeout_s: float = 120) -> str:
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_tree(process.pid)
+        kill_process_tree(process.pid)
         output, _ = process.communicate()
         pytest.fail(f"still running after {timeout_s:g} s:\n{output}")
     assert process.returncode == 0, f"exit code {process.returncode}:\n{output}"

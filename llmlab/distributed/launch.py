@@ -275,7 +275,7 @@ def run_script(
     return output
 
 
-def _kill_tree(pid: int) -> None:
+def kill_process_tree(pid: int) -> None:
     """Kill a process and all its descendants: torchrun's workers run in sessions of their own,
     so killing torchrun's process group would leave them running."""
     with contextlib.suppress(psutil.NoSuchProcess):
@@ -294,7 +294,7 @@ def _stream(process: subprocess.Popen, timeout_s: float) -> list[str]:
     partial = b""
     while True:
         if time.monotonic() > deadline:
-            _kill_tree(process.pid)
+            kill_process_tree(process.pid)
             process.wait()
             lines.append(f"(stopped: still running after {timeout_s:g} s)\n")
             break
