@@ -18,17 +18,16 @@ import argparse
 import json
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import torch
 from safetensors.torch import load_file
 
+from llmlab.distributed.launch import kill_process_tree
 from llmlab.train import CheckpointCorrupt, verify_checkpoint
 from llmlab.train.checkpoint import completed_checkpoints
 
@@ -45,16 +44,6 @@ def command(processes: int, steps: int, every: int, out: Path) -> list[str]:
 
 def start(cmd: list[str], log) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-
-
-def kill_tree(process: subprocess.Popen) -> None:
-    """SIGKILL the launcher and every worker at once, like a lost node. (torchrun starts its
-    workers in sessions of their own, so killing its process group would leave them running.)"""
-    tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
-    for member in tree:
-        member.send_signal(signal.SIGKILL)
-    process.wait()
-    psutil.wait_procs(tree, timeout=30)
 
 
 def writing_checkpoint(checkpoints: Path) -> bool:
@@ -78,7 +67,8 @@ def run_with_kills(cmd, out: Path, kills: int, rng: random.Random, log) -> tuple
             time.sleep(0.002)
         if process.poll() is None and done < kills:
             during_save += writing_checkpoint(checkpoints)
-            kill_tree(process)
+            kill_process_tree(process.pid)
+            process.wait()
             done += 1
             for checkpoint in completed_checkpoints(checkpoints):
                 try:

@@ -275,18 +275,21 @@ def run_script(
     return output
 
 
-def kill_process_tree(pid: int) -> None:
-    """Kill a process and all its descendants: torchrun's workers run in sessions of their own,
-    so killing torchrun's process group would leave them running."""
+def kill_process_tree(pid: int, wait_s: float = 30) -> None:
+    """SIGKILL a process and all its descendants at once, like a lost node, and wait for them to
+    go. (torchrun starts its workers in sessions of their own, so killing its process group would
+    leave them running.)"""
     with contextlib.suppress(psutil.NoSuchProcess):
         parent = psutil.Process(pid)
-        for process in [*parent.children(recursive=True), parent]:
+        tree = [*parent.children(recursive=True), parent]
+        for process in tree:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
+        psutil.wait_procs(tree, timeout=wait_s)
 
 
 def _stream(process: subprocess.Popen, timeout_s: float) -> list[str]:
-    """Print a child's output line by line as it comes; kill its process group past the time."""
+    """Print a child's output line by line as it comes; kill its process tree past the time."""
     lines: list[str] = []
     deadline = time.monotonic() + timeout_s
     selector = selectors.DefaultSelector()
