@@ -65,13 +65,33 @@ def process_group(backend: str | None = None) -> Iterator[DistInfo]:
     backend = backend or default_backend()
     if backend == "nccl":
         torch.cuda.set_device(place.local_rank)  # one GPU per process
-    dist.init_process_group(backend)
+    store = _restart_store()
+    if store is None:
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, store=store, rank=place.rank,
+                                world_size=place.world_size)  # fmt: skip
     try:
         yield dist_info()
     except BaseException:
         leave_process_group(wait_for_others=False)  # after an error the others may never come
         raise
     leave_process_group()
+
+
+def _restart_store() -> dist.Store | None:
+    """A store of its own for an attempt torchrun's elastic agent restarted; None otherwise.
+
+    The agent keeps one TCPStore for every attempt (TORCHELASTIC_USE_AGENT_STORE=True), and the
+    default group writes the same keys in each (gloo's rank addresses): a restarted rank could
+    read the address of a rank that died and fail with "Connection refused" (seen with torch
+    2.13). A prefix per attempt keeps each attempt's keys apart.
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    shared = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    return dist.PrefixStore(f"llmlab/attempt_{attempt}", shared)
 
 
 def leave_process_group(wait_for_others: bool = True) -> None:
