@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
+from torch.distributed.fsdp import FSDPModule
 
 from llmlab.data.atomic import (
     remove_folder,
@@ -78,11 +79,17 @@ def model_signature(model: torch.nn.Module) -> dict:
     config = getattr(model, "config", None)
     config_dict = config.to_dict() if hasattr(config, "to_dict") else {}
     signature = {
-        "class": type(model).__name__,
+        "class": _model_class(model).__name__,
         "config": {k: v for k, v in config_dict.items() if k not in IGNORED_CONFIG_KEYS},
         "shapes": {name: list(p.shape) for name, p in model.state_dict().items()},
     }
     return json.loads(json.dumps(signature))  # the form meta.json gives back (str keys, lists)
+
+
+def _model_class(model: torch.nn.Module) -> type:
+    """The model's own class: FSDP2's fully_shard swaps in a subclass (FSDPGPT2LMHeadModel), which
+    would make a sharded run's checkpoint look like another model to a plain one."""
+    return next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
 
 
 def signature_differences(saved: dict, current: dict) -> list[str]:
@@ -341,12 +348,23 @@ def load_checkpoint(path: Path, model: torch.nn.Module) -> dict:
     trainer to restore. A sharded checkpoint's weights are left for the caller to load from
     dcp/ (with torch.distributed.checkpoint, on every rank)."""
     path = Path(path)
+    check_belongs_to(path, model)
+    if not is_sharded(path):
+        load_model(model, str(path / "model.safetensors"), strict=True)
+    return load_state(path)
+
+
+def load_state(path: Path) -> dict:
+    # weights_only: only tensors and plain containers are unpickled, never arbitrary objects.
+    return torch.load(Path(path) / "state.pt", weights_only=True)
+
+
+def check_belongs_to(path: Path, model: torch.nn.Module) -> dict:
+    """Verify the checkpoint's checksums and that it was saved from a model like `model` (class,
+    config, every tensor's full shape); return its meta.json. CheckpointCorrupt or
+    CheckpointMismatch otherwise."""
     verify_checkpoint(path)  # before anything is read: damaged weights are refused, not loaded
-    meta_file, weights, state_file = (
-        path / "meta.json",
-        path / "model.safetensors",
-        path / "state.pt",
-    )
+    meta_file = Path(path) / "meta.json"
     meta = json.loads(meta_file.read_text(encoding="utf-8"))
     differences = signature_differences(meta["signature"], model_signature(model))
     if differences:
@@ -356,7 +374,4 @@ def load_checkpoint(path: Path, model: torch.nn.Module) -> dict:
             f"  {listing}\nBuild the model with the checkpoint's configuration "
             f"(see {meta_file}), or start a fresh run in another out_dir."
         )
-    if not is_sharded(path):
-        load_model(model, str(weights), strict=True)
-    # weights_only: only tensors and plain containers are unpickled, never arbitrary objects.
-    return torch.load(state_file, weights_only=True)
+    return meta
