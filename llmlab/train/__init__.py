@@ -23,6 +23,7 @@ from llmlab.train.loop import (
     next_token_loss,
 )
 from llmlab.train.metrics import StepMetrics
+from llmlab.train.reshard import load_resharded
 from llmlab.train.schedule import learning_rate, schedule_curve
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "latest_checkpoint",
     "learning_rate",
     "load_checkpoint",
+    "load_resharded",
     "newest_verified_checkpoint",
     "next_token_loss",
     "save_checkpoint",

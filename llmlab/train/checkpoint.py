@@ -7,7 +7,8 @@ A checkpoint is a folder `step_NNNNNNN/` holding
   checksums.sha256   the sha256 of each file above, in `sha256sum` format (`sha256sum -c` reads it)
 A sharded run (FSDP) has no model.safetensors: each rank writes its own shard of the weights and
 optimizer states into `dcp/` with `torch.distributed.checkpoint`, and the checksums cover every
-file there. `torch.distributed.checkpoint` can load the shards into another number of ranks.
+file there. llmlab.train.reshard.load_resharded loads either kind into another number of
+processes (weights and optimizer states; not each rank's data position and RNG).
 It is written under a temporary name and renamed when complete, so a run killed half-way
 through a save leaves the previous checkpoints untouched and loadable. A checkpoint damaged
 later (a flipped bit, a truncated copy) fails its checksums and is never loaded.
