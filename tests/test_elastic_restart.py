@@ -11,14 +11,19 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 from safetensors.torch import load_file
 
+from llmlab.distributed.groups import _restart_store
+from llmlab.distributed.launch import free_port
+
 WORKER = Path(__file__).with_name("elastic_worker.py")
-pytestmark = pytest.mark.slow  # each run: a torchrun of 2 workers, 15-40 s on 2 busy cores
+SLOW = pytest.mark.slow  # each run: a torchrun of 2 workers, 15-40 s on 2 busy cores
 
 
 def elastic_run(out_dir: Path, **kill: int) -> subprocess.CompletedProcess:
@@ -60,6 +65,7 @@ def assert_same_run(out_dir: Path, reference: Path, logged_before_kill: int) -> 
     assert all(torch.equal(weights[name], reference_weights[name]) for name in weights)
 
 
+@SLOW
 def test_a_killed_worker_is_restarted_and_resumes_bit_for_bit(straight, tmp_path):
     # Rank 1 (not the one that writes checkpoints) dies after step 6: step 4 is the newest.
     run = elastic_run(tmp_path, KILL_RANK=1, KILL_AFTER_STEP=6)
@@ -69,6 +75,7 @@ def test_a_killed_worker_is_restarted_and_resumes_bit_for_bit(straight, tmp_path
     assert_same_run(tmp_path, straight, logged_before_kill=6)
 
 
+@SLOW
 def test_a_kill_inside_a_save_leaves_that_checkpoint_unused(straight, tmp_path):
     # Rank 0 dies while writing checkpoint 8: the restart must resume from 4, not the torn 8.
     run = elastic_run(tmp_path, KILL_RANK=0, KILL_IN_SAVE=8)
@@ -77,3 +84,21 @@ def test_a_kill_inside_a_save_leaves_that_checkpoint_unused(straight, tmp_path):
     assert "left by an interrupted save" in run.stdout  # the torn temporary folder was swept
     assert "resumed from step 4" in run.stdout
     assert_same_run(tmp_path, straight, logged_before_kill=8)
+
+
+def test_only_a_restarted_attempt_gets_a_store_of_its_own(monkeypatch):
+    """torchrun's agent store outlives an attempt: the first attempt uses it as env:// does, a
+    restarted one under its own prefix, so it never reads keys a dead attempt wrote."""
+    port = free_port()
+    # A short timeout: a key under another name fails the test in seconds, not minutes.
+    agent_store = dist.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=5))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    assert _restart_store() is None
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    _restart_store().set("rank_0", "address of attempt 1")
+    assert agent_store.get("llmlab/attempt_1/rank_0") == b"address of attempt 1"
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")  # each attempt's own store
+    assert _restart_store() is None
