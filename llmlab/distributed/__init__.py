@@ -16,6 +16,7 @@ One concern per module:
 - `deepspeed_config`, `deepspeed_run`: DeepSpeed's JSON config from a TrainingSetup; ZeRO-2/3 runs.
 - `layout`: which data/tensor/pipeline/ZeRO layouts fit a cluster, in a stated order.
 - `megatron`: the course's names as Megatron-LM arguments, and a command line.
+- `stragglers`: per-rank step times gathered, and the ranks slower than the median flagged.
 """
 
 from llmlab.distributed.groups import (
