@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from llmlab.bench import warn_if_busy
+from llmlab.bench import markdown_table, warn_if_busy
 from llmlab.env import GB
 
 VOCAB, SEQ, BATCH = 8192, 128, 4
@@ -129,11 +129,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
     with tempfile.TemporaryDirectory(prefix="checkpoint-stall-") as folder:
         rows = [run(mode, args, Path(folder)) for mode in ("sync", "async")]
-    columns = list(rows[0])
-    print(" | ".join(columns))
-    print(" | ".join("---" for _ in columns))
-    for row in rows:
-        print(" | ".join(str(row[c]) for c in columns))
+    print(markdown_table(rows))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from llmlab.bench import markdown_table
 from llmlab.distributed.launch import kill_process_tree
 from llmlab.train import CheckpointCorrupt, verify_checkpoint
 from llmlab.train.checkpoint import completed_checkpoints
@@ -158,11 +159,7 @@ def main() -> None:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="kill-resume-") as folder:
         rows = [soak(n, args, Path(folder), rng) for n in args.processes]
-    columns = list(rows[0])
-    print(" | ".join(columns))
-    print(" | ".join("---" for _ in columns))
-    for row in rows:
-        print(" | ".join(str(row[c]) for c in columns))
+    print(markdown_table(rows))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from functools import partial
 import torch.distributed as dist
 
 from llmlab.distributed import launch
+from llmlab.distributed.comm import ring_bytes
 from llmlab.distributed.deepspeed_run import compare_deepspeed, deepspeed_available
 from llmlab.distributed.equivalence import (
     SMOKE_SHAPE,
@@ -33,7 +34,7 @@ from llmlab.distributed.equivalence import (
 from llmlab.distributed.model_parallel import token_batches, train_tensor_parallel
 from llmlab.distributed.pipeline import train_pipeline
 from llmlab.distributed.rank_memory import measure_rank_memory
-from llmlab.distributed.tensor_parallel import ring_all_reduce_bytes, tensor_parallel_bytes
+from llmlab.distributed.tensor_parallel import tensor_parallel_bytes
 from llmlab.memory import TrainingSetup, estimate_memory, measure
 
 MB = 1e6  # the course's MB: 10^6 bytes
@@ -112,7 +113,7 @@ def model_parallel(nprocs: int, steps: int) -> list[Row]:
     handed = runs[0].comm_bytes.get("all_reduce", 0)  # one forward and backward pass
     formula = tensor_parallel_bytes(batch, seq, SMOKE_SHAPE.d_model, SMOKE_SHAPE.n_layer, nprocs)
     rows = [Row(f"TP {nprocs}", max(relative_error(r.params, reference) for r in runs), 1e-5,
-                None, None, ring_all_reduce_bytes(handed, nprocs), formula["sent"], seconds,
+                None, None, ring_bytes("all_reduce", handed, nprocs), formula["sent"], seconds,
                 reference_seconds, "activations all-reduced; memory not measured here")]
     stages = launch(partial(train_pipeline, steps=steps, batch=batch, seq=seq), nprocs)
     whole = {name: p for stage in stages for name, p in stage.params.items()}

@@ -308,3 +308,11 @@ def peak_table() -> list[dict]:
         }
         for spec in GPU_SPECS
     ]
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Rows of the same keys as a Markdown table: readable in a terminal, pastable into a note."""
+    columns = list(rows[0])
+    lines = [" | ".join(columns), " | ".join("---" for _ in columns)]
+    lines += [" | ".join(str(row[column]) for column in columns) for row in rows]
+    return "\n".join(lines)

@@ -6,6 +6,7 @@ from llmlab.bench import (
     DTYPES,
     GPU_SPECS,
     find_gpu_spec,
+    markdown_table,
     matmul_flops,
     matmul_sweep,
     measure_matmul,
@@ -136,3 +137,8 @@ def test_busy_warning_only_when_the_load_exceeds_the_cores():
     assert bench.busy_warning(load=2.0, cores=2) is None
     warning = bench.busy_warning(load=3.2, cores=2)
     assert "busy" in warning and "3.2" in warning and "2 cores" in warning
+
+
+def test_markdown_table_keeps_column_order_and_values():
+    rows = [{"mode": "sync", "stall s": 0.4}, {"mode": "async", "stall s": 0.03}]
+    assert markdown_table(rows) == "mode | stall s\n--- | ---\nsync | 0.4\nasync | 0.03"

@@ -41,6 +41,7 @@ from torch.distributed.tensor.parallel import (
 )
 from transformers.pytorch_utils import Conv1D
 
+from llmlab.distributed.comm import ring_bytes
 from llmlab.distributed.mesh import check_tensor_parallel
 from llmlab.models import ModelShape
 from llmlab.models.blocks import transformer_blocks
@@ -288,12 +289,6 @@ class CollectiveBytes(CommDebugMode):
         return out
 
 
-def ring_all_reduce_bytes(nbytes: float, ranks: int) -> float:
-    """Bytes each rank sends in a ring all-reduce of `nbytes`: a reduce-scatter and an
-    all-gather, each sending (ranks - 1) chunks of nbytes / ranks."""
-    return 2 * (ranks - 1) / ranks * nbytes
-
-
 _CONVERTED = re.compile(r"\.(attn\.c_attn\.[qkv]|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight$")
 
 
@@ -319,4 +314,4 @@ def tensor_parallel_bytes(
     gradients of their column-parallel inputs in the backward pass, each batch x seq x d_model;
     and the bytes a ring all-reduce then makes each rank send."""
     all_reduced = 4 * n_layer * batch * seq * d_model * dtype_bytes
-    return {"all_reduce": all_reduced, "sent": ring_all_reduce_bytes(all_reduced, tp)}
+    return {"all_reduce": all_reduced, "sent": ring_bytes("all_reduce", all_reduced, tp)}
