@@ -263,7 +263,8 @@ def find_gpu_spec(device_name: str) -> GpuSpec | None:
     return None
 
 
-def _resolve_spec(gpu: str | GpuSpec | None) -> GpuSpec | None:
+def resolve_gpu_spec(gpu: str | GpuSpec | None) -> GpuSpec | None:
+    """A spec given as itself, by its name in the table ("H100 SXM") or by a device name."""
     if gpu is None or isinstance(gpu, GpuSpec):
         return gpu
     by_name = {spec.name.lower(): spec for spec in GPU_SPECS}
@@ -276,7 +277,7 @@ def peak_tflops(gpu: str | GpuSpec | None, dtype: str) -> float | None:
     None when the GPU is unknown or lacks that math: better no number than a wrong one.
     """
     _check_dtype(dtype)
-    spec = _resolve_spec(gpu)
+    spec = resolve_gpu_spec(gpu)
     return None if spec is None else spec.tflops[dtype]
 
 

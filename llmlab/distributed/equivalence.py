@@ -101,12 +101,18 @@ def relative_error(params: dict[str, torch.Tensor], reference: dict[str, torch.T
     )
 
 
+def reference_optimizer(parameters, name: str = "sgd") -> torch.optim.Optimizer:
+    """The plain (unsharded) optimizer of the comparisons (see OPTIMIZERS for why SGD)."""
+    optimizer_class, options = OPTIMIZERS[name]
+    return optimizer_class(parameters, **options)
+
+
 def reference_parameters(
     batches: torch.Tensor, shape: ModelShape = SMOKE_SHAPE, optimizer: str = "sgd"
 ) -> tuple[dict[str, torch.Tensor], float]:
     """One process trains on every batch: (its parameters, median seconds per step)."""
     model = build_model(shape, seed=0)
-    optimizer = _optimizer(model, "none", optimizer)
+    optimizer = reference_optimizer(model.parameters(), optimizer)
     seconds = _train(model, optimizer, batches)
     return full_parameters(model), seconds
 

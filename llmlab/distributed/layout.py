@@ -20,7 +20,7 @@ cut on memory alone; Lab 05 adds time (an alpha-beta communication model) on top
 import math
 from dataclasses import dataclass
 
-from llmlab.bench import GPU_SPECS, find_gpu_spec
+from llmlab.bench import GPU_SPECS, resolve_gpu_spec
 from llmlab.env import GB
 from llmlab.memory import MemoryEstimate, TrainingSetup, estimate_memory, fits
 from llmlab.models import ModelShape, as_shape
@@ -53,7 +53,7 @@ def gpu_memory_gb(gpu: str | float) -> float:
     """GB of a GPU named in llmlab.bench's table ("H100 SXM", "A100 40GB"), or a number of GB."""
     if isinstance(gpu, int | float):
         return float(gpu)
-    spec = {s.name.lower(): s for s in GPU_SPECS}.get(gpu.strip().lower()) or find_gpu_spec(gpu)
+    spec = resolve_gpu_spec(gpu)
     if spec is None:
         names = ", ".join(s.name for s in GPU_SPECS)
         raise ValueError(f"unknown GPU {gpu!r}: use one of {names}, or its memory in GB")

@@ -17,12 +17,11 @@ from torch.distributed.tensor.parallel import ParallelStyle
 
 from llmlab.distributed.data_parallel import full_parameters
 from llmlab.distributed.equivalence import (
-    OPTIMIZERS,
     SMOKE_SHAPE,
     global_batches,
     loss_on,
+    reference_optimizer,
     reference_parameters,
-    relative_error,
 )
 from llmlab.distributed.mesh import RankGrid, device_mesh
 from llmlab.distributed.tensor_parallel import (
@@ -33,12 +32,6 @@ from llmlab.distributed.tensor_parallel import (
 from llmlab.models import ModelShape, build_model
 
 STEPS = 5  # optimizer steps per comparison: enough for momentum to matter
-max_relative_error = relative_error  # equivalence.relative_error, by the name Lab 04 calls it
-
-
-def smoke_shape() -> ModelShape:
-    """The smoke model every equivalence check trains (`equivalence.SMOKE_SHAPE`)."""
-    return SMOKE_SHAPE
 
 
 def token_batches(shape: ModelShape, steps: int, batch: int, seq: int) -> torch.Tensor:
@@ -55,12 +48,6 @@ def train_single_process(
     """The reference: every parameter after `steps` steps in one process on the whole batch."""
     shape = shape or SMOKE_SHAPE
     return reference_parameters(token_batches(shape, steps, batch, seq), shape, "sgd")[0]
-
-
-def reference_optimizer(parameters, name: str = "sgd") -> torch.optim.Optimizer:
-    """The optimizer `equivalence` gives its reference run (see its OPTIMIZERS for why SGD)."""
-    optimizer_class, options = OPTIMIZERS[name]
-    return optimizer_class(parameters, **options)
 
 
 def _train(model: nn.Module, batches, optimizer: str, on_gradients=None, comm=None) -> list:

@@ -22,7 +22,7 @@ its FLOPs at that rate, and bubble and communication are already inside it.
 import math
 from dataclasses import dataclass
 
-from llmlab.bench import GPU_SPECS, GpuSpec, find_gpu_spec
+from llmlab.bench import GPU_SPECS, GpuSpec, resolve_gpu_spec
 from llmlab.distributed.comm import ring_bytes
 from llmlab.distributed.layout import stage_estimate
 from llmlab.distributed.pipeline import bubble_fraction
@@ -46,8 +46,7 @@ def gpu_spec(gpu: str | GpuSpec) -> GpuSpec:
     """A GPU by alias ("h100"), by its name in llmlab.bench's table, or by its device name."""
     if isinstance(gpu, GpuSpec):
         return gpu
-    name = GPU_ALIASES.get(gpu.strip().lower(), gpu)
-    spec = {s.name.lower(): s for s in GPU_SPECS}.get(name.strip().lower()) or find_gpu_spec(name)
+    spec = resolve_gpu_spec(GPU_ALIASES.get(gpu.strip().lower(), gpu))
     if spec is None or spec.tflops[DTYPE] is None:
         known = ", ".join([*GPU_ALIASES, *(s.name for s in GPU_SPECS if s.tflops[DTYPE])])
         raise ValueError(f"unknown GPU {gpu!r} (or no {DTYPE} peak): use one of {known}")
