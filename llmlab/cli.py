@@ -45,13 +45,24 @@ def _problems_section(problems: list[env.Problem]) -> str:
     return "\n".join(lines)
 
 
+def _communication_section(explanation: str) -> str:
+    lines = ["NCCL / gloo environment", *(f"  {line}" for line in explanation.splitlines())]
+    return "\n".join(lines)
+
+
 def doctor(as_json: bool) -> int:
     """Print the machine report and each lab's profile here; exit 1 when the stack is broken."""
+    from llmlab.distributed import nccl_env  # here: it imports torch.distributed
+
     report = env.collect()
-    problems = env.diagnose(report)
+    problems = env.diagnose(report) + nccl_env.comm_problems(os.environ, report)
     if as_json:
         payload = env.report_to_dict(report)
         payload["problems"] = [vars(problem) for problem in problems]
+        payload["communication"] = [
+            {"setting": setting, "what": variable.what}
+            for variable, setting in nccl_env.explain(os.environ)
+        ]
         payload["labs"] = [
             {"lab": lab.notebook, "ready": lab.ready, "profile": name, "why": why}
             for lab, name, why in capability_table(report)
@@ -62,6 +73,8 @@ def doctor(as_json: bool) -> int:
         print()
         print(_labs_section(report))
         print(_profile_note())
+        print()
+        print(_communication_section(nccl_env.format_explanation(os.environ)))
         print()
         print(_problems_section(problems))
     return 1 if any(problem.severity == "error" for problem in problems) else 0

@@ -56,6 +56,7 @@ CGROUP_MEMORY_FILES = (
      "total_inactive_file"),
 )  # fmt: skip
 NVIDIA_PCI_VENDOR = "0x10de"
+INFINIBAND_ROOT = Path("/sys/class/infiniband")  # one entry per InfiniBand/RoCE adapter (Linux)
 NVIDIA_SMI_TIMEOUT_S = 20
 FRAMEWORK_PROBE_TIMEOUT_S = 120  # importing TensorFlow alone can take half a minute
 
@@ -170,6 +171,10 @@ class EnvReport:
     interconnect: str | None
     packages: dict[str, str | None]
     frameworks: list[FrameworkInfo]
+    # What NCCL and gloo would use (llmlab.distributed.nccl_env checks their variables on it).
+    network_interfaces: tuple[str, ...] | None = None  # names with an address; None = unknown
+    infiniband_devices: tuple[str, ...] = ()  # InfiniBand/RoCE adapters, e.g. ("mlx5_0",)
+    nvlink_links: int | None = None  # active NVLink links over all GPUs; None = unknown or 1 GPU
 
 
 # ---------------------------------------------------------------- probing the machine
@@ -423,6 +428,54 @@ def _interconnect(gpu_count: int) -> str | None:
     return summarize_topology(matrix) if matrix else None
 
 
+def network_interfaces() -> tuple[str, ...]:
+    """The network interfaces that have an address, e.g. ("eth0", "lo"): those NCCL and gloo
+    can bind to."""
+    import psutil  # imported here: the doctor must still run when psutil is missing
+
+    return tuple(sorted(psutil.net_if_addrs()))
+
+
+def infiniband_devices(root: Path = INFINIBAND_ROOT) -> tuple[str, ...]:
+    """The InfiniBand (and RoCE) adapters the kernel lists, e.g. ("mlx5_0", "mlx5_1")."""
+    return tuple(sorted(path.name for path in root.iterdir())) if root.is_dir() else ()
+
+
+def nvlink_active_links(nvml: ModuleType | None = None) -> int | None:
+    """Active NVLink links summed over this machine's GPUs, read through NVML (nvidia-ml-py);
+    0 where the GPUs talk over PCIe only, None where NVML cannot say (no driver, no nvidia-ml-py).
+    `nvml` stands in for the pynvml module (tests pass a fake)."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return None
+    try:
+        return sum(
+            _active_links(nvml, nvml.nvmlDeviceGetHandleByIndex(index))
+            for index in range(nvml.nvmlDeviceGetCount())
+        )
+    except nvml.NVMLError:
+        return None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _active_links(nvml: ModuleType, handle: object) -> int:
+    active = 0
+    for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            state = nvml.nvmlDeviceGetNvLinkState(handle, link)
+        except nvml.NVMLError:  # a link this GPU does not have; on a PCIe card, every link
+            continue
+        active += state == nvml.NVML_FEATURE_ENABLED
+    return active
+
+
 def _installed_version(distribution: str) -> str | None:
     return _safely(lambda: metadata.version(distribution), None)
 
@@ -471,6 +524,8 @@ def collect(include_frameworks: bool = True) -> EnvReport:
         host_total, host_available, container_memory_limit(CGROUP_ROOT)
     )
     frameworks = [_probe_framework(name) for name in FRAMEWORK_PROBES] if include_frameworks else []
+    # NVLink joins the GPUs of one machine: with fewer than two it is not a question.
+    nvlink = _safely(nvlink_active_links, None) if len(torch_fields["gpus"]) >= 2 else None
     return EnvReport(
         python=platform.python_version(),
         platform=platform.platform(),
@@ -485,6 +540,9 @@ def collect(include_frameworks: bool = True) -> EnvReport:
         interconnect=_interconnect(len(torch_fields["gpus"])),
         packages={name: _installed_version(name) for name in COURSE_PACKAGES},
         frameworks=frameworks,
+        network_interfaces=_safely(network_interfaces, None),
+        infiniband_devices=_safely(infiniband_devices, ()),
+        nvlink_links=nvlink,
         **torch_fields,
     )
 
@@ -656,6 +714,10 @@ def _or_na(value: object) -> str:
     return "n/a" if value is None else str(value)
 
 
+def _names(names: tuple[str, ...] | None) -> str:
+    return "unknown" if names is None else ", ".join(names) or "none"
+
+
 def _gpu_line(gpu: GpuInfo) -> str:
     return (
         f"{gpu.name} | {_capability_text(gpu)} | {_gb(gpu.total_memory_bytes)} | "
@@ -720,6 +782,11 @@ def _report_sections(report: EnvReport) -> dict[str, list[tuple[str, str]]]:
             ("driver supports CUDA", _or_na(report.driver_cuda_version)),
         ],
         "GPUs": _gpu_rows(report),
+        "Network": [
+            ("interfaces", _names(report.network_interfaces)),
+            ("InfiniBand/RoCE", ", ".join(report.infiniband_devices) or "none"),
+            ("NVLink links", _or_na(report.nvlink_links)),
+        ],
         "Packages": [
             (name, _package_status(name, version)) for name, version in report.packages.items()
         ],

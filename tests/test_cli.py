@@ -86,6 +86,30 @@ def test_doctor_says_which_lab_needs_an_optional_package_and_how_to_install_it(
         assert "pip install gptqmodel optimum" in status[name]
 
 
+def test_doctor_explains_the_nccl_variables_and_warns_about_a_missing_interface(
+    fake_machine, capsys, monkeypatch
+):
+    fake_machine(make_report(network_interfaces=("eth0", "lo")))
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "=ib0")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0")
+    assert cli.main(["doctor"]) == 0  # a warning, not a broken stack
+    out = capsys.readouterr().out
+    section = out[out.index("NCCL / gloo environment") : out.index("Problems")]
+    assert "NCCL_SOCKET_IFNAME==ib0: which IP interfaces NCCL uses" in section
+    assert "GLOO_SOCKET_IFNAME=eth0: which interfaces gloo uses" in section
+    assert "WARNING: NCCL_SOCKET_IFNAME==ib0 selects none" in out
+    assert "GLOO_SOCKET_IFNAME=eth0 names" not in out  # the right one stays quiet
+
+
+def test_doctor_json_carries_the_communication_settings(fake_machine, capsys, monkeypatch):
+    fake_machine(make_report(network_interfaces=("eth0", "lo")))
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    cli.main(["doctor", "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert {"setting": "NCCL_DEBUG=WARN"}.items() <= payload["communication"][0].items()
+    assert payload["network_interfaces"] == ["eth0", "lo"]
+
+
 @pytest.mark.parametrize(
     "report, words",
     [

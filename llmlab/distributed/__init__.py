@@ -17,6 +17,8 @@ One concern per module:
 - `layout`: which data/tensor/pipeline/ZeRO layouts fit a cluster, in a stated order.
 - `megatron`: the course's names as Megatron-LM arguments, and a command line.
 - `stragglers`: per-rank step times gathered, and the ranks slower than the median flagged.
+- `nccl_env`: the NCCL/gloo environment variables explained; the doctor's checks of them.
+- `dcgm`: DCGM fields for the course's GPU readings; running dcgm-exporter beside a job.
 """
 
 from llmlab.distributed.groups import (
