@@ -72,4 +72,7 @@ def h100_box() -> EnvReport:
         cudnn_version="9.10.2",
         nccl_version="2.27.3",
         interconnect="NVLink (NV18) between all pairs",
+        network_interfaces=("eth0", "ib0", "lo"),
+        infiniband_devices=tuple(f"mlx5_{index}" for index in range(8)),
+        nvlink_links=8 * 18,  # 18 NVLink 4 links per H100 SXM, each to the node's NVSwitches
     )

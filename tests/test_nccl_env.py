@@ -8,7 +8,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from fake_machines import make_report
+from fake_machines import h100_box, make_report
 
 from llmlab import env
 from llmlab.distributed.nccl_env import (
@@ -123,6 +123,16 @@ def test_p2p_switched_off_on_nvlink_gpus_warns(environ):
 )
 def test_p2p_settings_that_keep_nvlink_are_fine(environ, report):
     assert problems(environ, report) == []
+
+
+def test_a_typical_h100_node_job_environment_is_fine_and_its_debug_switches_are_not():
+    job = {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0",
+           "NCCL_IB_HCA": "mlx5", "MASTER_ADDR": "node-1", "MASTER_PORT": "29500"}  # fmt: skip
+    assert problems(job, h100_box()) == []
+    debugging = {**job, "NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"}
+    messages = [message for _, message in problems(debugging, h100_box())]
+    assert len(messages) == 2
+    assert "NVLink (144 active links)" in messages[0] and "mlx5_0" in messages[1]
 
 
 def test_infiniband_switched_off_where_it_exists_warns():
