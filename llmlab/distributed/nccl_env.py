@@ -204,7 +204,8 @@ def _nccl_interface_problem(spec: str, interfaces: Sequence[str]) -> list[Proble
     return [Problem(
         "warning",
         f"NCCL_SOCKET_IFNAME={spec} selects none of this machine's network interfaces "
-        f"({_listing(interfaces)}): NCCL will find no socket interface and stop at start-up",
+        f"({_listing(interfaces)}): NCCL stops at start-up with 'Bootstrap : no socket "
+        "interface found'",
         f"name the interface that connects the nodes (`ip addr` lists them; e.g. "
         f"NCCL_SOCKET_IFNAME={example}), or unset it and let NCCL choose",
     )]  # fmt: skip
