@@ -32,7 +32,7 @@ def _owner(model: nn.Module, parameter_name: str, source: str) -> tuple[nn.Modul
     except AttributeError:
         module = None
     if module is None or not hasattr(module, attribute):
-        raise KeyError(
+        raise ValueError(
             f"{source}: the mask {parameter_name!r} names no weight of this "
             f"{type(model).__name__}: were the masks made for another model?"
         )

@@ -44,7 +44,7 @@ def _weights(model: nn.Module, names: Iterable[str] | None) -> dict[str, torch.T
         modules = prunable_weights(model, include_embeddings=True)  # refuses a tied LM head
     missing = [name for name in names if name not in modules]
     if missing:
-        raise KeyError(
+        raise ValueError(
             f"{missing[0]!r} is not a prunable matrix of this model: the names come from "
             "llmlab.prune.prunable_weights(model) (Linear and Conv1D weights, and embeddings)"
         )
