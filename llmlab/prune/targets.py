@@ -13,17 +13,23 @@ from llmlab.models import transformer_blocks
 PRUNABLE = (nn.Linear, Conv1D)  # GPT-2's projections are Conv1D: a Linear with weight (in, out)
 
 
+def named_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """[("transformer.h.0", block), ...]: each transformer block with its module name."""
+    blocks = transformer_blocks(model)
+    prefix = next(name for name, module in model.named_modules() if module is blocks)
+    return [(f"{prefix}.{index}", block) for index, block in enumerate(blocks)]
+
+
 def prunable_weights(model: nn.Module, include_embeddings: bool = False) -> dict[str, nn.Module]:
     """{parameter name: module} for every pruned matrix, in model order ("...c_fc.weight").
 
     include_embeddings adds the token embedding and an untied LM head. A tied model refuses it:
     there the LM head *is* the token embedding, so pruning one would prune both.
     """
-    blocks = transformer_blocks(model)
-    prefix = next(name for name, module in model.named_modules() if module is blocks)
     weights = {
         f"{name}.weight": module
-        for name, module in blocks.named_modules(prefix=prefix)
+        for block_name, block in named_blocks(model)
+        for name, module in block.named_modules(prefix=block_name)
         if isinstance(module, PRUNABLE)
     }
     if include_embeddings:
