@@ -30,7 +30,7 @@ from llmlab.prune import (
     sparsity_report,
     sparsity_table,
 )
-from llmlab.train import TrainConfig
+from llmlab.train import TrainConfig, Trainer
 from llmlab.train.optim import build_optimizer
 
 GPT2 = preset("tiny", vocab_size=256, context=32, n_layer=2, d_model=64, n_head=2)
@@ -192,6 +192,36 @@ def test_zeroing_once_without_keeping_the_mask_does_not_survive_adamw():
     assert pruned_entries_are_zero(model, masks)
     adamw_steps(model)
     assert not pruned_entries_are_zero(model, masks)
+
+
+class RandomTokens:
+    """A batch source of random token windows (the Trainer's BatchSource protocol)."""
+
+    def __init__(self, seed: int = 0):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def next_batch(self):
+        ids = torch.randint(0, GPT2.vocab_size, (2, 17), generator=self.generator)
+        return ids[:, :-1], ids[:, 1:]
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_recovery_training_with_the_course_trainer_keeps_the_zeros():
+    model = build_model(GPT2)
+    masks = global_masks(model, 0.5)
+    apply_masks(model, masks)
+    before = {n: current_weight(model.get_submodule(n.rpartition(".")[0])) for n in masks}
+    config = TrainConfig(max_steps=5, micro_batch_size=2, seq_len=16, lr=1e-2, dtype="fp32",
+                         device="cpu", eval_interval=5, eval_batches=1, progress=False)
+    Trainer(model, config, RandomTokens(0), RandomTokens(1)).fit()
+    assert pruned_entries_are_zero(model, masks)
+    after = {n: current_weight(model.get_submodule(n.rpartition(".")[0])) for n in masks}
+    assert all(not torch.equal(before[n], after[n]) for n in masks)  # the kept weights trained
 
 
 def test_masking_again_only_removes_more():

@@ -58,8 +58,8 @@ def compare_variants(
     repeats: int = 5,
 ) -> list[VariantRow]:
     """Measure every variant on the same held-out windows; latency on their first full batch."""
-    if not variants:
-        raise ValueError("no variants to compare")
+    if not variants or not windows:
+        raise ValueError("need at least one variant and one held-out window to compare")
     length = windows[0].numel()
     timed = torch.stack([w for w in windows if w.numel() == length][:batch_size])
     rows = []

@@ -27,6 +27,8 @@ def generate_samples(
         raise ValueError("need at least one variant and one prompt")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    # top_k only means something when sampling; greedy decoding takes the most likely token.
+    sampling = {"do_sample": True, "top_k": top_k} if do_sample else {"do_sample": False}
     rows = [{"prompt": prompt} for prompt in prompts]
     for name, model in variants.items():
         device = next(model.parameters()).device
@@ -41,8 +43,7 @@ def generate_samples(
                     attention_mask=torch.ones_like(ids),
                     max_new_tokens=max_new_tokens,
                     min_new_tokens=max_new_tokens,  # equal lengths: the columns line up
-                    do_sample=do_sample,
-                    top_k=top_k if do_sample else None,
+                    **sampling,
                     # The tiny course models have no pad id; any id will do, nothing is padded.
                     pad_token_id=tokenizer.pad_token_id or 0,
                 )

@@ -6,6 +6,7 @@ when several weights tie at the threshold, and "<=" too many.
 """
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -17,7 +18,7 @@ from llmlab.prune.targets import input_dim, prunable_weights
 
 def check_sparsity(sparsity: float) -> float:
     """A fraction of weights to remove: 0 keeps all, 0.9 removes nine in ten."""
-    if isinstance(sparsity, bool) or not isinstance(sparsity, int | float):
+    if isinstance(sparsity, bool) or not isinstance(sparsity, numbers.Real):
         raise TypeError(f"sparsity must be a number in [0, 1), got {sparsity!r}")
     if not (0 <= sparsity < 1):  # also refuses NaN
         raise ValueError(
