@@ -26,8 +26,8 @@ class VariantRow:
 def check_plain(model: torch.nn.Module, name: str = "model") -> None:
     """Refuse a model that still carries pruning masks or parametrizations: its saved files and
     counts would hold the original weights and the masks, not the pruned model."""
-    names = [name for name, _ in model.named_parameters()]
-    extra = [n for n in names if n.endswith("_orig") or ".parametrizations." in n]
+    extra = [n for n, _ in model.named_parameters() if n.endswith("_orig") or ".parametrizations."
+             in n]  # fmt: skip
     if extra:
         raise ValueError(
             f"{name} still carries masks ({extra[0]}, ...): make them permanent first "
