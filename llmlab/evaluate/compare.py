@@ -1,0 +1,95 @@
+"""One row per model variant: perplexity, accuracy, parameters, size on disk and latency."""
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from llmlab.bench import markdown_table, time_fn
+from llmlab.env import GB
+from llmlab.evaluate.next_token import score_tokens
+
+
+@dataclass(frozen=True)
+class VariantRow:
+    variant: str
+    perplexity: float
+    accuracy: float
+    parameters: int  # stored numbers (a tied matrix once)
+    nonzero: int  # of those, the ones that are not zero
+    size_mb: float  # the safetensors files save_pretrained writes
+    latency_ms: float  # median forward pass over one batch of the windows
+
+
+def check_plain(model: torch.nn.Module, name: str = "model") -> None:
+    """Refuse a model that still carries pruning masks or parametrizations: its saved files and
+    counts would hold the original weights and the masks, not the pruned model."""
+    extra = [n for n, _ in model.named_parameters() if n.endswith("_orig") or ".parametrizations."
+             in n]  # fmt: skip
+    if extra:
+        raise ValueError(
+            f"{name} still carries masks ({extra[0]}, ...): make them permanent first "
+            "(llmlab.prune.make_permanent) so it is measured as it would be shipped"
+        )
+
+
+def size_on_disk(model: torch.nn.Module) -> int:
+    """Bytes of the weight files `save_pretrained` writes (the config's few bytes left out)."""
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        return sum(path.stat().st_size for path in Path(folder).glob("*.safetensors"))
+
+
+def latency_seconds(model: torch.nn.Module, ids: torch.Tensor, repeats: int = 5) -> float:
+    """Median seconds of one no-grad forward pass over `ids` (bench.time_fn: warm-up, median)."""
+    device = next(model.parameters()).device
+    ids = ids.to(device)
+    with torch.no_grad():
+        return time_fn(lambda: model(ids), warmup=1, repeats=repeats, device=device).median_s
+
+
+def compare_variants(
+    variants: Mapping[str, torch.nn.Module],
+    windows: Sequence[torch.Tensor],
+    *,
+    batch_size: int = 8,
+    repeats: int = 5,
+) -> list[VariantRow]:
+    """Measure every variant on the same held-out windows; latency on their first full batch."""
+    if not variants or not windows:
+        raise ValueError("need at least one variant and one held-out window to compare")
+    length = windows[0].numel()
+    timed = torch.stack([w for w in windows if w.numel() == length][:batch_size])
+    rows = []
+    for name, model in variants.items():
+        check_plain(model, name)
+        scores = score_tokens(model, windows, batch_size)
+        parameters = list(model.parameters())  # a tied matrix is yielded once
+        was_training = model.training
+        model.eval()
+        try:
+            latency = latency_seconds(model, timed, repeats)
+        finally:
+            model.train(was_training)
+        rows.append(VariantRow(
+            variant=name,
+            perplexity=scores.perplexity,
+            accuracy=scores.accuracy,
+            parameters=sum(p.numel() for p in parameters),
+            nonzero=sum(int(torch.count_nonzero(p)) for p in parameters),
+            size_mb=size_on_disk(model) / (GB / 1000),  # MB: 10^6 bytes, as GB is 10^9
+            latency_ms=latency * 1000,
+        ))  # fmt: skip
+    return rows
+
+
+def comparison_table(rows: Sequence[VariantRow]) -> str:
+    """The rows as Markdown, numbers rounded for reading."""
+    formats = {"perplexity": "{:.2f}", "accuracy": "{:.3f}", "parameters": "{:,}",
+               "nonzero": "{:,}", "size_mb": "{:.2f}", "latency_ms": "{:.2f}"}  # fmt: skip
+    return markdown_table([
+        {key: formats.get(key, "{}").format(value) for key, value in asdict(row).items()}
+        for row in rows
+    ])  # fmt: skip
