@@ -20,6 +20,12 @@ def test_torchrun_variables():
     assert launcher_env(TORCHRUN) == LauncherEnv("torchrun", 5, 1, 8, 2, "gpu07", 29400)
 
 
+def test_deepspeeds_launcher_uses_torchruns_names_and_its_own_for_the_node():
+    deepspeed = {**TORCHRUN, "CROSS_RANK": "3", "CROSS_SIZE": "4", "LOCAL_SIZE": "2"}
+    del deepspeed["GROUP_RANK"]
+    assert launcher_env(deepspeed) == LauncherEnv("deepspeed", 5, 1, 8, 3, "gpu07", 29400)
+
+
 def test_torchrun_wins_over_slurm_because_srun_torchrun_sets_both():
     # Under `srun torchrun`, SLURM_PROCID numbers the torchrun agents (one per node).
     place = launcher_env({**SRUN, **TORCHRUN})

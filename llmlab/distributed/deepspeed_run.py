@@ -10,6 +10,10 @@ Runs on CPUs (DeepSpeed's CPU accelerator over gloo) and on GPUs (NCCL): from Py
 `compare_deepspeed(stage)`, or at a terminal under torchrun, as DeepSpeed is usually run:
 
     torchrun --nproc_per_node 2 -m llmlab.distributed.deepspeed_run --stage 3 --config ds.json
+
+or under DeepSpeed's own launcher (`--module`: run it as `python -m` would):
+
+    deepspeed --num_gpus 2 --module llmlab.distributed.deepspeed_run --stage 2
 """
 
 import argparse
@@ -98,8 +102,8 @@ def train_alone(config: dict, shape: ModelShape, batches: torch.Tensor):
 def train_with_deepspeed(config: dict, shape: ModelShape, batches: torch.Tensor, drop=None):
     """One rank's run inside a process group (from `launch` or torchrun): DeepSpeed on this
     rank's slice of each global batch, with the collective `drop` removed if given. Returns its
-    parameters (whole, gathered from the shards under ZeRO-3), peak tensor bytes, bytes sent in
-    a steady step and median seconds per step."""
+    parameters (whole, gathered from the shards under ZeRO-3), its loss at each step, peak tensor
+    bytes, bytes sent in a steady step and median seconds per step."""
     deepspeed = import_deepspeed()
     rows = split_batch(batches.shape[1], dist.get_rank(), dist.get_world_size())
     model = build_model(shape, seed=0)
@@ -108,27 +112,34 @@ def train_with_deepspeed(config: dict, shape: ModelShape, batches: torch.Tensor,
     with (count_collectives() as counter, drop_collectives(drop) if drop else nullcontext(),
           MemoryTracker(model) as tracker):  # fmt: skip
         engine, *_ = deepspeed.initialize(model=model, config=config)
+        losses = []
         for tokens in batches[:TRACKED_STEPS]:
             sent_before = counter.sent_bytes
-            _deepspeed_step(engine, tokens[rows])
+            losses.append(_deepspeed_step(engine, tokens[rows])[1])
         step_bytes = counter.sent_bytes - sent_before
-        times = [_deepspeed_step(engine, tokens[rows]) for tokens in batches[TRACKED_STEPS:]]
+        times = []
+        for tokens in batches[TRACKED_STEPS:]:
+            seconds, loss = _deepspeed_step(engine, tokens[rows])
+            times.append(seconds)
+            losses.append(loss)
     # ZeRO-3 keeps 1/N of each weight per rank; gather them to compare the whole model.
     with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
         # A copy on the CPU: results travel between processes, and CUDA tensors cannot.
         params = {name: p.detach().to("cpu", copy=True)
                   for name, p in engine.module.named_parameters()}  # fmt: skip
     engine.destroy()
-    return {"params": params, "peak_bytes": sum(tracker.peak.values()), "bytes": step_bytes,
+    return {"params": params, "losses": losses, "peak_bytes": sum(tracker.peak.values()),
+            "bytes": step_bytes,
             "seconds": statistics.median(times) if times else float("nan")}  # fmt: skip
 
 
-def _deepspeed_step(engine, tokens: torch.Tensor) -> float:
+def _deepspeed_step(engine, tokens: torch.Tensor) -> tuple[float, float]:
+    """One optimizer step; returns (seconds, this rank's loss before the step)."""
     start = time.perf_counter()
     loss = loss_on(engine, tokens.to(engine.device))
     engine.backward(loss)  # DeepSpeed's backward: reduces (and shards) the gradients
     engine.step()  # clip, optimizer step on this rank's shard, share the new weights
-    return time.perf_counter() - start
+    return time.perf_counter() - start, loss.item()
 
 
 def deepspeed_bytes(stage: int, parameters: int, world_size: int, bytes_per_value: int = 4):
@@ -243,10 +254,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--global-batch", type=int, default=4)
     parser.add_argument("--config", help="also write the generated DeepSpeed config JSON here")
+    # DeepSpeed's launcher appends --local_rank=L to every process's arguments; LOCAL_RANK,
+    # which it sets too, is what the process group reads.
+    parser.add_argument("--local_rank", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if int(os.environ.get("WORLD_SIZE", 1)) < 2:
-        raise SystemExit("start it with torchrun and 2 or more processes: torchrun "
-                         "--nproc_per_node 2 -m llmlab.distributed.deepspeed_run")  # fmt: skip
+        raise SystemExit("start it with 2 or more processes: torchrun --nproc_per_node 2 -m "
+                         "llmlab.distributed.deepspeed_run, or deepspeed --num_gpus 2 --module "
+                         "llmlab.distributed.deepspeed_run")  # fmt: skip
     with process_group() as me:
         setup = smoke_setup(args.stage, me.world_size, args.global_batch, SMOKE_SHAPE)
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -256,6 +271,8 @@ def main(argv: list[str] | None = None) -> None:
         batches = global_batches(args.steps, args.global_batch, SMOKE_SHAPE)
         run = train_with_deepspeed(config, SMOKE_SHAPE, batches)
         if me.is_main:
+            for step, loss in enumerate(run["losses"], start=1):
+                print(f"step {step} rank 0 loss {loss!r}")  # repr: every digit, to compare runs
             error = relative_error(run["params"], train_alone(config, SMOKE_SHAPE, batches)[0])
             print(f"DeepSpeed ZeRO-{args.stage} on {me.world_size} processes, {args.steps} steps: "
                   f"max relative error {error:.1e} against one process (target {TARGET:.0e}); "

@@ -4,7 +4,8 @@ Two ways, for two uses:
 - `launch(fn, nprocs)` runs a Python function on N ranks that have already joined a process group,
   and returns what each rank returned. It forks, so a function defined in a notebook cell works
   (the "spawn" start method would have to import it by name, and a notebook has no module name).
-- `run_script(path, nprocs)` runs a script under `torchrun`, the way training jobs are launched.
+- `run_script(path, nprocs)` runs a script under `torchrun` (or DeepSpeed's launcher, `deepspeed`),
+  the way training jobs are launched.
 
 Both show every rank's output prefixed with its rank, stop every rank when one fails or hangs,
 and raise `LaunchError` naming the rank that caused it.
@@ -30,6 +31,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from llmlab.data.atomic import write_atomically
 from llmlab.distributed.groups import leave_process_group
 
 # Seconds the other ranks get to finish on their own after one rank failed, before they are
@@ -243,6 +245,90 @@ def torchrun_command(
             *map(str, script_args)]  # fmt: skip
 
 
+def deepspeed_command(
+    script: str | Path,
+    nprocs: int = 2,
+    script_args: Sequence[str] = (),
+    module: bool = False,
+    hostfile: str | Path | None = None,
+    node_rank: int | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+) -> list[str]:
+    """The command line of DeepSpeed's launcher (`deepspeed`) for `nprocs` processes per machine.
+
+    Without a hostfile it starts them on this machine. `--num_gpus` is always given: without it,
+    DeepSpeed's CPU accelerator starts one process per NUMA node (usually one in all).
+    With a hostfile (`write_hostfile`) it starts every node's processes itself over ssh (pdsh),
+    or, given `node_rank`, only this node's (`--no_ssh`): run it on each node, with the same
+    hostfile, master_addr and port. `--num_gpus` then replaces the hostfile's slot counts.
+
+    Each process gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as under
+    torchrun, CROSS_RANK (its node), and `--local_rank=L` appended to its arguments (measured,
+    deepspeed 0.19.8). `python -m deepspeed.launcher.runner` is `deepspeed` itself, run by this
+    Python.
+    """
+    _check_nprocs(nprocs)
+    flags = [f"--num_gpus={nprocs}"]
+    if hostfile is None:
+        if node_rank is not None or master_addr is not None:
+            raise ValueError("node_rank and master_addr place this node among others: name the "
+                             "nodes in a hostfile (write_hostfile) and pass hostfile=")  # fmt: skip
+    else:
+        flags.append(f"--hostfile={hostfile}")
+        if node_rank is not None:
+            _check_node_rank(hostfile, node_rank, master_addr)
+            flags += ["--no_ssh", f"--node_rank={node_rank}"]
+        if master_addr is not None:
+            # Without it, DeepSpeed asks the first host for its address over ssh.
+            flags.append(f"--master_addr={master_addr}")
+    if master_port is not None:
+        flags.append(f"--master_port={master_port}")
+    if module:
+        flags.append("--module")
+    return [sys.executable, "-m", "deepspeed.launcher.runner", *flags, str(script),
+            *map(str, script_args)]  # fmt: skip
+
+
+def _check_node_rank(hostfile: str | Path, node_rank: int, master_addr: str | None) -> None:
+    if master_addr is None:
+        raise ValueError("each node started on its own (node_rank) must be told where node 0 "
+                         "listens: pass master_addr (node 0's address)")  # fmt: skip
+    if not Path(hostfile).is_file():
+        raise FileNotFoundError(f"no hostfile at {hostfile}: write it with write_hostfile")
+    hosts = [line for line in Path(hostfile).read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]  # fmt: skip
+    if not isinstance(node_rank, int) or not 0 <= node_rank < len(hosts):
+        raise ValueError(f"node_rank {node_rank!r}: {hostfile} names {len(hosts)} node(s), "
+                         f"numbered 0 to {len(hosts) - 1} in its order")  # fmt: skip
+
+
+def write_hostfile(path: str | Path, hosts: Sequence[str], slots: int) -> Path:
+    """Write a hostfile (MPI's format, which DeepSpeed reads): one `host slots=N` line per node,
+    the first line node 0. Returns the path."""
+    if isinstance(hosts, str) or not hosts:
+        raise ValueError(f"hosts must be a list of host names, got {hosts!r}")
+    for host in hosts:
+        if not isinstance(host, str) or not host or any(c.isspace() for c in host):
+            raise ValueError(f"host {host!r}: a name or address, without spaces")
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"hosts {list(hosts)} name a node twice (DeepSpeed refuses that)")
+    if not isinstance(slots, int) or slots < 1:
+        raise ValueError(f"slots must be a positive integer (processes per node), got {slots!r}")
+    path = Path(path)
+    write_atomically(path, "".join(f"{host} slots={slots}\n" for host in hosts).encode())
+    return path
+
+
+LAUNCHERS = ("torchrun", "deepspeed")
+# What each launcher's output shows of the failed rank, for the error message.
+_FAILURE_HINTS = {
+    "torchrun": "torchrun's error report names the failed rank",
+    "deepspeed": "DeepSpeed's launcher does not prefix lines with ranks, and its 'exits with "
+    "return code' line shows the last rank's command, whichever rank failed",
+}
+
+
 def run_script(
     script: str | Path,
     nprocs: int = 2,
@@ -251,17 +337,29 @@ def run_script(
     timeout_s: float = 600,
     threads: int = 1,
     env: dict[str, str] | None = None,
+    launcher: str = "torchrun",
 ) -> str:
-    """Run a script (or `module=True`: a module) under torchrun; stream and return its output.
+    """Run a script (or `module=True`: a module) under `launcher` (torchrun or deepspeed) on
+    this machine; stream and return its output.
 
-    torchrun prefixes each line with the rank that printed it (`[default0]:`). The process tree
-    is stopped if it runs past `timeout_s`; a failure raises `LaunchError` with the output's end.
+    torchrun prefixes each line with the rank that printed it (`[default0]:`); DeepSpeed's
+    launcher does not. The process tree is stopped if it runs past `timeout_s`; a failure raises
+    `LaunchError` with the output's end.
     """
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher {launcher!r}: use one of {LAUNCHERS}")
     if not module and not Path(script).is_file():
         raise FileNotFoundError(f"no script at {script}: write it first (e.g. with %%writefile)")
+    child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
     with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as logs:
-        command = torchrun_command(script, nprocs, script_args, module, log_dir=logs)
-        child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
+        if launcher == "torchrun":
+            command = torchrun_command(script, nprocs, script_args, module, log_dir=logs)
+        else:
+            # DeepSpeed's default port is torchrun's (29500): another job may hold it.
+            command = deepspeed_command(script, nprocs, script_args, module,
+                                        master_port=free_port())  # fmt: skip
+            if not torch.cuda.is_available():
+                child_env.setdefault("DS_ACCELERATOR", "cpu")  # named: no "no GPU found" warning
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    env=child_env)  # fmt: skip
         lines = _stream(process, timeout_s)
@@ -269,8 +367,8 @@ def run_script(
     if process.returncode != 0:
         tail = "".join(lines[-25:])
         raise LaunchError(
-            f"torchrun {_describe_exit(process.returncode)} ({' '.join(command[3:])}).\n"
-            f"Its last lines (torchrun's error report names the failed rank):\n{tail}"
+            f"{launcher} {_describe_exit(process.returncode)} ({' '.join(command[3:])}).\n"
+            f"Its last lines ({_FAILURE_HINTS[launcher]}):\n{tail}"
         )
     return output
 

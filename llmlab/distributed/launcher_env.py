@@ -3,6 +3,8 @@
 A launcher starts the copies of a training script and tells each one its place through
 environment variables, under its own names:
 - `torchrun` sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every worker;
+  DeepSpeed's launcher (`deepspeed`) sets the same names, and its node's number as CROSS_RANK
+  where torchrun says GROUP_RANK;
 - SLURM's `srun`, used alone (one task per GPU, no torchrun), sets SLURM_PROCID (the rank),
   SLURM_LOCALID (the rank on its node), SLURM_NTASKS (the world size), SLURM_NODEID and the job's
   hosts in SLURM_JOB_NODELIST, but no address to meet at: the first host is the usual choice.
@@ -26,7 +28,7 @@ JOB_PORT_BASE, JOB_PORT_SPAN = 12000, 20000
 
 @dataclass(frozen=True)
 class LauncherEnv:
-    launcher: str  # "torchrun" or "slurm"
+    launcher: str  # "torchrun", "deepspeed" or "slurm"
     rank: int  # this process among all processes
     local_rank: int  # this process on its node: which GPU it drives
     world_size: int
@@ -63,10 +65,13 @@ def _from_torchrun(environ: Mapping[str, str]) -> LauncherEnv:
         _require(environ, ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"), launcher)
     rank = _integer(environ, "RANK") if "RANK" in environ else 0
     local = _integer(environ, "LOCAL_RANK") if "LOCAL_RANK" in environ else rank
-    node = _integer(environ, "GROUP_RANK") if "GROUP_RANK" in environ else 0  # torchrun's node
+    # The node's number: torchrun's name for it, else DeepSpeed's launcher's.
+    node_name = next((n for n in ("GROUP_RANK", "CROSS_RANK") if n in environ), None)
+    node = _integer(environ, node_name) if node_name else 0
     address = environ.get("MASTER_ADDR", "127.0.0.1")
     port = _integer(environ, "MASTER_PORT", least=1) if "MASTER_PORT" in environ else DEFAULT_PORT
-    return _checked("torchrun", rank, local, world, node, address, port, "RANK", "LOCAL_RANK")
+    name = "deepspeed" if node_name == "CROSS_RANK" else "torchrun"
+    return _checked(name, rank, local, world, node, address, port, "RANK", "LOCAL_RANK")
 
 
 def _from_slurm(environ: Mapping[str, str]) -> LauncherEnv:
