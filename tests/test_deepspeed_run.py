@@ -1,5 +1,6 @@
 """DeepSpeed ZeRO-2 and ZeRO-3 on 2 CPU processes train exactly as one process does, and the
-check catches DeepSpeed with its gradient reduction removed."""
+check catches DeepSpeed with its gradient reduction removed; torchrun and DeepSpeed's own launcher
+start the same run."""
 
 import json
 import re
@@ -7,7 +8,15 @@ import re
 import pytest
 
 from llmlab.distributed import run_script
-from llmlab.distributed.deepspeed_run import TARGET, compare_deepspeed, deepspeed_available, main
+from llmlab.distributed.deepspeed_config import deepspeed_config
+from llmlab.distributed.deepspeed_run import (
+    TARGET,
+    compare_deepspeed,
+    deepspeed_available,
+    main,
+    smoke_setup,
+)
+from llmlab.distributed.equivalence import SMOKE_SHAPE
 
 pytestmark = pytest.mark.skipif(not deepspeed_available(), reason="deepspeed not installed")
 
@@ -48,14 +57,43 @@ def test_bad_input_is_refused_before_any_process_starts(kwargs, message):
         compare_deepspeed(**kwargs)
 
 
-@pytest.mark.slow
-def test_runs_under_torchrun_as_practitioners_run_it(tmp_path):
+def launched(tmp_path, launcher: str) -> tuple[str, dict]:
+    """Lab 04's ZeRO-2 run on 2 processes under `launcher`: its output and the config it used."""
+    config = tmp_path / f"{launcher}.json"
     output = run_script("llmlab.distributed.deepspeed_run", nprocs=2, module=True,
-                        script_args=["--stage", "2", "--config", tmp_path / "ds.json"],
-                        timeout_s=300)  # fmt: skip
+                        script_args=["--stage", "2", "--config", config], timeout_s=300,
+                        launcher=launcher)  # fmt: skip
+    return output, json.loads(config.read_text())
+
+
+def rank0_losses(output: str) -> list[str]:
+    return re.findall(r"step \d+ rank 0 loss (\S+)", output)
+
+
+@pytest.fixture(scope="module")
+def under_torchrun(tmp_path_factory):
+    return launched(tmp_path_factory.mktemp("torchrun"), "torchrun")
+
+
+@pytest.mark.slow
+def test_runs_under_torchrun_as_practitioners_run_it(under_torchrun):
+    output, config = under_torchrun
     error = float(re.search(r"max relative error (\S+) against", output).group(1))
     assert error <= TARGET, output
-    assert json.loads((tmp_path / "ds.json").read_text())["zero_optimization"]["stage"] == 2
+    assert config["zero_optimization"]["stage"] == 2
+    assert len(rank0_losses(output)) == 5, output
+
+
+@pytest.mark.slow
+def test_deepspeeds_launcher_trains_as_torchrun_does(under_torchrun, tmp_path):
+    output, config = launched(tmp_path, "deepspeed")
+    assert "on 2 processes" in output, output  # both ranks started, in one group
+    # Invariant: the launcher only starts the processes; the same ranks in the same group do the
+    # same sums, so every step's loss is bit-identical to the torchrun run's.
+    assert rank0_losses(output) == rank0_losses(under_torchrun[0]), output
+    # The config is Lab 04's: what compare_deepspeed trains ZeRO-2 on 2 CPU ranks with.
+    lab04 = deepspeed_config(smoke_setup(2, 2, 4, SMOKE_SHAPE), SMOKE_SHAPE, lr=0.1, device="cpu")
+    assert config == under_torchrun[1] == json.loads(json.dumps(lab04))
 
 
 def test_the_terminal_entry_asks_for_torchrun(monkeypatch):
