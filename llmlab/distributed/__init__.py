@@ -3,9 +3,11 @@
 One concern per module:
 - `groups`: who am I (rank, world size), and joining/leaving the process group safely.
 - `launcher_env`: where this process stands, from torchrun's variables or srun's.
-- `launch`: start N processes from a notebook, a test or a terminal, with their output shown.
+- `launch`: start N processes from a notebook, a test or a terminal, with their output shown;
+  the command lines of torchrun and of DeepSpeed's launcher, and a hostfile.
 - `slurm`: an sbatch script for N nodes x G GPUs (srun starts one torchrun per node).
 - `accelerate_config`: a config for `accelerate launch` that really starts N processes.
+- `accelerate_notebook`: Accelerate's `notebook_launcher` made to start one group on a CPU.
 - `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
 - `comm`: count the bytes each collective sends; the formulas they should match.
 - `equivalence`: a strategy on N ranks against one process on the same global batch.
@@ -28,7 +30,14 @@ from llmlab.distributed.groups import (
     leave_process_group,
     process_group,
 )
-from llmlab.distributed.launch import LaunchError, launch, run_script, torchrun_command
+from llmlab.distributed.launch import (
+    LaunchError,
+    deepspeed_command,
+    launch,
+    run_script,
+    torchrun_command,
+    write_hostfile,
+)
 from llmlab.distributed.launcher_env import LauncherEnv, launcher_env
 from llmlab.distributed.slurm import sbatch_script, write_sbatch
 
@@ -42,6 +51,8 @@ __all__ = [
     "launch",
     "run_script",
     "torchrun_command",
+    "deepspeed_command",
+    "write_hostfile",
     "default_backend",
     "dist_info",
     "leave_process_group",

@@ -1,0 +1,102 @@
+"""Accelerate's `notebook_launcher` on a machine without a GPU, made to start one real group.
+
+What `notebook_launcher(fn, args, num_processes=2)` does on a CPU (measured, accelerate 1.15,
+torch 2.13):
+- it forks 2 processes through torch's elastic agent, so `fn` may be defined in a notebook
+  cell; each gets RANK, LOCAL_RANK, WORLD_SIZE and MASTER_ADDR/PORT as under torchrun (it
+  prints "Launching training on 2 CUDAs." all the same);
+- in them, `Accelerator(cpu=True)` joins one gloo group of 2 (MULTI_CPU), while a plain
+  `Accelerator()` finds no GPU and each process trains alone, as rank 0 of 1, without an error;
+- the ranks meet at port 29500 unless `use_port` says otherwise: a second job there fails;
+- it returns nothing, and when one rank fails, torch's agent may name another as the root cause
+  (the first to exit: often a rank that lost its partner in a collective).
+
+`notebook_launch(fn, nprocs)` runs notebook_launcher with a free port and one math thread per
+rank, returns what each rank returned, names each rank's own error, and fails when the ranks'
+Accelerator did not join them into one group.
+"""
+
+import os
+import pickle
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from accelerate import notebook_launcher
+from accelerate.state import PartialState
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+from llmlab.distributed.launch import LaunchError, free_port
+
+
+def notebook_launch(fn: Callable, nprocs: int = 2, args: Sequence = (), threads: int = 1) -> list:
+    """Run `fn(*args)` on `nprocs` ranks with Accelerate's `notebook_launcher`; return each rank's
+    result, in rank order (pickled: return CPU tensors, numbers or dicts).
+
+    `fn` creates its own `Accelerator(cpu=not torch.cuda.is_available())` (an Accelerator made in
+    the notebook before the launch makes notebook_launcher refuse). Each rank gets `threads`
+    math threads: several ranks sharing a few cores run slower with more.
+    """
+    if not isinstance(nprocs, int) or nprocs < 2:
+        raise ValueError(f"nprocs must be 2 or more, got {nprocs!r}: one process needs no "
+                         "launcher, call the function")  # fmt: skip
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    with tempfile.TemporaryDirectory(prefix="notebook-launch-") as outcomes:
+        try:
+            notebook_launcher(_on_rank, args=(fn, tuple(args), threads, outcomes),
+                              num_processes=nprocs, use_port=str(free_port()))  # fmt: skip
+        except ChildFailedError:
+            raise LaunchError(_failures(Path(outcomes), nprocs)) from None
+        return [_read(Path(outcomes), rank)[1] for rank in range(nprocs)]
+
+
+def _on_rank(fn: Callable, args: tuple, threads: int, outcomes: str) -> None:
+    """One forked rank: run `fn`, check it ran in one group, leave its outcome in a file."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # Set before the Accelerator starts: when OMP_NUM_THREADS is unset it picks cores / ranks.
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    try:
+        value = fn(*args)
+        # Accelerate's shared state keeps the Accelerator's view after end_training.
+        counted = PartialState._shared_state.get("num_processes")
+        if counted is not None and counted != world:
+            raise RuntimeError(
+                f"the Accelerator on rank {rank} counted {counted} process(es) of the {world} "
+                "started: without a GPU, Accelerator() trains alone in each one. Create it as "
+                "Accelerator(cpu=not torch.cuda.is_available())"
+            )
+        outcome = ("ok", value)
+    except BaseException:
+        outcome = ("error", (time.time(), traceback.format_exc()))
+    (Path(outcomes) / f"{rank}.pickle").write_bytes(pickle.dumps(outcome))
+    if outcome[0] == "error":
+        raise RuntimeError(f"rank {rank} failed")  # the agent then stops the other ranks
+
+
+def _read(outcomes: Path, rank: int) -> tuple[str, object]:
+    path = outcomes / f"{rank}.pickle"
+    if not path.is_file():
+        return "lost", None
+    return pickle.loads(path.read_bytes())
+
+
+def _failures(outcomes: Path, nprocs: int) -> str:
+    """Each failed rank's own error, the first to fail first."""
+    errors, lost = [], []
+    for rank in range(nprocs):
+        status, value = _read(outcomes, rank)
+        if status == "error":
+            errors.append((value[0], rank, value[1]))
+        elif status == "lost":
+            lost.append(rank)
+    lines = [f"rank {rank} raised (failure {i + 1} of {len(errors)}):\n{trace}"
+             for i, (_, rank, trace) in enumerate(sorted(errors))]  # fmt: skip
+    if lost:
+        lines.append(f"rank(s) {lost} ended without a result: killed, or stopped by the agent "
+                     "after another rank failed")  # fmt: skip
+    return "\n".join(lines)
