@@ -8,6 +8,7 @@ One concern per module:
 - `slurm`: an sbatch script for N nodes x G GPUs (srun starts one torchrun per node).
 - `accelerate_config`: a config for `accelerate launch` that really starts N processes.
 - `accelerate_notebook`: Accelerate's `notebook_launcher` made to start one group on a CPU.
+- `launchers`: every launcher side by side: what it starts, where ranks come from, our helpers.
 - `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
 - `comm`: count the bytes each collective sends; the formulas they should match.
 - `equivalence`: a strategy on N ranks against one process on the same global batch.

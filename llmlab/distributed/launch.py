@@ -320,7 +320,7 @@ def write_hostfile(path: str | Path, hosts: Sequence[str], slots: int) -> Path:
     return path
 
 
-LAUNCHERS = ("torchrun", "deepspeed")
+SCRIPT_LAUNCHERS = ("torchrun", "deepspeed")
 # What each launcher's output shows of the failed rank, for the error message.
 _FAILURE_HINTS = {
     "torchrun": "torchrun's error report names the failed rank",
@@ -346,8 +346,8 @@ def run_script(
     launcher does not. The process tree is stopped if it runs past `timeout_s`; a failure raises
     `LaunchError` with the output's end.
     """
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"launcher {launcher!r}: use one of {LAUNCHERS}")
+    if launcher not in SCRIPT_LAUNCHERS:
+        raise ValueError(f"launcher {launcher!r}: use one of {SCRIPT_LAUNCHERS}")
     if not module and not Path(script).is_file():
         raise FileNotFoundError(f"no script at {script}: write it first (e.g. with %%writefile)")
     child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
