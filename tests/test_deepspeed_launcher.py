@@ -10,7 +10,12 @@ from launch_helpers import WORKER, job_env, joined, run
 
 from llmlab.distributed import LaunchError, run_script
 from llmlab.distributed.deepspeed_run import deepspeed_available
-from llmlab.distributed.launch import deepspeed_command, free_port, write_hostfile
+from llmlab.distributed.launch import (
+    deepspeed_command,
+    free_port,
+    kill_process_tree,
+    write_hostfile,
+)
 
 RUNNER = [sys.executable, "-m", "deepspeed.launcher.runner"]
 needs_deepspeed = pytest.mark.skipif(not deepspeed_available(), reason="deepspeed not installed")
@@ -102,7 +107,7 @@ def test_two_nodes_started_without_ssh_form_one_world(tmp_path):
         more, _ = other.communicate(timeout=60)
         assert other.returncode == 0, more
     finally:
-        other.kill()
+        kill_process_tree(other.pid)  # the launcher, and the processes it started
         other.wait()
     # (rank, local rank, node, world, sum of rank+1): node 1's one process is rank 1.
     assert joined(output + more) == [(0, 0, 0, 2, 3), (1, 0, 1, 2, 3)]

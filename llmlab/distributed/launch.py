@@ -265,8 +265,9 @@ def deepspeed_command(
 
     Each process gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as under
     torchrun, CROSS_RANK (its node), and `--local_rank=L` appended to its arguments (measured,
-    deepspeed 0.19.8). `python -m deepspeed.launcher.runner` is `deepspeed` itself, run by this
-    Python.
+    deepspeed 0.19.8). It leaves OMP_NUM_THREADS alone unless told --bind_cores_to_rank, which
+    pins each rank to its share of the cores through `numactl` (it fails where that is missing).
+    `python -m deepspeed.launcher.runner` is `deepspeed` itself, run by this Python.
     """
     _check_nprocs(nprocs)
     flags = [f"--num_gpus={nprocs}"]
