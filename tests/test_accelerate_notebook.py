@@ -52,6 +52,15 @@ def test_a_notebook_function_trains_on_two_ranks_of_one_group(capfd):
     assert "training on rank 0 of 2" in printed and "training on rank 1 of 2" in printed
 
 
+def threads_here() -> int:
+    Accelerator(cpu=True).end_training()  # with OMP_NUM_THREADS unset, it picks cores / ranks
+    return torch.get_num_threads()
+
+
+def test_each_rank_gets_the_threads_asked_for():
+    assert notebook_launch(threads_here, nprocs=2, threads=2) == [2, 2]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="shows what happens without a GPU")
 def test_an_accelerator_without_cpu_true_is_caught_training_alone():
     with pytest.raises(LaunchError, match=r"counted 1 process\(es\) of the 2 started"):
