@@ -57,8 +57,14 @@ def test_each_group_is_compared_on_its_own():
 def test_a_torch_dump_is_parsed_without_its_backend_prefix_or_p2p_calls():
     entry = {"process_group": ("1", "undefined"), "profiling_name": "gloo:all_reduce",
              "timeout_ms": 2000}  # fmt: skip
-    dump = pickle.dumps({"entries": [{**entry, "collective_seq_id": 1},
-                                     {**entry, "collective_seq_id": 0, "profiling_name": "send"}]})
+    dump = pickle.dumps(
+        {
+            "entries": [
+                {**entry, "collective_seq_id": 1},
+                {**entry, "collective_seq_id": 0, "profiling_name": "send"},
+            ]
+        }
+    )
     assert parse_flight_record(dump) == [CollectiveCall("1", 1, "all_reduce", 2.0)]
 
 

@@ -63,20 +63,25 @@ def hang_debug_env(backend: str = "gloo", dump_prefix: str = "fr_trace/rank_") -
     if backend == "nccl":
         env |= {
             "TORCH_NCCL_DUMP_ON_TIMEOUT": (
-                "1", "the watchdog writes every rank's flight record when a collective times out"
+                "1",
+                "the watchdog writes every rank's flight record when a collective times out",
             ),
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": (
-                "3", "a timed-out rank exits (without aborting the communicator, which can hang "
-                "itself), so the launcher sees the failure and can restart the job"
+                "3",
+                "a timed-out rank exits (without aborting the communicator, which can hang "
+                "itself), so the launcher sees the failure and can restart the job",
             ),
             "TORCH_NCCL_ENABLE_MONITORING": (
-                "1", "a second thread kills the process if the watchdog itself stops answering"
+                "1",
+                "a second thread kills the process if the watchdog itself stops answering",
             ),
             "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": (
-                "600", "how long that thread waits for the watchdog's heartbeat, in seconds"
+                "600",
+                "how long that thread waits for the watchdog's heartbeat, in seconds",
             ),
             "TORCH_NCCL_DESYNC_DEBUG": (
-                "1", "on a timeout, reports which rank did not join the collective"
+                "1",
+                "on a timeout, reports which rank did not join the collective",
             ),
         }
     return env
@@ -131,7 +136,7 @@ def load_flight_records(prefix: str | Path) -> dict[int, list[CollectiveCall]]:
     prefix = Path(prefix)
     records = {}
     for path in sorted(prefix.parent.glob(prefix.name + "*")):
-        rank = path.name[len(prefix.name):]
+        rank = path.name[len(prefix.name) :]
         if rank.isdigit():
             records[int(rank)] = parse_flight_record(path.read_bytes())
     if not records:
