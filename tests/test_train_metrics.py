@@ -117,3 +117,11 @@ def test_a_straggler_must_cost_a_share_of_the_step_not_only_of_the_median():
     assert flag_stragglers([10e-6, 50e-6, 10e-6], step_seconds=0.1, threshold=0.2) == []
     assert flag_stragglers([0.001, 0.3, 0.001], step_seconds=0.35, threshold=0.2) == [1]
     assert flag_stragglers([0.3, 0.001, 0.3, 0.001, 0.001], 0.35, 0.2) == [0, 2]
+
+
+def test_the_step_without_the_straggler_is_what_it_is_compared_with():
+    # rank 1 arrives 0.2 s after the median in a 1.2 s step: without it the step took 1.0 s, so
+    # it made the step 20 % longer; on that boundary it is not flagged, just past it it is
+    assert flag_stragglers([0.0, 0.2, 0.0], step_seconds=1.2, threshold=0.2) == []
+    assert flag_stragglers([0.0, 0.2001, 0.0], step_seconds=1.2001, threshold=0.2) == [1]
+    assert flag_stragglers([0.0, 0.2, 0.0], step_seconds=1.2, threshold=0.19) == [1]

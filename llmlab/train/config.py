@@ -51,8 +51,8 @@ class TrainConfig:
     seed: int = 1337
     device: str | None = None  # None: the best device present (llmlab.device.choose_device)
     progress: bool = True
-    # Several processes: a rank is flagged as a straggler at a logged step when its data time
-    # exceeds the median rank's by this fraction, and by this fraction of the step's time.
+    # Several processes: a rank is flagged as a straggler at a logged step when it made the step
+    # this fraction longer than the median rank's pace would have (metrics.flag_stragglers).
     straggler_threshold: float = 0.2
 
     def __post_init__(self) -> None:

@@ -117,10 +117,15 @@ def gather_rank_readings(
 
 
 def flag_stragglers(data_seconds: list[float], step_seconds: float, threshold: float) -> list[int]:
-    """The ranks whose data time exceeds the median rank's by more than `threshold`, relative to
-    the median and as a fraction of the step (`step_seconds`): a rank that held every other one
-    back by less than that share of the step is not worth a flag, however small the median."""
-    flagged = find_stragglers(data_seconds, threshold, min_excess_seconds=threshold * step_seconds)
+    """The ranks that made this step more than `threshold` longer (0.2: 20 %) than it would have
+    been had they kept the median rank's pace, and whose data time exceeds the median's by that
+    fraction too. Every rank waits for the slowest, so a rank's excess over the median is added
+    to everyone's step: excess > threshold * (step_seconds - excess). Judged against the step,
+    microseconds of jitter in a tiny data time are no straggler, however many medians they are.
+    """
+    # excess > t * (step - excess)  <=>  excess > t * step / (1 + t)
+    cost = threshold * step_seconds / (1 + threshold)
+    flagged = find_stragglers(data_seconds, threshold, min_excess_seconds=cost)
     return sorted(straggler.rank for straggler in flagged)
 
 
