@@ -17,6 +17,7 @@ One concern per module:
 - `layout`: which data/tensor/pipeline/ZeRO layouts fit a cluster, in a stated order.
 - `megatron`: the course's names as Megatron-LM arguments, and a command line.
 - `stragglers`: per-rank step times gathered, and the ranks slower than the median flagged.
+- `hangs`: which rank never reached which collective (flight records compared); debug settings.
 """
 
 from llmlab.distributed.groups import (
