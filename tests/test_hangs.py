@@ -2,9 +2,11 @@
 one rank skips a collective or calls another one."""
 
 import pickle
+from datetime import timedelta
 
 import pytest
 
+from llmlab.distributed import launch
 from llmlab.distributed.hangs import (
     CollectiveCall,
     explain_hang,
@@ -12,6 +14,7 @@ from llmlab.distributed.hangs import (
     hang_demo,
     load_flight_records,
     parse_flight_record,
+    summarize_collective_error,
 )
 
 
@@ -104,3 +107,62 @@ def test_real_ranks_calling_another_collective_are_named():
 
 def test_real_ranks_without_a_hang_say_nothing():
     assert hang_demo(nprocs=3, skip_rank=None) is None
+
+
+DETAIL_MISMATCH = (
+    "Detected mismatch between collectives on ranks. Rank 1 is running collective: "
+    "CollectiveFingerPrint(SequenceNumber=2, OpType=BROADCAST, TensorShape=[4], "
+    "TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu)), "
+    "but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=2, "
+    "OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float, ...).Collectives differ in the "
+    "following aspects:   Op type: BROADCASTvs ALLREDUCE"
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "summary"),
+    [
+        (DETAIL_MISMATCH, "rank 1 called BROADCAST and rank 0 called ALLREDUCE as collective #3 "
+                          "of their group"),
+        # a collective without tensors: torch leaves out the comma (and says REDUCE for barrier)
+        ("Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+         "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[4]), but Rank 2 "
+         "is running collective: CollectiveFingerPrint(SequenceNumber=0OpType=REDUCE).",
+         "rank 0 called ALLREDUCE and rank 2 called REDUCE as collective #1 of their group"),
+        ("[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 3000 ms",
+         "rank 1 did not reach the collective within 3 s (monitored barrier: which collective, "
+         "the flight records tell)"),
+        ("[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 500 ms",
+         "ranks 1, 3 did not reach the collective within 0.5 s (monitored barrier: which "
+         "collective, the flight records tell)"),
+        ("[../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv "
+         "operation to complete", None),
+    ],
+)  # fmt: skip
+def test_torch_reports_that_name_ranks_are_summed_up_in_one_line(message, summary):
+    assert summarize_collective_error(message) == summary
+
+
+def _mismatch_under_detail(odd_rank: int):
+    import torch
+    import torch.distributed as dist
+
+    dist.set_debug_level(dist.DebugLevel.DETAIL)  # as TORCH_DISTRIBUTED_DEBUG=DETAIL does
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=10))
+    tensor = torch.ones(4)
+    try:
+        if dist.get_rank() == odd_rank:
+            dist.broadcast(tensor, src=0, group=group)
+        else:
+            dist.all_reduce(tensor, group=group)
+    except RuntimeError as error:
+        return summarize_collective_error(str(error))
+    return "no error"
+
+
+@pytest.mark.parametrize("odd_rank", [1, 2])
+def test_detail_names_a_different_call_at_once(odd_rank):
+    summaries = launch(_mismatch_under_detail, 3, args=(odd_rank,), timeout_s=60)
+    # each rank compares itself with one other: every line names the odd rank and its call
+    assert all(f"rank {odd_rank} called BROADCAST" in line for line in summaries)
+    assert all("#1 of their group" in line and "ALLREDUCE" in line for line in summaries)

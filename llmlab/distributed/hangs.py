@@ -10,7 +10,9 @@ torch 2.13 with gloo, three ranks, rank 1 missing the third collective, a 3 s ti
   is running collective: CollectiveFingerPrint(SequenceNumber=2, OpType=ALLREDUCE ...), but Rank 1
   is running ... OpType=BROADCAST"); a missing rank fails at the timeout with "Ranks 1 failed to
   pass monitoredBarrier in 3000 ms" (the rank, not the collective). It adds a check per
-  collective: a debugging switch, not for long runs.
+  collective: a debugging switch, not for long runs. Its names can mislead: a barrier against an
+  all_reduce is reported as a REDUCE by the others, and they as a GATHER by the barrier's rank
+  (the check's own collectives); `summarize_collective_error` shortens what it says.
 - the flight recorder (TORCH_FR_BUFFER_SIZE > 0): every rank keeps its last N collectives (name,
   sequence number, shapes, timeout) in memory. Under NCCL a timeout dumps it to
   `TORCH_FR_DUMP_TEMP_FILE<rank>` on every rank; gloo records too, and `dump_flight_record` writes
@@ -21,6 +23,7 @@ torch 2.13 with gloo, three ranks, rank 1 missing the third collective, a 3 s ti
 
 import os
 import pickle
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -198,6 +201,35 @@ def _describe(group: str, seq: int, names: dict, ranks: dict) -> str:
         calls.setdefault(name or "nothing (never reached it)", []).append(rank)
     listing = "; ".join(f"{_ranks(r)} called {name}" for name, r in calls.items())
     return f"the ranks called different collectives at #{seq}{where}: {listing}"
+
+
+# What torch 2.13 says under TORCH_DISTRIBUTED_DEBUG=DETAIL (measured; see the docstring above).
+_FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\("
+                          r"SequenceNumber=(\d+),? ?OpType=(\w+)")  # fmt: skip
+_MONITORED_BARRIER = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier in (\d+) ms")
+
+
+def summarize_collective_error(message: str) -> str | None:
+    """One line from torch's own report of a collective gone wrong, where it names the ranks:
+    DETAIL's mismatch (two fingerprints of several hundred characters each) or a monitored
+    barrier's timeout. None for a message that names no rank (plain gloo's "Timed out waiting
+    3000ms for recv operation": compare flight records then, explain_hang)."""
+    calls = _FINGERPRINT.findall(message)
+    if len(calls) >= 2:
+        (rank_a, seq, op_a), (rank_b, _, op_b) = calls[:2]
+        # DETAIL counts from 0; the flight recorder and explain_hang from 1
+        return (
+            f"rank {rank_a} called {op_a} and rank {rank_b} called {op_b} as collective "
+            f"#{int(seq) + 1} of their group"
+        )
+    late = _MONITORED_BARRIER.search(message)
+    if late:
+        ranks = [int(rank) for rank in late.group(1).replace(",", " ").split()]
+        return (
+            f"{_ranks(ranks)} did not reach the collective within {int(late.group(2)) / 1000:g} s "
+            "(monitored barrier: which collective, the flight records tell)"
+        )
+    return None
 
 
 # The collectives the demo's ranks run, in order: what one training step might call.
