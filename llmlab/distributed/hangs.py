@@ -19,6 +19,9 @@ torch 2.13 with gloo, three ranks, rank 1 missing the third collective, a 3 s ti
   it. Comparing the ranks' records names both the rank and the collective: `explain_hang`.
   (`python -m torch.distributed.flight_recorder.fr_trace DIR` analyses NCCL dumps; on gloo dumps
   it stops with a KeyError in 2.13, because their pg_config lacks the group's name.)
+  Dump after the timeout's error is caught: a second thread dumping while the main thread still
+  waits in a gloo collective took seconds or never finished (measured), so a launcher cannot
+  collect the records of ranks that are still stuck.
 """
 
 import os
@@ -35,7 +38,7 @@ import torch.distributed as dist
 
 from llmlab.distributed.launch import launch
 
-FLIGHT_RECORDER_ENTRIES = "2000"  # collectives each rank remembers; a few hundred KB
+FLIGHT_RECORDER_ENTRIES = "2000"  # the newest collectives each rank remembers (a ring buffer)
 
 
 def hang_debug_env(backend: str = "gloo", dump_prefix: str = "fr_trace/rank_") -> dict:
