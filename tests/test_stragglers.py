@@ -8,6 +8,7 @@ from llmlab.distributed import launch
 from llmlab.distributed.stragglers import (
     Straggler,
     find_stragglers,
+    gather_rank_values,
     gather_step_times,
     straggler_demo,
 )
@@ -101,3 +102,22 @@ def test_the_same_run_without_slowing_flags_nobody():
 def test_a_slow_rank_outside_the_group_is_refused():
     with pytest.raises(Exception, match=r"slow_rank must be None or a rank in 0\.\.1, got 5"):
         launch(straggler_demo, nprocs=2, args=(5,), timeout_s=60)
+
+
+def test_a_straggler_can_be_asked_to_cost_seconds_too():
+    assert [s.rank for s in find_stragglers([1e-5, 1e-5, 5e-5])] == [2]  # 5x, but 40 us
+    assert find_stragglers([1e-5, 1e-5, 5e-5], min_excess_seconds=1e-3) == []
+    assert [s.rank for s in find_stragglers([0.1, 0.1, 0.5], min_excess_seconds=0.3)] == [2]
+
+
+def _gather_readings():
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    return gather_rank_values([rank * 0.5, None if rank == 1 else 70.0 + rank])
+
+
+def test_gather_rank_values_keeps_rank_order_and_missing_readings():
+    results = launch(_gather_readings, nprocs=3, timeout_s=60)
+    assert results == [[[0.0, 70.0], [0.5, None], [1.0, 72.0]]] * 3
+    assert gather_rank_values([1.0]) is None  # alone: nothing to gather

@@ -1,6 +1,6 @@
 """Per-step device readings: memory in GB (10^9 bytes, the course's unit), CPU utilisation on a
-CPU, and GPU utilisation, memory and power through NVML (faked here: this machine has no GPU);
-MFU on a CPU from a measured matmul peak."""
+CPU, and GPU utilisation, memory, power and temperature through NVML (faked here: this machine
+has no GPU); MFU on a CPU from a measured matmul peak; every rank's readings side by side."""
 
 import types
 
@@ -12,9 +12,15 @@ from train_fakes import RandomWindows, tiny_gpt2, token_stream
 
 from llmlab.train import Trainer
 from llmlab.train import metrics as metrics_module
-from llmlab.train.metrics import DeviceMonitor, measured_peak_flops
+from llmlab.train.metrics import (
+    RANK_READINGS,
+    DeviceMonitor,
+    flag_stragglers,
+    gather_rank_readings,
+    measured_peak_flops,
+)
 
-GPU_FIELDS = ("gpu_util", "gpu_memory_gb", "gpu_power_w")
+GPU_FIELDS = ("gpu_util", "gpu_memory_gb", "gpu_power_w", "gpu_temperature_c")
 
 
 def test_a_cpu_run_logs_memory_in_gb_and_cpu_utilisation(tmp_path):
@@ -25,7 +31,10 @@ def test_a_cpu_run_logs_memory_in_gb_and_cpu_utilisation(tmp_path):
     assert all(0 <= m.cpu_util <= 100 for m in history)
     assert all(getattr(m, name) is None for m in history for name in GPU_FIELDS)
     header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert {"memory_gb", "cpu_util", *GPU_FIELDS} <= set(header)
+    assert {"memory_gb", "cpu_util", *GPU_FIELDS, "ranks", "stragglers"} <= set(header)
+    # one process: its batch fetches timed, nothing gathered from other ranks
+    assert all(0 < m.data_seconds < m.step_seconds for m in history)
+    assert all(m.ranks is None and m.stragglers is None for m in history)
 
 
 @pytest.fixture
@@ -41,6 +50,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "utilization", lambda device: 87)
     monkeypatch.setattr(torch.cuda, "device_memory_used", lambda device: 12_500_000_000)
     monkeypatch.setattr(torch.cuda, "power_draw", lambda device: 250_000)  # milliwatts
+    monkeypatch.setattr(torch.cuda, "temperature", lambda device: 64)  # degrees Celsius
     return NVMLError
 
 
@@ -48,7 +58,7 @@ def test_on_a_gpu_nvml_gives_utilisation_memory_and_power(fake_gpu):
     reading = DeviceMonitor(torch.device("cuda", 0)).read()
     assert reading["memory_gb"] == 3.0  # PyTorch's peak during the step, GB = 10^9 bytes
     assert {name: reading[name] for name in GPU_FIELDS} == {
-        "gpu_util": 87.0, "gpu_memory_gb": 12.5, "gpu_power_w": 250.0,
+        "gpu_util": 87.0, "gpu_memory_gb": 12.5, "gpu_power_w": 250.0, "gpu_temperature_c": 64.0,
     }  # fmt: skip
 
 
@@ -74,3 +84,44 @@ def test_measure_peak_shows_the_mfu_of_a_cpu_run():
         runs[measure] = [m.mfu for m in trainer.fit().history]
     assert runs[False] == [None, None]  # a CPU has no datasheet peak
     assert all(0 < mfu < 1 for mfu in runs[True])
+
+
+def fake_gather(rows):
+    """What gather_rank_values returns on every rank: each rank's numbers, in rank order."""
+
+    def gather(mine):
+        assert len(mine) == len(RANK_READINGS)  # one row per rank, the same length everywhere
+        return rows
+
+    return gather
+
+
+def test_every_rank_reading_becomes_one_list_in_rank_order():
+    gpu = [4.2, 3.0, 87.0, 12.5, 250.0, 64.0]  # a rank with NVML readings
+    no_nvml = [9.9, 3.1, None, None, None, None]  # a rank whose GPU gives none
+    own = {name: 0.0 for name in RANK_READINGS}
+    ranks = gather_rank_readings(own, fake_gather([gpu, no_nvml, gpu]))
+    assert ranks == {
+        "data_seconds": [4.2, 9.9, 4.2], "memory_gb": [3.0, 3.1, 3.0],
+        "gpu_util": [87.0, None, 87.0], "gpu_memory_gb": [12.5, None, 12.5],
+        "gpu_power_w": [250.0, None, 250.0], "gpu_temperature_c": [64.0, None, 64.0],
+    }  # fmt: skip
+
+
+def test_alone_there_are_no_rank_readings():
+    assert gather_rank_readings({name: 1.0 for name in RANK_READINGS}) is None  # no group
+
+
+def test_a_straggler_must_cost_a_share_of_the_step_not_only_of_the_median():
+    # 50 us against 10 us of data time is 5x the median, but 0.04 % of a 0.1 s step: noise
+    assert flag_stragglers([10e-6, 50e-6, 10e-6], step_seconds=0.1, threshold=0.2) == []
+    assert flag_stragglers([0.001, 0.3, 0.001], step_seconds=0.35, threshold=0.2) == [1]
+    assert flag_stragglers([0.3, 0.001, 0.3, 0.001, 0.001], 0.35, 0.2) == [0, 2]
+
+
+def test_the_step_without_the_straggler_is_what_it_is_compared_with():
+    # rank 1 arrives 0.2 s after the median in a 1.2 s step: without it the step took 1.0 s, so
+    # it made the step 20 % longer; on that boundary it is not flagged, just past it it is
+    assert flag_stragglers([0.0, 0.2, 0.0], step_seconds=1.2, threshold=0.2) == []
+    assert flag_stragglers([0.0, 0.2001, 0.0], step_seconds=1.2001, threshold=0.2) == [1]
+    assert flag_stragglers([0.0, 0.2, 0.0], step_seconds=1.2, threshold=0.19) == [1]

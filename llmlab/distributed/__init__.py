@@ -22,6 +22,7 @@ One concern per module:
 - `stragglers`: per-rank step times gathered, and the ranks slower than the median flagged.
 - `nccl_env`: the NCCL/gloo environment variables explained; the doctor's checks of them.
 - `dcgm`: DCGM fields for the course's GPU readings; running dcgm-exporter beside a job.
+- `hangs`: which rank never reached which collective (flight records compared); debug settings.
 """
 
 from llmlab.distributed.groups import (

@@ -40,10 +40,12 @@ class Straggler:
 
 
 def find_stragglers(
-    step_seconds_by_rank: Sequence[float], threshold: float = 0.2
+    step_seconds_by_rank: Sequence[float], threshold: float = 0.2, min_excess_seconds: float = 0.0
 ) -> list[Straggler]:
     """The ranks whose step time exceeds the median rank's by more than `threshold` (0.2: 20 %),
-    slowest first; a rank exactly at the boundary is not flagged.
+    slowest first; a rank exactly at the boundary is not flagged. `min_excess_seconds` also asks
+    for that many seconds more than the median: a relative rule alone flags microseconds of
+    jitter when the times measured are themselves tiny.
 
     With two ranks the median is their mean, so the slower one is flagged only when it is more
     than (1 + threshold) / (1 - threshold) times the faster one; three ranks or more tell more.
@@ -66,27 +68,36 @@ def find_stragglers(
         )
     median = statistics.median(times)
     flagged = [Straggler(rank, t, median) for rank, t in enumerate(times)
-               if t > median * (1 + threshold)]  # fmt: skip
+               if t > median * (1 + threshold) and t - median > min_excess_seconds]  # fmt: skip
     return sorted(flagged, key=lambda straggler: straggler.seconds, reverse=True)
 
 
 def gather_step_times(seconds: float) -> list[float] | None:
     """Every rank's `seconds` (its last step time), in rank order, on every rank; None when this
-    process runs alone (no process group). Every rank of the group must call it.
+    process runs alone (no process group). Every rank of the group must call it."""
+    gathered = gather_rank_values([seconds])
+    return None if gathered is None else [row[0] for row in gathered]
 
-    One float per rank travels as a tensor through `all_gather`: a single small collective that
+
+def gather_rank_values(values: Sequence[float | None]) -> list[list[float | None]] | None:
+    """Every rank's `values` (a few numbers, the same count on each rank; None for a reading a
+    rank lacks), as one list per rank in rank order, on every rank; None when this process runs
+    alone (no process group). Every rank of the group must call it.
+
+    The numbers travel as one float64 tensor through `all_gather`: a single small collective that
     gloo and NCCL both run, where `all_gather_object` would pickle and send sizes first (two
-    collectives), and under NCCL stage the bytes through the GPU anyway.
+    collectives), and under NCCL stage the bytes through the GPU anyway. None travels as NaN.
     """
     if not (dist.is_available() and dist.is_initialized()):
         return None
     # NCCL moves only GPU tensors; gloo, CPU ones. float64: a float32 would round the seconds.
     device = torch.device("cuda", torch.cuda.current_device()) if (
         dist.get_backend() == "nccl") else torch.device("cpu")  # fmt: skip
-    mine = torch.tensor([float(seconds)], dtype=torch.float64, device=device)
+    numbers = [math.nan if value is None else float(value) for value in values]
+    mine = torch.tensor(numbers, dtype=torch.float64, device=device)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)
-    return [t.item() for t in everyone]
+    return [[None if math.isnan(v) else v for v in row.tolist()] for row in everyone]
 
 
 def _matmul_workload(size: int, repeats: int) -> None:

@@ -51,6 +51,9 @@ class TrainConfig:
     seed: int = 1337
     device: str | None = None  # None: the best device present (llmlab.device.choose_device)
     progress: bool = True
+    # Several processes: a rank is flagged as a straggler at a logged step when it made the step
+    # this fraction longer than the median rank's pace would have (metrics.flag_stragglers).
+    straggler_threshold: float = 0.2
 
     def __post_init__(self) -> None:
         positive = (
@@ -84,6 +87,11 @@ class TrainConfig:
             )
         if self.warmup_steps < 0 or self.checkpoint_interval < 0:
             raise ValueError("warmup_steps and checkpoint_interval cannot be negative")
+        if not 0 < self.straggler_threshold < float("inf"):
+            raise ValueError(
+                "straggler_threshold must be a positive fraction such as 0.2 (20 % slower than "
+                f"the median rank), got {self.straggler_threshold}"
+            )
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip}")
         if self.parallel != "ddp" and self.optimizer == "adamw8bit":

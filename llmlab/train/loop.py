@@ -5,7 +5,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -39,6 +39,8 @@ from llmlab.train.metrics import (
     MetricsWriter,
     StepMetrics,
     datasheet_peak_flops,
+    flag_stragglers,
+    gather_rank_readings,
     measured_peak_flops,
 )
 from llmlab.train.optim import build_optimizer
@@ -59,6 +61,34 @@ class BatchSource(Protocol):
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
+
+
+class TimedBatches:
+    """A batch source that adds up the seconds spent in its next_batch (`seconds`).
+
+    That time is each rank's straggler signal in a multi-process run. Not the step's time: every
+    collective waits for the slowest rank, so all ranks' steps last as long as the slowest one's.
+    Not the forward and backward either: FSDP all-gathers weights in the forward and DDP
+    all-reduces gradients in the backward, so their time includes waiting for the others. A
+    batch fetch never waits on another rank: its time is the rank's own. It catches what a host
+    causes (a slow disk or loader, a busy CPU); a slow GPU shows only in its kernels' times
+    (CUDA events around the compute), which this trainer does not take.
+    """
+
+    def __init__(self, source: BatchSource):
+        self.source, self.seconds = source, 0.0
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        start = time.perf_counter()
+        batch = self.source.next_batch()
+        self.seconds += time.perf_counter() - start
+        return batch
+
+    def state_dict(self) -> dict:
+        return self.source.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.source.load_state_dict(state)
 
 
 class TrainingDiverged(RuntimeError):
@@ -105,7 +135,8 @@ class Trainer:
         """peak_flops: one device's FLOP/s for MFU; None takes the GPU's datasheet peak. Where
         there is none (a CPU), measure_peak=True measures the matmul rate here (about a second),
         so the run still shows its MFU."""
-        self.config, self.train_data, self.tokenizer = config, train_data, tokenizer
+        self.config, self.tokenizer = config, tokenizer
+        self.train_data = TimedBatches(train_data)
         self.dist = dist_info()
         self.device = choose_device(config.device).device
         if self.device.type == "cuda" and self.dist.distributed:
@@ -441,6 +472,7 @@ class Trainer:
                     val_loss = metrics.val_loss = self.evaluate()
                     self._print_sample()
                 if self.step % c.log_interval == 0 or at_end or metrics.val_loss is not None:
+                    self._add_rank_readings(metrics)  # every rank logs the same steps
                     self._log(metrics, writer, tensorboard, bar)
                 every = c.checkpoint_interval
                 if c.out_dir is not None and (at_end or (every and self.step % every == 0)):
@@ -461,6 +493,7 @@ class Trainer:
         return TrainResult([], self.step, self.evaluate(), checkpoint)
 
     def _timed_step(self) -> StepMetrics:
+        self.train_data.seconds = 0.0
         start = time.perf_counter()
         loss, grad_norm = self.train_step()
         loss_value = loss.item()  # waits for the GPU, so the time below is the step's real time
@@ -485,10 +518,21 @@ class Trainer:
             tokens_per_s=tokens_per_s,
             tokens_seen=self.tokens_seen,
             step_seconds=seconds,
+            data_seconds=self.train_data.seconds,
             mfu=utilization,
             skipped=skipped,
             **self.monitor.read(),
         )
+
+    def _add_rank_readings(self, metrics: StepMetrics) -> None:
+        """Every rank's readings and the stragglers among them, into `metrics` (one small
+        all_gather; nothing in one process). Every rank must call it at the same steps."""
+        metrics.ranks = gather_rank_readings(asdict(metrics))
+        if metrics.ranks is not None:
+            metrics.stragglers = flag_stragglers(
+                metrics.ranks["data_seconds"], metrics.step_seconds,
+                self.config.straggler_threshold,
+            )  # fmt: skip
 
     def _handle_non_finite(self, loss_value: float) -> None:
         self.skipped_in_a_row += 1

@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import psutil
 import torch
 
 from llmlab.bench import measure_matmul, peak_tflops
+from llmlab.distributed.stragglers import find_stragglers, gather_rank_values
 
 try:
     import pynvml  # nvidia-ml-py: what torch.cuda reads GPU utilisation, memory and power with
@@ -28,6 +30,7 @@ class StepMetrics:
     tokens_per_s: float
     tokens_seen: int
     step_seconds: float
+    data_seconds: float  # of step_seconds, the time spent fetching this process's batches
     mfu: float | None  # None when the device's peak is unknown
     # Memory in GB (10^9 bytes). CUDA: the peak PyTorch allocated during this step (the peak is
     # reset at every reading); CPU: the process's resident set size now.
@@ -36,8 +39,13 @@ class StepMetrics:
     gpu_util: float | None  # percent of the time a kernel ran (NVML); None without a GPU or NVML
     gpu_memory_gb: float | None  # GB in use on the whole GPU, every process (NVML)
     gpu_power_w: float | None  # watts drawn by the GPU (NVML)
+    gpu_temperature_c: float | None = None  # the GPU's core temperature (NVML)
     val_loss: float | None = None
     skipped: bool = False  # a non-finite loss was dropped (nan_policy="skip")
+    # Several processes (None in one): each reading in RANK_READINGS as a list, one entry per
+    # rank in rank order (None where a rank lacks it), and the ranks flagged as stragglers.
+    ranks: dict[str, list[float | None]] | None = None
+    stragglers: list[int] | None = None
 
     @property
     def perplexity(self) -> float | None:
@@ -73,7 +81,7 @@ class DeviceMonitor:
         return self.process.memory_info().rss / GB
 
     def _gpu_readings(self) -> dict:
-        unknown = {"gpu_util": None, "gpu_memory_gb": None, "gpu_power_w": None}
+        unknown = dict.fromkeys(("gpu_util", "gpu_memory_gb", "gpu_power_w", "gpu_temperature_c"))
         if not self.nvml:
             return unknown
         try:  # torch.cuda maps the CUDA device to NVML's numbering (CUDA_VISIBLE_DEVICES)
@@ -81,9 +89,44 @@ class DeviceMonitor:
                 "gpu_util": float(torch.cuda.utilization(self.device)),
                 "gpu_memory_gb": torch.cuda.device_memory_used(self.device) / GB,
                 "gpu_power_w": torch.cuda.power_draw(self.device) / 1000,  # NVML: milliwatts
+                "gpu_temperature_c": float(torch.cuda.temperature(self.device)),
             }
         except (pynvml.NVMLError, RuntimeError):  # a reading this GPU or driver does not offer
             return unknown
+
+
+# What every rank reports at a logged step, gathered so rank 0 can write it for all of them.
+# data_seconds is the straggler signal: the time the rank spent fetching its micro-batches and
+# moving them to its device (Trainer.train_step says why that and not the step's time).
+RANK_READINGS = (
+    "data_seconds", "memory_gb", "gpu_util", "gpu_memory_gb", "gpu_power_w", "gpu_temperature_c",
+)  # fmt: skip
+
+
+def gather_rank_readings(
+    own: dict[str, float | None], gather: Callable = gather_rank_values
+) -> dict[str, list[float | None]] | None:
+    """Every rank's RANK_READINGS (`own` is this rank's, by name), as one list per reading with
+    one entry per rank: one small all_gather. None when this process runs alone. Per-rank lists
+    rather than min/mean/max: with a handful of ranks a reader sees which rank is full, hot or
+    slow, and any summary is one max() away."""
+    rows = gather([own[name] for name in RANK_READINGS])
+    if rows is None:
+        return None
+    return {name: [row[i] for row in rows] for i, name in enumerate(RANK_READINGS)}
+
+
+def flag_stragglers(data_seconds: list[float], step_seconds: float, threshold: float) -> list[int]:
+    """The ranks that made this step more than `threshold` longer (0.2: 20 %) than it would have
+    been had they kept the median rank's pace, and whose data time exceeds the median's by that
+    fraction too. Every rank waits for the slowest, so a rank's excess over the median is added
+    to everyone's step: excess > threshold * (step_seconds - excess). Judged against the step,
+    microseconds of jitter in a tiny data time are no straggler, however many medians they are.
+    """
+    # excess > t * (step - excess)  <=>  excess > t * step / (1 + t)
+    cost = threshold * step_seconds / (1 + threshold)
+    flagged = find_stragglers(data_seconds, threshold, min_excess_seconds=cost)
+    return sorted(straggler.rank for straggler in flagged)
 
 
 def measured_peak_flops(device: torch.device | str, dtype: str = "fp32") -> float:
@@ -123,7 +166,10 @@ class MetricsWriter:
         if self._jsonl is not None:
             row = asdict(metrics)
             self._jsonl.write(json.dumps(row) + "\n")
-            self._csv.writerow(row)
+            # A CSV cell holds one value: the per-rank lists go in as JSON text (json.loads reads
+            # them back), so both files keep one column per StepMetrics field.
+            self._csv.writerow({key: json.dumps(value) if isinstance(value, dict | list) else value
+                                for key, value in row.items()})  # fmt: skip
             self._jsonl.flush()  # a crashed run keeps every step it logged
             self._csv_file.flush()
 
