@@ -26,7 +26,7 @@ from torch import nn
 
 from llmlab.models import transformer_blocks
 from llmlab.prune.keep import current_weight
-from llmlab.prune.structured import _output_dim, _sliced
+from llmlab.prune.structured import output_dim, sliced
 from llmlab.prune.targets import input_dim, named_blocks
 
 
@@ -195,16 +195,16 @@ def _slice_attention(attention: nn.Module, layout: Heads, heads, groups) -> None
     query_columns = _head_columns(heads, layout.d_head)
     kv_columns = _head_columns(groups, layout.d_head)
     output = _output(attention)
-    smaller_output = _sliced(output, input_dim(output), query_columns)
+    smaller_output = sliced(output, input_dim(output), query_columns)
     if hasattr(attention, "c_attn"):
         width = layout.n_head * layout.d_head  # q | k | v side by side in c_attn's outputs
         columns = torch.cat([query_columns, kv_columns + width, kv_columns + 2 * width])
-        attention.c_attn = _sliced(attention.c_attn, _output_dim(attention.c_attn), columns)
+        attention.c_attn = sliced(attention.c_attn, output_dim(attention.c_attn), columns)
         attention.c_proj = smaller_output
         attention.num_heads = len(heads)
         attention.split_size = len(heads) * layout.d_head  # c_attn's outputs split in three
         return
-    attention.q_proj = _sliced(attention.q_proj, 0, query_columns)
-    attention.k_proj = _sliced(attention.k_proj, 0, kv_columns)
-    attention.v_proj = _sliced(attention.v_proj, 0, kv_columns)
+    attention.q_proj = sliced(attention.q_proj, 0, query_columns)
+    attention.k_proj = sliced(attention.k_proj, 0, kv_columns)
+    attention.v_proj = sliced(attention.v_proj, 0, kv_columns)
     attention.o_proj = smaller_output
