@@ -62,9 +62,10 @@ def _output(attention: nn.Module) -> nn.Module:
     return attention.c_proj if hasattr(attention, "c_proj") else attention.o_proj
 
 
-def _head_columns(heads: torch.Tensor, d_head: int) -> torch.Tensor:
-    """The feature indices of the given heads (head h: h*d_head .. (h+1)*d_head - 1)."""
-    return (heads[:, None] * d_head + torch.arange(d_head)).flatten()
+def _runs(indices: torch.Tensor, width: int) -> torch.Tensor:
+    """Each index i stands for the run i*width .. (i+1)*width - 1: the features of a head, or
+    the query heads of a key/value group."""
+    return (indices[:, None] * width + torch.arange(width)).flatten()
 
 
 def _value_weight(attention: nn.Module, layout: Heads) -> torch.Tensor:
@@ -112,12 +113,8 @@ def kept_heads(model: nn.Module, keep: int, scores=None) -> list[torch.Tensor]:
     for layer_scores in scores:
         group_scores = layer_scores.view(layout.n_kv, layout.group).sum(1)
         groups = group_scores.topk(keep // layout.group).indices.sort().values
-        kept.append(_heads_of(groups, layout.group))
+        kept.append(_runs(groups, layout.group))
     return kept
-
-
-def _heads_of(groups: torch.Tensor, group: int) -> torch.Tensor:
-    return (groups[:, None] * group + torch.arange(group)).flatten()
 
 
 def _groups_of(heads: torch.Tensor, layout: Heads, where: str) -> torch.Tensor:
@@ -129,7 +126,7 @@ def _groups_of(heads: torch.Tensor, layout: Heads, where: str) -> torch.Tensor:
     if heads.unique().numel() != heads.numel() or not in_range:
         raise ValueError(f"{where}: head indices must be distinct, in 0..{layout.n_head - 1}")
     groups = heads.div(layout.group, rounding_mode="floor").unique()
-    if not torch.equal(_heads_of(groups, layout.group), heads):
+    if not torch.equal(_runs(groups, layout.group), heads):
         raise ValueError(
             f"{where}: the kept heads {heads.tolist()} split a key/value group of "
             f"{layout.group} query heads: keep or remove whole groups"
@@ -146,7 +143,7 @@ def head_masks(model: nn.Module, kept: list[torch.Tensor]) -> dict[str, torch.Te
         attention = _attention(block)
         output = _output(attention)
         alive = torch.zeros(output.weight.shape[input_dim(output)], dtype=torch.bool)
-        alive[_head_columns(torch.as_tensor(keep), layout.d_head)] = True
+        alive[_runs(torch.as_tensor(keep), layout.d_head)] = True
         shape = [1, 1]
         shape[input_dim(output)] = -1
         name = next(n for n, m in attention.named_children() if m is output)
@@ -192,8 +189,8 @@ def remove_heads(model: nn.Module, kept: list[torch.Tensor]) -> nn.Module:
 
 
 def _slice_attention(attention: nn.Module, layout: Heads, heads, groups) -> None:
-    query_columns = _head_columns(heads, layout.d_head)
-    kv_columns = _head_columns(groups, layout.d_head)
+    query_columns = _runs(heads, layout.d_head)
+    kv_columns = _runs(groups, layout.d_head)
     output = _output(attention)
     smaller_output = sliced(output, input_dim(output), query_columns)
     if hasattr(attention, "c_attn"):
