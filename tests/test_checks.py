@@ -24,9 +24,12 @@ def case_id(case) -> str:
 
 
 def definitions(folder: str, module) -> dict:
+    path = ROOT / folder / module.NOTEBOOK
+    if not path.exists():  # the checks can land a round before their lab's notebook
+        pytest.skip(f"{folder}/{module.NOTEBOOK} is not written yet")
     # HELPERS: other definitions of the notebook that an exercise's function calls.
     names = [*module.EXERCISES, *getattr(module, "HELPERS", ())]
-    return load_definitions(ROOT / folder / module.NOTEBOOK, names)
+    return load_definitions(path, names)
 
 
 def test_every_exercise_check_is_registered():

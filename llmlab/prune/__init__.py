@@ -1,7 +1,15 @@
 """Pruning: magnitude masks (layer-wise, global), N:M masks and Wanda, kept through training
-with torch.nn.utils.prune; the gradual (cubic) schedule; MLP-neuron removal that really shrinks
-GPT-2 and Llama models; sparsity reports; saving pruned models in Hugging Face format."""
+with torch.nn.utils.prune; the gradual (cubic) schedule; MLP-neuron and attention-head removal
+that really shrink GPT-2 and Llama models; sparsity reports; saving in Hugging Face format."""
 
+from llmlab.prune.heads import (
+    Heads,
+    attention_heads,
+    head_masks,
+    head_scores,
+    kept_heads,
+    remove_heads,
+)
 from llmlab.prune.keep import (
     apply_masks,
     current_weight,
@@ -31,7 +39,8 @@ from llmlab.prune.targets import input_dim, named_blocks, prunable_weights
 from llmlab.prune.wanda import input_norms, wanda_mask, wanda_prune
 
 __all__ = [
-    "SparsityRow", "apply_masks", "check_sparsity", "cubic_sparsity", "current_weight",
+    "Heads", "SparsityRow", "apply_masks", "attention_heads", "head_masks", "head_scores",
+    "kept_heads", "remove_heads", "check_sparsity", "cubic_sparsity", "current_weight",
     "fit_masks", "global_masks", "input_dim", "input_norms", "kept_neurons", "layerwise_masks",
     "load_masks", "make_permanent", "mask_sparsity", "masked_weights", "named_blocks",
     "neuron_masks", "neuron_scores", "nm_mask", "nm_masks", "prunable_weights",

@@ -39,7 +39,7 @@ def _layout(model: nn.Module) -> MlpLayout:
     return MLP_LAYOUTS[family]
 
 
-def _output_dim(module: nn.Module) -> int:
+def output_dim(module: nn.Module) -> int:
     return 1 - input_dim(module)  # weights are 2-D: the other dimension is the outputs
 
 
@@ -53,7 +53,7 @@ def neuron_scores(model: nn.Module) -> list[torch.Tensor]:
         score = _neuron_norms(output, input_dim(output))
         for name in layout.inputs:
             module = block.mlp.get_submodule(name)
-            score = score * _neuron_norms(module, _output_dim(module))
+            score = score * _neuron_norms(module, output_dim(module))
         scores.append(score)
     return scores
 
@@ -92,11 +92,11 @@ def neuron_masks(model: nn.Module, kept: list[torch.Tensor]) -> dict[str, torch.
     return masks
 
 
-def _sliced(module: nn.Module, neuron_dim: int, keep: torch.Tensor) -> nn.Module:
+def sliced(module: nn.Module, neuron_dim: int, keep: torch.Tensor) -> nn.Module:
     """A new Linear or Conv1D holding only the kept neurons along `neuron_dim` of its weight."""
     weight = current_weight(module).index_select(neuron_dim, keep.to(module.weight.device))
     bias = None if module.bias is None else module.bias.detach()
-    if bias is not None and neuron_dim == _output_dim(module):
+    if bias is not None and neuron_dim == output_dim(module):
         bias = bias.index_select(0, keep.to(bias.device))  # a bias belongs to an output feature
     if isinstance(module, Conv1D):
         smaller = Conv1D(nf=weight.shape[1], nx=weight.shape[0])
@@ -124,8 +124,8 @@ def remove_mlp_neurons(model: nn.Module, kept: list[torch.Tensor]) -> nn.Module:
     for block, keep in zip(blocks, kept, strict=True):
         for name in layout.inputs:
             module = block.mlp.get_submodule(name)
-            setattr(block.mlp, name, _sliced(module, _output_dim(module), keep))
+            setattr(block.mlp, name, sliced(module, output_dim(module), keep))
         output = block.mlp.get_submodule(layout.output)
-        setattr(block.mlp, layout.output, _sliced(output, input_dim(output), keep))
+        setattr(block.mlp, layout.output, sliced(output, input_dim(output), keep))
     setattr(model.config, layout.width_key, widths.pop())
     return model

@@ -1,0 +1,373 @@
+"""Checks for Lab 06 (pruning), and the versions the lab falls back to.
+
+Exercise 1 is checked against torch.nn.utils.prune.global_unstructured. Where weights tie at the
+threshold no threshold alone can prune exactly k of them, and the library's choice among the tied
+ones is topk's, not a rule: there the check asks for exactly k pruned and no pruned weight larger
+than a kept one, and accepts any choice among the ties.
+"""
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import prune
+
+from llmlab.course.checks import ExerciseFailed, call, exercise, passed, real_number
+from llmlab.prune import cubic_sparsity, nm_mask, smallest_mask
+from llmlab.prune.structured import sliced
+
+
+def _as_mask(name: str, call_text: str, got, shape: tuple) -> torch.Tensor:
+    """`got` as a bool keep-mask of `shape`, or a failure that says what a mask is."""
+    if not isinstance(got, torch.Tensor):
+        raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}; return a "
+                             "tensor (a mask of the weight's shape).")  # fmt: skip
+    if tuple(got.shape) != tuple(shape):
+        raise ExerciseFailed(f"{name}: {call_text} returned a mask of shape {tuple(got.shape)}, "
+                             f"expected the weight's shape {tuple(shape)}.")  # fmt: skip
+    if got.dtype != torch.bool and not bool(((got == 0) | (got == 1)).all()):
+        raise ExerciseFailed(f"{name}: {call_text} returned values other than 0 and 1: a mask "
+                             "holds True (keep) or False (prune) for each weight.")  # fmt: skip
+    return got.detach().bool().cpu()
+
+
+# ---------------------------------------------------------------- Exercise 1: global magnitude
+
+
+def global_magnitude_mask_reference(weights: list[torch.Tensor], sparsity: float):
+    """The lab's fallback for Exercise 1: one ranking of |w| over all tensors (llmlab.prune)."""
+    keep = smallest_mask(torch.cat([w.detach().abs().flatten() for w in weights]), sparsity)
+    return [part.view(w.shape) for part, w in zip(keep.split([w.numel() for w in weights]),
+                                                  weights, strict=True)]  # fmt: skip
+
+
+def _library_masks(weights: list[torch.Tensor], sparsity: float) -> list[torch.Tensor]:
+    """torch.nn.utils.prune.global_unstructured's keep-masks for the same tensors."""
+    holders = []
+    for weight in weights:
+        holder = nn.Module()
+        holder.weight = nn.Parameter(weight.clone())
+        holders.append(holder)
+    prune.global_unstructured([(h, "weight") for h in holders], prune.L1Unstructured,
+                              amount=sparsity)  # fmt: skip
+    return [h.weight_mask.bool() for h in holders]
+
+
+def _global_cases() -> list[tuple[str, list[torch.Tensor], float]]:
+    """Tensors of different sizes and scales (so one threshold and per-tensor ones differ), and
+    one set whose values repeat (ties at the threshold)."""
+    generator = torch.Generator().manual_seed(6)
+    shapes, scales = [(16, 8), (32,), (6, 10), (4, 3, 5)], [1.0, 0.2, 3.0, 0.7]
+    scaled = [torch.randn(s, generator=generator) * c for s, c in zip(shapes, scales, strict=True)]
+    tied = [torch.randint(-4, 5, s, generator=generator).float() / 4 for s in shapes[:3]]
+    return [("4 tensors of different sizes and scales", scaled, 0.5),
+            ("the same tensors", scaled, 0.87),
+            ("the same tensors", scaled, 0.0),
+            ("3 tensors whose values repeat (ties)", tied, 0.4)]  # fmt: skip
+
+
+def _global_hint(weights, got, sparsity, ties: bool) -> str:
+    total = sum(w.numel() for w in weights)
+    k = round(sparsity * total)
+    pruned = sum(int((~mask).sum()) for mask in got)
+    magnitudes = torch.cat([w.abs().flatten() for w in weights])
+    keep = torch.cat([mask.flatten() for mask in got])
+    reference = torch.cat([m.flatten() for m in global_magnitude_mask_reference(weights, sparsity)])
+    if k and pruned != k and torch.equal(keep, ~reference):
+        return (
+            "your mask is the opposite of the expected one: True means keep the weight, "
+            "False means prune it."
+        )
+    per_tensor = [smallest_mask(w.abs(), sparsity) for w in weights]
+    if k and all(torch.equal(g, p) for g, p in zip(got, per_tensor, strict=True)):
+        return (
+            "every tensor lost the same fraction: that is layer-wise pruning. Global pruning "
+            "ranks the weights of all the tensors together, with one threshold."
+        )
+    if 0 < pruned == k < total and bool(magnitudes[~keep].min() >= magnitudes[keep].max()):
+        return (
+            "the largest weights were pruned: magnitude pruning removes the smallest |w| "
+            "(and a mask holds True for the weights it keeps)."
+        )
+    if pruned != k:
+        tie_note = (" Several weights here share the value at the threshold: a comparison with "
+                    "it alone prunes all of them or none. How can you choose exactly the ones "
+                    "needed?") if ties else ""  # fmt: skip
+        return (
+            f"{pruned} weights were pruned, expected round(sparsity * total) = {k} of "
+            f"{total}. Check how k is computed and whether the k-th value itself is pruned "
+            f"(read torch.kthvalue: is k counted from 1?).{tie_note}"
+        )
+    return (
+        "a kept weight is smaller in magnitude than a pruned one: rank by |w| (the absolute "
+        "value), over all the tensors together."
+    )
+
+
+@exercise(
+    fallback=global_magnitude_mask_reference,
+    fallback_name="llmlab.course.checks.lab06.global_magnitude_mask_reference",
+)
+def exercise_global_magnitude_mask(global_magnitude_mask) -> None:
+    """Exercise 1: global_magnitude_mask(weights, sparsity) -> one keep-mask per tensor."""
+    name = "Exercise 1 (global magnitude mask)"
+    for what, weights, sparsity in _global_cases():
+        call_text = f"global_magnitude_mask(<{what}>, {sparsity})"
+        got = call(name, global_magnitude_mask, [w.clone() for w in weights], sparsity)
+        if not isinstance(got, (list, tuple)) or len(got) != len(weights):
+            raise ExerciseFailed(
+                f"{name}: {call_text} returned {type(got).__name__}; return a "
+                f"list of {len(weights)} masks, one per tensor, in order."
+            )
+        got = [_as_mask(name, call_text, g, w.shape) for g, w in zip(got, weights, strict=True)]
+        library = _library_masks(weights, sparsity)
+        ties = "ties" in what
+        if ties:
+            # Any choice among tied weights: exactly k pruned, none larger than a kept one.
+            magnitudes = torch.cat([w.abs().flatten() for w in weights])
+            keep = torch.cat([m.flatten() for m in got])
+            right = int((~keep).sum()) == round(sparsity * magnitudes.numel()) and (
+                bool(keep.all()) or bool(magnitudes[~keep].max() <= magnitudes[keep].min())
+            )
+        else:
+            right = all(torch.equal(g, m) for g, m in zip(got, library, strict=True))
+        if not right:
+            hint = _global_hint(weights, got, sparsity, ties)
+            raise ExerciseFailed(f"{name}: {call_text}: {hint}")
+    passed(
+        name,
+        "the same masks as torch.nn.utils.prune.global_unstructured on tensors of "
+        "different sizes, at 0, 50 and 87% sparsity; exactly k pruned where values tie",
+    )
+
+
+# ---------------------------------------------------------------- Exercise 2: cubic schedule
+
+# (step, final, start, end, initial): before, at and after the window, with and without s_i.
+SCHEDULE_CASES = [(s, 0.8, 10, 110, 0.0) for s in (0, 9, 10, 11, 35, 60, 85, 109, 110, 111, 500)]
+SCHEDULE_CASES += [(s, 0.9, 0, 40, 0.3) for s in (0, 5, 20, 39, 40, 80)]
+
+
+def _schedule_mistakes(step, final, start, end, initial) -> list[tuple[float, str]]:
+    progress = (step - start) / (end - start)
+    held = min(max(progress, 0.0), 1.0)
+    return [
+        (initial + (final - initial) * held,
+         "your schedule rises in a straight line: Zhu & Gupta's prunes fast at first and "
+         "slowly near the end. Which power, of which term, does that?"),
+        (initial + (final - initial) * held**3,
+         "your schedule starts slowly and speeds up near the end: the opposite of the cubic one. "
+         "Is the power applied to the fraction of the window done, or to what is left of it?"),
+        (final + (initial - final) * (1 - progress) ** 3,
+         "after the end step the final sparsity is held: the formula only holds inside the "
+         "pruning window." if step > end else
+         "before the start step the model is still dense: the formula only holds inside the "
+         "pruning window."),
+        (final - final * (1 - held) ** 3,
+         "the initial sparsity is missing: at the start step the model is already that sparse."),
+    ]  # fmt: skip
+
+
+@exercise(fallback=cubic_sparsity, fallback_name="llmlab.prune.cubic_sparsity")
+def exercise_cubic_sparsity(cubic_sparsity_fn) -> None:
+    """Exercise 2: cubic_sparsity(step, final_sparsity, start_step, end_step,
+    initial_sparsity=0.0) -> the target sparsity at `step`."""
+    name = "Exercise 2 (gradual sparsity schedule)"
+    for step, final, start, end, initial in SCHEDULE_CASES:
+        call_text = (f"cubic_sparsity({step}, {final}, start_step={start}, end_step={end}, "
+                     f"initial_sparsity={initial})")  # fmt: skip
+        got = call(name, cubic_sparsity_fn, step, final, start, end, initial_sparsity=initial)
+        number = real_number(got)
+        if number is None:
+            raise ExerciseFailed(f"{name}: {call_text} returned {got!r}; return a number.")
+        expected = cubic_sparsity(step, final, start, end, initial_sparsity=initial)
+        if math.isclose(number, expected, rel_tol=1e-6, abs_tol=1e-9):
+            continue
+        mistakes = _schedule_mistakes(step, final, start, end, initial)
+        hint = next((text for value, text in mistakes if math.isclose(number, value, rel_tol=1e-6,
+                     abs_tol=1e-9)), "")  # fmt: skip
+        if not hint and step < start:
+            hint = "before the start step the model is still dense: nothing is pruned yet."
+        raise ExerciseFailed(f"{name}: {call_text} returned {number:.6g}, expected "
+                             f"{expected:.6g}. {hint}".strip())  # fmt: skip
+    passed(name, f"equal to Zhu & Gupta's schedule at {len(SCHEDULE_CASES)} steps, before, "
+                 "inside and after the pruning window")  # fmt: skip
+
+
+# ---------------------------------------------------------------- Exercise 3: shrink an MLP
+
+
+def shrink_pair_reference(first: nn.Linear, second: nn.Linear, keep: torch.Tensor):
+    """The lab's fallback for Exercise 3: keep hidden units `keep` (llmlab.prune.structured)."""
+    return sliced(first, 0, keep), sliced(second, 1, keep)
+
+
+def _mlp(first: nn.Linear, second: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return second(F.gelu(first(x)))
+
+
+def _masked_output(first, second, keep, x) -> torch.Tensor:
+    """The masked model: the removed units' weights out of the hidden layer set to zero."""
+    masked = copy.deepcopy(second)
+    alive = torch.zeros(second.in_features, dtype=torch.bool)
+    alive[keep] = True
+    with torch.no_grad():
+        masked.weight.mul_(alive)
+    return _mlp(first, masked, x)
+
+
+def _pair_cases():
+    generator = torch.Generator().manual_seed(63)
+    cases = []
+    # Square first: slicing the wrong dimension of the second Linear then still runs.
+    for d, hidden, bias in ((16, 16, True), (12, 20, True), (10, 24, False)):
+        torch.manual_seed(int(torch.randint(0, 10_000, (), generator=generator)))
+        first, second = nn.Linear(d, hidden, bias=bias), nn.Linear(hidden, d, bias=bias)
+        keep = torch.randperm(hidden, generator=generator)[: hidden * 3 // 8].sort().values
+        cases.append((first, second, keep))
+    return cases
+
+
+def _pair_hint(first, second, keep, got_first, got_second, x, out) -> str:
+    k, d = keep.numel(), first.in_features
+    hidden = first.out_features
+    if got_second.weight.shape != (d, k):
+        if got_second.weight.shape == (k, hidden):
+            return (
+                "the second Linear was sliced along its outputs: its weight is (out_features, "
+                "in_features); the hidden units are its inputs."
+            )
+        if got_second.weight.shape == (d, hidden - k):
+            return f"{hidden - k} units were kept: those not in `keep`. Keep the ones in `keep`."
+        if got_second.weight.shape == (d, hidden):
+            return "the second Linear still reads every hidden unit: nothing was removed."
+        return (
+            f"the second Linear's weight is {tuple(got_second.weight.shape)}, expected "
+            f"({d}, {k}): it reads the {k} kept units and writes the {d} outputs."
+        )
+    if got_first.weight.shape != (k, d):
+        return (f"the first Linear's weight is {tuple(got_first.weight.shape)}, expected "
+                f"({k}, {d}): keep its rows (outputs) for the kept units.")  # fmt: skip
+    if first.bias is not None and (got_first.bias is None or got_first.bias.shape != (k,)):
+        return ("the first Linear's bias must be kept, one entry per kept unit: it belongs to "
+                "the hidden units.")  # fmt: skip
+    if second.bias is not None and (got_second.bias is None or got_second.bias.shape != (d,)):
+        return ("the second Linear's bias must stay whole: it belongs to the outputs, which are "
+                "all kept.")  # fmt: skip
+    if first.bias is not None:
+        unbiased = copy.deepcopy(first)
+        nn.init.zeros_(unbiased.bias)
+        if torch.allclose(out, _masked_output(unbiased, second, keep, x), atol=1e-5):
+            return "the first Linear's bias was not carried over: copy the kept units' entries."
+    return (
+        "the output differs from the masked model's: is every kept unit's row of the first "
+        "Linear (and bias entry) paired with the same unit's column of the second, in the "
+        "same order?"
+    )
+
+
+@exercise(
+    fallback=shrink_pair_reference, fallback_name="llmlab.course.checks.lab06.shrink_pair_reference"
+)
+def exercise_shrink_pair(shrink_pair) -> None:
+    """Exercise 3: shrink_pair(first, second, keep) -> (smaller first, smaller second): a
+    Linear -> activation -> Linear pair holding only the hidden units `keep`."""
+    name = "Exercise 3 (shrink a Linear pair)"
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(0))
+    for first, second, keep in _pair_cases():
+        bias = "with biases" if first.bias is not None else "without biases"
+        call_text = (f"shrink_pair(Linear({first.in_features}, {first.out_features}), "
+                     f"Linear({second.in_features}, {second.out_features}), <{keep.numel()} "
+                     f"units>) {bias}")  # fmt: skip
+        inputs = x[:, : first.in_features]
+        got = call(name, shrink_pair, copy.deepcopy(first), copy.deepcopy(second), keep.clone())
+        if not (isinstance(got, (tuple, list)) and len(got) == 2
+                and all(isinstance(m, nn.Linear) for m in got)):  # fmt: skip
+            raise ExerciseFailed(f"{name}: {call_text} returned {type(got).__name__}; return "
+                                 "the two smaller nn.Linear layers as a pair.")  # fmt: skip
+        with torch.no_grad():
+            expected = _masked_output(first, second, keep, inputs)
+            k, d = keep.numel(), first.in_features
+            shapes_right = (got[0].weight.shape == (k, d) and got[1].weight.shape == (d, k)
+                            and (got[0].bias is None or got[0].bias.shape == (k,))
+                            and (got[1].bias is None or got[1].bias.shape == (d,)))  # fmt: skip
+            out = _mlp(*got, inputs) if shapes_right else None
+            if out is not None and torch.allclose(out, expected, atol=1e-5):
+                continue
+            hint = _pair_hint(first, second, keep, *got, inputs, out)
+        raise ExerciseFailed(f"{name}: {call_text}: {hint}")
+    passed(name, "the smaller pairs give the masked model's output, with and without biases")
+
+
+# ---------------------------------------------------------------- Exercise 4: the 2:4 mask
+
+
+def two_four_mask_reference(weight: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """The lab's fallback for Exercise 4 (llmlab.prune.nm_mask with n=2, m=4)."""
+    return nm_mask(weight, 2, 4, dim)
+
+
+def _two_four_mistakes(weight: torch.Tensor, dim: int) -> list[tuple[torch.Tensor, str]]:
+    other = 1 - dim % 2
+    wrong_dim = weight.shape[other] % 4 == 0  # grouping along it is possible at all
+    flat = weight.abs().flatten().view(-1, 4)
+    keep_flat = torch.zeros_like(flat, dtype=torch.bool)
+    keep_flat.scatter_(1, flat.topk(2, dim=1).indices, True)
+    groups = weight.abs().movedim(dim, -1).reshape(-1, 4)
+    smallest = torch.zeros_like(groups, dtype=torch.bool)
+    smallest.scatter_(1, groups.topk(2, dim=1, largest=False).indices, True)
+    mistakes = [
+        (smallest.view(weight.movedim(dim, -1).shape).movedim(-1, dim),
+         "the 2 smallest of each group were kept: keep the 2 largest in magnitude."),
+        (keep_flat.view(weight.shape),
+         "the groups are 4 consecutive entries of the flattened tensor: that follows the memory "
+         "order, not `dim`. Move `dim` last before grouping (read torch.movedim)."),
+        (smallest_mask(weight.abs(), 0.5),
+         "half of the whole tensor was kept (unstructured 50%): 2:4 keeps exactly 2 in every "
+         "group of 4 consecutive entries."),
+    ]
+    if wrong_dim:
+        mistakes.insert(2, (  # after the flattened one: for some shapes the two are the same
+            nm_mask(weight, 2, 4, other),
+            "the groups of 4 run along the wrong dimension: they must be consecutive input "
+            "features (the dimension `dim`), the ones a sparse kernel reads together."))
+    return mistakes  # fmt: skip
+
+
+@exercise(
+    fallback=two_four_mask_reference,
+    fallback_name="llmlab.course.checks.lab06.two_four_mask_reference",
+)
+def exercise_two_four_mask(two_four_mask) -> None:
+    """Exercise 4: two_four_mask(weight, dim) -> keep-mask with 2 of every 4 consecutive entries
+    along `dim` (the input features: 1 for nn.Linear, 0 for GPT-2's Conv1D)."""
+    name = "Exercise 4 (2:4 mask)"
+    generator = torch.Generator().manual_seed(24)
+    # (8, 6) along dim 0: groups of the flattened tensor straddle its rows.
+    for shape, dim in (((8, 12), 1), ((12, 8), 0), ((16, 4), 1), ((8, 6), 0)):
+        weight = torch.randn(shape, generator=generator)
+        call_text = f"two_four_mask(<weight {shape}>, dim={dim})"
+        got = _as_mask(name, call_text, call(name, two_four_mask, weight.clone(), dim), shape)
+        if torch.equal(got, nm_mask(weight, 2, 4, dim)):
+            continue
+        hint = next((text for mask, text in _two_four_mistakes(weight, dim)
+                     if torch.equal(got, mask)), "")  # fmt: skip
+        groups = got.movedim(dim, -1).reshape(-1, 4).sum(1)
+        if not hint and not bool((groups == 2).all()):
+            hint = (f"a group of 4 along dim {dim} keeps {int(groups[groups != 2][0])} entries: "
+                    "every group keeps exactly 2.")  # fmt: skip
+        raise ExerciseFailed(f"{name}: {call_text}: the mask differs from the 2:4 mask of the "
+                             f"largest |w|. {hint}".strip())  # fmt: skip
+    passed(name, "2 of every 4 consecutive input features kept, for Linear and Conv1D layouts")
+
+
+NOTEBOOK = "06_pruning.ipynb"
+# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+EXERCISES = {
+    "global_magnitude_mask": exercise_global_magnitude_mask,
+    "cubic_sparsity": exercise_cubic_sparsity,
+    "shrink_pair": exercise_shrink_pair,
+    "two_four_mask": exercise_two_four_mask,
+}
