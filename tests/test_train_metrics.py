@@ -2,6 +2,7 @@
 CPU, and GPU utilisation, memory, power and temperature through NVML (faked here: this machine
 has no GPU); MFU on a CPU from a measured matmul peak; every rank's readings side by side."""
 
+import csv
 import types
 
 import psutil
@@ -15,6 +16,8 @@ from llmlab.train import metrics as metrics_module
 from llmlab.train.metrics import (
     RANK_READINGS,
     DeviceMonitor,
+    MetricsWriter,
+    StepMetrics,
     flag_stragglers,
     gather_rank_readings,
     measured_peak_flops,
@@ -125,3 +128,33 @@ def test_the_step_without_the_straggler_is_what_it_is_compared_with():
     assert flag_stragglers([0.0, 0.2, 0.0], step_seconds=1.2, threshold=0.2) == []
     assert flag_stragglers([0.0, 0.2001, 0.0], step_seconds=1.2001, threshold=0.2) == [1]
     assert flag_stragglers([0.0, 0.2, 0.0], step_seconds=1.2, threshold=0.19) == [1]
+
+
+def _metrics(step: int) -> StepMetrics:
+    return StepMetrics(step=step, loss=1.0, lr=0.1, grad_norm=None, tokens_per_s=1.0,
+                       tokens_seen=step, step_seconds=0.1, mfu=None, memory_gb=0.1, cpu_util=1.0,
+                       gpu_util=None, gpu_memory_gb=None, gpu_power_w=None,
+                       data_seconds=0.0)  # fmt: skip
+
+
+def test_a_metrics_csv_with_other_columns_is_kept_whole_and_a_new_one_started(tmp_path, capsys):
+    old = "step,loss\n1,2.5\n"
+    (tmp_path / "metrics.csv").write_text(old)
+    writer = MetricsWriter(tmp_path)
+    writer.write(_metrics(2))
+    writer.close()
+    assert (tmp_path / "metrics.before-1.csv").read_text() == old
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert [row["step"] for row in rows] == ["2"] and "data_seconds" in rows[0]
+    assert "kept as metrics.before-1.csv" in capsys.readouterr().out
+
+
+def test_a_metrics_csv_with_the_same_columns_is_appended_to(tmp_path):
+    for step in (1, 2):  # a resumed run opens the writer again
+        writer = MetricsWriter(tmp_path)
+        writer.write(_metrics(step))
+        writer.close()
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        assert [row["step"] for row in csv.DictReader(file)] == ["1", "2"]
+    assert not list(tmp_path.glob("metrics.before-*"))

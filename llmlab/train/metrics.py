@@ -144,6 +144,23 @@ def datasheet_peak_flops(device: torch.device, dtype: str) -> float | None:
     return None if peak is None else peak * 1e12
 
 
+def _set_aside_other_columns(csv_path: Path, columns: list[str]) -> None:
+    """A metrics.csv written by another llmlab version has other columns: rows appended under its
+    header would land in the wrong columns. Keep it whole under a free name and start a new one."""
+    if not csv_path.exists() or csv_path.stat().st_size == 0:
+        return
+    with open(csv_path, newline="", encoding="utf-8") as file:
+        header = next(csv.reader(file), [])
+    if header == columns:
+        return
+    number = 1
+    while (aside := csv_path.with_name(f"metrics.before-{number}.csv")).exists():
+        number += 1
+    csv_path.rename(aside)
+    print(f"{csv_path.name} had other columns (an earlier llmlab version): kept as {aside.name}, "
+          f"new rows go to a new {csv_path.name}", flush=True)  # fmt: skip
+
+
 class MetricsWriter:
     """Append each step's metrics to metrics.jsonl and metrics.csv in `out_dir` (if given)."""
 
@@ -155,9 +172,11 @@ class MetricsWriter:
             # Always appended: a resumed or restarted run adds to the history, never erases it.
             self._jsonl = open(out_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
             csv_path = out_dir / "metrics.csv"
+            columns = [f.name for f in fields(StepMetrics)]
+            _set_aside_other_columns(csv_path, columns)
             new_csv = not csv_path.exists() or csv_path.stat().st_size == 0
             self._csv_file = open(csv_path, "a", newline="", encoding="utf-8")  # noqa: SIM115
-            self._csv = csv.DictWriter(self._csv_file, [f.name for f in fields(StepMetrics)])
+            self._csv = csv.DictWriter(self._csv_file, columns)
             if new_csv:
                 self._csv.writeheader()
 
