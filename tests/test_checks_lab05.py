@@ -121,7 +121,7 @@ def test_ring_time_rejects_likely_mistakes(mistake, message):
         check.exercise_ring_all_reduce_time(mistake)
 
 
-# ---------------------------------------------------------------- Exercise 3b: a step's communication
+# ---------------------------------------------------------------- Exercise 3b: a step's traffic
 
 
 def _step(model, cluster, p, *, recompute=True, half=True, shard=True, dp_link=True,

@@ -147,8 +147,8 @@ def _ring_mistakes(nbytes, ranks, latency, gbit) -> list[tuple[float, str]]:
          "messages does each rank send one after the other?"),
         (2 * latency + share * nbytes / beta, "the latency counts once per message, and each "
          "phase has N-1 steps, not one."),
-        (2 * ranks * latency + share * nbytes / beta, "a ring of N ranks takes N-1 steps per phase, "
-         "not N."),
+        (2 * ranks * latency + share * nbytes / beta, "a ring of N ranks takes N-1 steps per "
+         "phase, not N."),
         (share * nbytes / beta, "a small message takes the link's latency however small it is: "
          "where is alpha?"),
     ]
@@ -183,11 +183,11 @@ def exercise_ring_all_reduce_time(ring_all_reduce_time: Callable) -> None:
     passed(name, f"{len(cases)} tensors from 0 bytes to 10 GB on 1 to 1024 ranks")
 
 
-# ---------------------------------------------------------------- Exercise 3b: a step's communication
+# ---------------------------------------------------------------- Exercise 3b: a step's traffic
 
 
 def step_communication_reference(model, cluster: Cluster, parallel: Parallel) -> float:
-    """The lab's fallback: the simulator's TP + PP + DP communication of one step, before overlap."""
+    """The lab's fallback: the simulator's TP + PP + DP communication of a step, before overlap."""
     prediction = simulate(model, cluster, parallel)
     return prediction.tp_s + prediction.pp_s + prediction.dp_total_s
 
