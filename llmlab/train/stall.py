@@ -41,7 +41,8 @@ class StallRun:
         """One row of a table (llmlab.bench.markdown_table)."""
         return {"mode": self.mode, "saves": len(self.stalls),
                 "checkpoint MB": f"{self.checkpoint_bytes / 1e6:.1f}",
-                "median stall s": f"{self.median_stall:.3f}", "max stall s": f"{max(self.stalls):.3f}",
+                "median stall s": f"{self.median_stall:.3f}",
+                "max stall s": f"{max(self.stalls):.3f}",
                 "median step s": f"{statistics.median(self.step_seconds):.3f}",
                 "wall s": f"{self.wall_seconds:.1f}", "checkpoints exact": self.exact}  # fmt: skip
 
