@@ -228,8 +228,10 @@ def torchrun_command(
     script_args: Sequence[str] = (),
     module: bool = False,
     log_dir: str | Path | None = None,
+    torchrun_args: Sequence[str] = (),
 ) -> list[str]:
-    """The `torchrun` command line for one machine (`--standalone`: a rendezvous on localhost).
+    """The `torchrun` command line for one machine (`--standalone`: a rendezvous on localhost);
+    `torchrun_args` go to torchrun itself (e.g. `["--max-restarts", "1"]`).
 
     `python -m torch.distributed.run` is torchrun itself; it is used so that the torchrun of
     this Python runs, whatever `torchrun` is first on PATH.
@@ -239,7 +241,7 @@ def torchrun_command(
     logs = [f"--log-dir={log_dir}"] if log_dir else []
     # --tee=3: each rank's stdout and stderr reach the console, prefixed with its rank.
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={nprocs}", "--tee=3", *logs, *target,
+            f"--nproc_per_node={nprocs}", "--tee=3", *logs, *map(str, torchrun_args), *target,
             *map(str, script_args)]  # fmt: skip
 
 
@@ -251,8 +253,10 @@ def run_script(
     timeout_s: float = 600,
     threads: int = 1,
     env: dict[str, str] | None = None,
+    torchrun_args: Sequence[str] = (),
 ) -> str:
     """Run a script (or `module=True`: a module) under torchrun; stream and return its output.
+    `torchrun_args` go to torchrun (e.g. `["--max-restarts", "1"]` for an elastic restart).
 
     torchrun prefixes each line with the rank that printed it (`[default0]:`). The process tree
     is stopped if it runs past `timeout_s`; a failure raises `LaunchError` with the output's end.
@@ -260,7 +264,8 @@ def run_script(
     if not module and not Path(script).is_file():
         raise FileNotFoundError(f"no script at {script}: write it first (e.g. with %%writefile)")
     with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as logs:
-        command = torchrun_command(script, nprocs, script_args, module, log_dir=logs)
+        command = torchrun_command(script, nprocs, script_args, module, log_dir=logs,
+                                   torchrun_args=torchrun_args)  # fmt: skip
         child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    env=child_env)  # fmt: skip
