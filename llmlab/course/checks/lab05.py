@@ -135,7 +135,7 @@ def _ring_mistakes(nbytes, ranks, latency, gbit) -> list[tuple[float, str]]:
     beta = gbit_to_bytes(gbit)
     steps, share = 2 * (ranks - 1), 2 * (ranks - 1) / ranks
     return [
-        (steps * latency + nbytes / beta, "each rank sends more than the tensor once: how many "
+        (steps * latency + nbytes / beta, "each rank sends more than the tensor's size: how many "
          "chunks of 1/N does it send in the two phases?"),
         (steps * latency + 2 * nbytes / beta, "a rank sends 2(N-1) chunks, each 1/N of the "
          "tensor: the share is below 2, not 2."),
