@@ -137,16 +137,16 @@ def _ring_mistakes(nbytes, ranks, latency, gbit) -> list[tuple[float, str]]:
     return [
         (steps * latency + nbytes / beta, "each rank sends more than the tensor's size: how many "
          "chunks of 1/N does it send in the two phases?"),
-        (steps * latency + 2 * nbytes / beta, "a rank sends 2(N-1) chunks, each 1/N of the "
-         "tensor: the share is below 2, not 2."),
+        (steps * latency + 2 * nbytes / beta, "each rank sends a little less than twice the "
+         "tensor: count the chunks it sends, and their size."),
         (steps * latency + share * nbytes * 8 / beta, "the bandwidth term is off by 8: a "
          "network card's speed is quoted in bits per second, the tensor in bytes."),
         (steps * latency + share * nbytes / (gbit * 1e9), "the bandwidth term is off by 8: a "
          "network card's speed is quoted in bits per second, the tensor in bytes."),
         (latency + share * nbytes / beta, "the latency counts once per message: how many "
          "messages does each rank send one after the other?"),
-        (2 * latency + share * nbytes / beta, "the latency counts once per message, and each "
-         "phase has N-1 steps, not one."),
+        (2 * latency + share * nbytes / beta, "the latency counts once per message: how many "
+         "steps does each phase take?"),
         (2 * ranks * latency + share * nbytes / beta, "a ring of N ranks takes N-1 steps per "
          "phase, not N."),
         (share * nbytes / beta, "a small message takes the link's latency however small it is: "
