@@ -26,134 +26,23 @@ compute kernels: there the default 25 MB buckets hide most of DDP's all-reduce b
 (one 100 MB bucket hides none of it), and FSDP2's prefetch hides the all-gathers, so a step
 costs close to compute alone until the bytes outgrow the link.
 
-Step times are with DDP's built-in (C++) all-reduce; the collectives are counted on one more
-step of a fresh model with the same all-reduce as a Python hook (count_collectives cannot see
-the C++ path). Needs the llmlab package importable (`pip install -e .` from the repository root).
+The measurement is llmlab.distributed.overlap's (Lab 05 runs its DDP part). Needs the llmlab
+package importable (`pip install -e .` from the repository root).
 """
 
 import argparse
-import statistics
 import time
-from dataclasses import dataclass
-from functools import partial
-
-import torch
-import torch.distributed as dist
 
 from llmlab.bench import warn_if_busy
-from llmlab.distributed import launch
-from llmlab.distributed.comm import count_collectives, ddp_bytes, fsdp_bytes
-from llmlab.distributed.data_parallel import (
-    make_optimizer,
-    register_comm_hook,
-    split_batch,
-    unwrap,
-    wrap_model,
+from llmlab.distributed.overlap import (
+    BUCKETS_MB,
+    FSDP_ROWS,
+    GLOBAL_BATCH,
+    SHAPE,
+    measure,
+    table,
 )
-from llmlab.distributed.equivalence import global_batches, loss_on
-from llmlab.models import build_model, preset, transformer_blocks
-
-MB = 1e6  # the course's MB: 10^6 bytes
-SHAPE = preset("small", vocab_size=512, context=32)
-GLOBAL_BATCH = 4  # sequences per step over all ranks
-BUCKETS_MB = (0.25, 1.0, 5.0, 25.0, 100.0)  # 25: DDP's default
-PREFETCH_DEPTH = 2  # blocks gathered ahead in the explicit-prefetch row
-FSDP_ROWS = {  # label: (reshard_after_forward, prefetch)
-    "FSDP2 default prefetch": (True, "default"),
-    f"FSDP2 prefetch {PREFETCH_DEPTH} ahead": (True, "explicit"),
-    "FSDP2 no bwd prefetch": (True, "none"),
-    "FSDP2 no reshard": (False, "default"),
-}
-
-
-@dataclass(frozen=True)
-class Row:
-    config: str
-    step_seconds: float  # median over the timed steps, the slower rank
-    fastest_seconds: float  # the fastest timed step, the slower rank (less hit by other work)
-    calls: dict[str, int]  # collectives per step, by kind
-    sent_bytes: float  # per rank per step, counted
-    formula_bytes: float  # what llmlab.distributed.comm's formula says
-
-
-def _prefetch(model: torch.nn.Module, mode: str) -> None:
-    """Set FSDP2's all-gather prefetching on the blocks: "default" leaves FSDP2's own (the next
-    block in backward), "explicit" gathers the next PREFETCH_DEPTH blocks in both passes,
-    "none" turns backward prefetch off (each block's all-gather waits until it is needed)."""
-    blocks = transformer_blocks(model)
-    for i, block in enumerate(blocks):
-        if mode == "explicit":
-            block.set_modules_to_forward_prefetch(blocks[i + 1 : i + 1 + PREFETCH_DEPTH])
-            block.set_modules_to_backward_prefetch(blocks[max(0, i - PREFETCH_DEPTH) : i][::-1])
-        elif mode == "none":
-            block.set_modules_to_backward_prefetch([])
-
-
-def _build(strategy: str, options: dict, comm_hook: bool):
-    model = build_model(SHAPE, seed=0)
-    prefetch = options.pop("prefetch", "default")
-    wrapped = wrap_model(model, strategy, **options)
-    if strategy == "fsdp":
-        _prefetch(wrapped, prefetch)
-    elif comm_hook:
-        register_comm_hook(wrapped, "allreduce")  # a Python all-reduce, so it can be counted
-    # SGD with momentum: AdamW's extra work would only dilute the communication in the step.
-    optimizer = make_optimizer(unwrap(wrapped), strategy, optimizer_class=torch.optim.SGD,
-                               lr=0.01, momentum=0.9)  # fmt: skip
-    return wrapped, optimizer
-
-
-def _step(model, optimizer, tokens: torch.Tensor) -> float:
-    dist.barrier()  # every rank starts the clock together
-    start = time.perf_counter()
-    loss_on(model, tokens).backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return time.perf_counter() - start
-
-
-def _rank_run(strategy: str, options: dict, steps: int, warmup: int) -> dict:
-    """On each rank: time `steps` steps after `warmup` untimed ones, then count one step's
-    collectives (on a fresh model for DDP, whose counting needs the Python hook)."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    batches = global_batches(warmup + steps + 2, GLOBAL_BATCH, SHAPE)[:, split_batch(
-        GLOBAL_BATCH, rank, world)]  # fmt: skip
-    model, optimizer = _build(strategy, dict(options), comm_hook=False)
-    times = [_step(model, optimizer, tokens) for tokens in batches[: warmup + steps]]
-    if strategy == "ddp":
-        model, optimizer = _build(strategy, dict(options), comm_hook=True)
-        _step(model, optimizer, batches[-2])  # DDP rebuilds its buckets after the first step
-    with count_collectives() as counter:
-        _step(model, optimizer, batches[-1])
-    calls: dict[str, int] = {}
-    for call in counter.calls:
-        calls[call.kind] = calls.get(call.kind, 0) + 1
-    params = sum(p.numel() for p in build_model(SHAPE, seed=0).parameters())
-    formula = ddp_bytes(params, world) if strategy == "ddp" else fsdp_bytes(params, world)
-    return {"seconds": statistics.median(times[warmup:]), "fastest": min(times[warmup:]),
-            "calls": calls,
-            "bytes": counter.sent_bytes, "formula": formula}  # fmt: skip
-
-
-def measure(label: str, strategy: str, options: dict, steps: int, warmup: int) -> Row:
-    ranks = launch(partial(_rank_run, strategy, options, steps, warmup), nprocs=2)
-    # Without a reshard, the backward all-gather is skipped: the formula's 3x becomes 2x.
-    formula = ranks[0]["formula"] * (2 / 3 if options.get("reshard_after_forward") is False else 1)
-    return Row(label, max(r["seconds"] for r in ranks), max(r["fastest"] for r in ranks),
-               ranks[0]["calls"], ranks[0]["bytes"], formula)  # fmt: skip
-
-
-def table(rows: list[Row]) -> str:
-    head = (f"{'configuration':<26}{'step ms':>9}{'fastest':>9}{'all-red':>8}{'all-gath':>9}"
-            f"{'red-scat':>9}{'sent MB':>9}{'formula':>9}")  # fmt: skip
-    lines = [head, "-" * len(head)]
-    for row in rows:
-        counts = "".join(f"{row.calls.get(kind, 0):>{width}}" for kind, width in
-                         (("all_reduce", 8), ("all_gather", 9), ("reduce_scatter", 9)))  # fmt: skip
-        lines.append(f"{row.config:<26}{row.step_seconds * 1e3:>9.1f}"
-                     f"{row.fastest_seconds * 1e3:>9.1f}{counts}"
-                     f"{row.sent_bytes / MB:>9.2f}{row.formula_bytes / MB:>9.2f}")  # fmt: skip
-    return "\n".join(lines)
+from llmlab.models import build_model
 
 
 def main() -> None:

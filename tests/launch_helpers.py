@@ -1,5 +1,5 @@
 """Helpers for the tests that launch "nodes" on this machine: the environment of a job with the
-stand-in srun and scontrol (tests/fake_slurm/) first on PATH, a run that cannot hang, and the
+stand-in srun and scontrol (llmlab/course/stand_ins/) first on PATH, a run that cannot hang, and the
 ranks that finished, read off tests/multinode_worker.py's output."""
 
 import os
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from llmlab.course.stand_ins import SLURM_STAND_INS
 from llmlab.distributed.launch import kill_process_tree  # the whole tree: torchrun's workers too
 
 HERE = Path(__file__).resolve().parent
-FAKE_SLURM = HERE / "fake_slurm"
 WORKER = HERE / "multinode_worker.py"
 LAUNCHER_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 
@@ -22,7 +22,7 @@ def job_env(**slurm) -> dict[str, str]:
     on PATH, and the variables given (those sbatch would set)."""
     env = {k: v for k, v in os.environ.items()
            if k not in LAUNCHER_NAMES and not k.startswith("SLURM")}  # fmt: skip
-    env.update(PATH=f"{FAKE_SLURM}{os.pathsep}{env['PATH']}", OMP_NUM_THREADS="1",
+    env.update(PATH=f"{SLURM_STAND_INS}{os.pathsep}{env['PATH']}", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(HERE.parent),
                                                         env.get("PYTHONPATH")])))  # fmt: skip
     return {**env, **slurm}

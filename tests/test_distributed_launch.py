@@ -121,3 +121,8 @@ def test_torchrun_command_uses_this_python():
     assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert "--nproc_per_node=4" in command and command[-3:] == ["train.py", "--steps", "5"]
     assert torchrun_command("llmlab", 2, module=True)[-2:] == ["-m", "llmlab"]
+
+
+def test_torchruns_own_options_come_before_the_script():
+    command = torchrun_command("train.py", 2, ["out"], torchrun_args=["--max-restarts", 1])
+    assert command[-4:] == ["--max-restarts", "1", "train.py", "out"]

@@ -28,7 +28,7 @@ def test_one_gpu_trains_at_full_scale_only_with_enough_memory(gpu, training):
     result = profiles(cuda_box(gpus=gpus(gpu)))
     assert result["environment"] == result["quantization"] == "full"
     assert result["training"] == result["pruning"] == training
-    assert result["multi_gpu"] == result["scale"] == "smoke"  # 2 CPU processes stand in
+    assert result["multi_gpu"] == result["at_scale"] == "smoke"  # 2 CPU processes stand in
 
 
 def test_a_t4_is_told_how_much_memory_full_training_needs():
@@ -39,7 +39,7 @@ def test_a_t4_is_told_how_much_memory_full_training_needs():
 
 def test_two_small_gpus_run_the_multi_gpu_labs_at_full_scale():
     result = profiles(cuda_box(gpus=gpus(T4, 2)))
-    assert result["multi_gpu"] == result["scale"] == "full"
+    assert result["multi_gpu"] == result["at_scale"] == "full"
     assert result["training"] == "smoke"
 
 
@@ -61,7 +61,7 @@ def test_lab_03s_full_recipe_fits_the_memory_its_rule_asks_for():
 
 def test_the_labs_follow_the_course_plan():
     planned = [(lab.number, lab.slug, lab.ready) for lab in LABS if lab.number >= 4]
-    assert planned == [(4, "multi_gpu", True), (5, "scale", False), (6, "pruning", False),
+    assert planned == [(4, "multi_gpu", True), (5, "at_scale", True), (6, "pruning", False),
                        (7, "quantization", False)]  # fmt: skip
     assert [lab.title for lab in LABS[4:]] == [
         "Multi-GPU training", "Training at scale", "Pruning", "4-bit quantization",

@@ -1,8 +1,8 @@
 """The sbatch script llmlab writes, and launches across "nodes" that are one machine.
 
-The real runs use stand-ins for srun and scontrol (tests/fake_slurm/) first on PATH: the job's
-two hosts are localhost and 127.0.0.1, so two torchruns on this machine meet through the c10d
-rendezvous as two nodes would. The script runs under bash with the variables sbatch would set.
+The real runs use stand-ins for srun and scontrol (llmlab/course/stand_ins/) first on PATH: the
+job's two hosts are localhost and 127.0.0.1, so two torchruns on this machine meet through the
+c10d rendezvous as two nodes would. The script runs under bash with the variables sbatch would set.
 """
 
 import re

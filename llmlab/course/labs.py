@@ -76,7 +76,7 @@ LABS: tuple[Lab, ...] = (
         _training_gpu(TRAINING_GPU_GB)),
     Lab(4, "multi_gpu", "Multi-GPU training", True,
         "2 or more GPUs (DDP, ZeRO/FSDP, tensor and pipeline parallelism)", _multi_gpu),
-    Lab(5, "scale", "Training at scale", False,
+    Lab(5, "at_scale", "Training at scale", True,
         "2 or more GPUs (launchers, failures and restarts; the cluster planner needs none)",
         _multi_gpu),
     Lab(6, "pruning", "Pruning", False,

@@ -11,6 +11,7 @@ One concern per module:
 - `launchers`: every launcher side by side: what it starts, where ranks come from, our helpers.
 - `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
 - `comm`: count the bytes each collective sends; the formulas they should match.
+- `overlap`: DDP bucket sizes and FSDP2 prefetching, timed and counted on 2 ranks.
 - `equivalence`: a strategy on N ranks against one process on the same global batch.
 - `rank_memory`: memory per rank, measured, against the Lab 02 planner.
 - `mesh`: every parallel group read off one rank grid; device meshes.

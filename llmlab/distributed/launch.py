@@ -230,8 +230,10 @@ def torchrun_command(
     script_args: Sequence[str] = (),
     module: bool = False,
     log_dir: str | Path | None = None,
+    torchrun_args: Sequence[str] = (),
 ) -> list[str]:
-    """The `torchrun` command line for one machine (`--standalone`: a rendezvous on localhost).
+    """The `torchrun` command line for one machine (`--standalone`: a rendezvous on localhost);
+    `torchrun_args` go to torchrun itself (e.g. `["--max-restarts", "1"]`).
 
     `python -m torch.distributed.run` is torchrun itself; it is used so that the torchrun of
     this Python runs, whatever `torchrun` is first on PATH.
@@ -241,7 +243,7 @@ def torchrun_command(
     logs = [f"--log-dir={log_dir}"] if log_dir else []
     # --tee=3: each rank's stdout and stderr reach the console, prefixed with its rank.
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={nprocs}", "--tee=3", *logs, *target,
+            f"--nproc_per_node={nprocs}", "--tee=3", *logs, *map(str, torchrun_args), *target,
             *map(str, script_args)]  # fmt: skip
 
 
@@ -339,9 +341,11 @@ def run_script(
     threads: int = 1,
     env: dict[str, str] | None = None,
     launcher: str = "torchrun",
+    torchrun_args: Sequence[str] = (),
 ) -> str:
     """Run a script (or `module=True`: a module) under `launcher` (torchrun or deepspeed) on
-    this machine; stream and return its output.
+    this machine; stream and return its output. `torchrun_args` go to torchrun (e.g.
+    `["--max-restarts", "1"]` for an elastic restart).
 
     torchrun prefixes each line with the rank that printed it (`[default0]:`); DeepSpeed's
     launcher does not. The process tree is stopped if it runs past `timeout_s`; a failure raises
@@ -354,8 +358,11 @@ def run_script(
     child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
     with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as logs:
         if launcher == "torchrun":
-            command = torchrun_command(script, nprocs, script_args, module, log_dir=logs)
+            command = torchrun_command(script, nprocs, script_args, module, log_dir=logs,
+                                       torchrun_args=torchrun_args)  # fmt: skip
         else:
+            if torchrun_args:
+                raise ValueError("torchrun_args are for launcher='torchrun'")
             # DeepSpeed's default port is torchrun's (29500): another job may hold it.
             command = deepspeed_command(script, nprocs, script_args, module,
                                         master_port=free_port())  # fmt: skip
