@@ -5,9 +5,10 @@ import copy
 
 import pytest
 import torch
+from test_prune import GPT2, SHAPES
 from transformers import AutoModelForCausalLM
 
-from llmlab.models import build_model, preset
+from llmlab.models import build_model
 from llmlab.prune import (
     apply_masks,
     input_norms,
@@ -22,10 +23,6 @@ from llmlab.prune import (
     wanda_mask,
     wanda_prune,
 )
-
-GPT2 = preset("tiny", vocab_size=256, context=32, n_layer=2, d_model=64, n_head=2)
-LLAMA = GPT2.replace(family="llama", n_kv_head=1, d_ff=96, tied_embeddings=False)
-SHAPES = {"gpt2": GPT2, "llama": LLAMA}
 
 
 def logits(model, ids):
