@@ -1,6 +1,13 @@
 """notebook_launch(): a function defined here, as in a notebook cell, trains with Accelerate on two
 real ranks of one gloo group; the mistakes that leave each rank alone, or hide which rank failed,
-are caught."""
+are caught.
+
+Each launch runs in a freshly spawned interpreter: notebook_launcher refuses to start where
+bitsandbytes is imported or an Accelerator exists, and other tests in the same pytest worker leave
+both behind (a notebook kernel restarted before the lab has neither)."""
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import torch
@@ -12,6 +19,12 @@ from llmlab.distributed import LaunchError
 from llmlab.distributed.accelerate_notebook import notebook_launch
 
 STEPS = 3
+
+
+def fresh(fn, *args, **kwargs):
+    """fn(*args, **kwargs) in a new interpreter (spawned: nothing imported but what fn needs)."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args, **kwargs).result()
 
 
 def train(cpu: bool = True) -> dict:
@@ -38,7 +51,7 @@ def train(cpu: bool = True) -> dict:
 
 
 def test_a_notebook_function_trains_on_two_ranks_of_one_group(capfd):
-    ranks = notebook_launch(train, nprocs=2)
+    ranks = fresh(notebook_launch, train, nprocs=2)
     assert [(r["rank"], r["world"], r["backend"]) for r in ranks] == [(0, 2, "gloo"),
                                                                      (1, 2, "gloo")]  # fmt: skip
     assert [r["threads"] for r in ranks] == [1, 1]  # two ranks on two cores: one thread each
@@ -58,13 +71,13 @@ def threads_here() -> int:
 
 
 def test_each_rank_gets_the_threads_asked_for():
-    assert notebook_launch(threads_here, nprocs=2, threads=2) == [2, 2]
+    assert fresh(notebook_launch, threads_here, nprocs=2, threads=2) == [2, 2]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="shows what happens without a GPU")
 def test_an_accelerator_without_cpu_true_is_caught_training_alone():
     with pytest.raises(LaunchError, match=r"counted 1 process\(es\) of the 2 started"):
-        notebook_launch(train, nprocs=2, args=(False,))
+        fresh(notebook_launch, train, nprocs=2, args=(False,))
 
 
 def fails_on_rank_1():
@@ -77,7 +90,7 @@ def fails_on_rank_1():
 
 def test_the_rank_that_failed_is_named_with_its_own_error():
     with pytest.raises(LaunchError, match=r"(?s)rank 1 raised \(failure 1 of .*rank 1 gives up"):
-        notebook_launch(fails_on_rank_1, nprocs=2)
+        fresh(notebook_launch, fails_on_rank_1, nprocs=2)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [({"nprocs": 1}, "nprocs must be 2 or more"),
