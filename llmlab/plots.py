@@ -311,3 +311,81 @@ def scaling_curves(
     fig.suptitle(title or "Predicted scaling")
     fig.tight_layout()
     return fig
+
+
+def weight_histograms(
+    groups: Mapping[str, Mapping[str, Sequence[float]]], title: str = ""
+) -> Figure:
+    """One panel per kind of matrix ({"attn.c_attn": {"layer 0": |w| values, ...}, ...}): the
+    distribution of |w| per layer, on a log count axis (the tails are where pruning decides)."""
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.2 * len(groups), 3), squeeze=False)
+    for ax, (kind, layers) in zip(axes[0], groups.items(), strict=True):
+        for label, values in layers.items():
+            ax.hist(values, bins=60, histtype="step", log=True, label=label)
+        ax.set_title(kind, fontsize=9)
+        ax.set_xlabel("|w|")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("weights (log)")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title or "Where the weights are")
+    fig.tight_layout()
+    return fig
+
+
+def perplexity_vs_sparsity(
+    curves: Mapping[str, Mapping[float, float]], dense: float | None = None, title: str = ""
+) -> Figure:
+    """Perplexity (log axis) against the fraction of weights removed, one line per curve
+    ({"global": {0.5: 31.2, ...}, ...}); `dense` draws the unpruned model's as a dashed line."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, points in curves.items():
+        sparsities = sorted(points)
+        ax.plot(sparsities, [points[s] for s in sparsities], "o-", label=label)
+    if dense is not None:
+        ax.axhline(dense, color="k", linestyle="--", linewidth=1, label="dense")
+    ax.set_yscale("log")
+    ax.set_xlabel("sparsity (fraction of weights set to zero)")
+    ax.set_ylabel("held-out perplexity")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)
+    ax.set_title(title or "Perplexity against sparsity")
+    fig.tight_layout()
+    return fig
+
+
+def sensitivity_scan(
+    scan: Mapping[str, Mapping[str, Mapping[float, float]]], dense: float, title: str = ""
+) -> Figure:
+    """One panel per kind of matrix ({"mlp.c_fc": {"layer 0": {sparsity: perplexity}}}): each
+    line prunes one matrix alone, the rest of the model dense."""
+    fig, axes = plt.subplots(1, len(scan), figsize=(3.2 * len(scan), 3.2), squeeze=False,
+                             sharey=True)  # fmt: skip
+    for ax, (kind, layers) in zip(axes[0], scan.items(), strict=True):
+        for label, points in layers.items():
+            sparsities = sorted(points)
+            ax.plot(sparsities, [points[s] for s in sparsities], "o-", markersize=3, label=label)
+        ax.axhline(dense, color="k", linestyle="--", linewidth=1)
+        ax.set_yscale("log")
+        ax.set_title(kind, fontsize=9)
+        ax.set_xlabel("sparsity of this matrix")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("held-out perplexity")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title or "Sensitivity: one matrix pruned at a time (dashed: dense)")
+    fig.tight_layout()
+    return fig
+
+
+def sparsity_schedules(curves: Mapping[str, Sequence[float]], title: str = "") -> Figure:
+    """Target sparsity against training step, one line per schedule."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for label, values in curves.items():
+        ax.plot(range(len(values)), values, label=label)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("target sparsity")
+    ax.set_ylim(0, 1)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Pruning schedules")
+    fig.tight_layout()
+    return fig
