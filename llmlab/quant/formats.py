@@ -53,15 +53,13 @@ def group_count(weight: torch.Tensor, granularity: str | int) -> tuple[int, int]
         )
     if granularity <= 0 or cols % granularity:
         raise ValueError(
-            f"group size {granularity} does not divide the input dimension {cols}: pick a divisor "
-            f"of {cols} (e.g. 32, 64 or 128 when they divide it), or 'channel' for one group per row"
+            f"group size {granularity} does not divide the input dimension {cols}: pick a "
+            f"divisor of {cols} (e.g. 32, 64 or 128 if it divides), or 'channel' for one per row"
         )
     return rows, cols // granularity
 
 
-def fit_grid(
-    values: torch.Tensor, bits: int, symmetric: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+def fit_grid(values: torch.Tensor, bits: int, symmetric: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale, zero) for each row of `values` (..., n): the grid spans the row's range, which
     is widened to include 0 so that an exact zero weight stays exactly zero."""
     low, high = code_range(bits, symmetric)
@@ -113,8 +111,14 @@ def quantize(
     scale, zero = fit_grid(grouped, bits, symmetric)
     codes = to_codes(grouped, scale[..., None], zero[..., None], bits, symmetric)
     dtype = torch.int8 if symmetric else torch.uint8
-    return Quantized(codes.reshape(weight.shape).to(dtype), scale, zero, bits, symmetric,
-                     weight.shape[1] // groups)
+    return Quantized(
+        codes.reshape(weight.shape).to(dtype),
+        scale,
+        zero,
+        bits,
+        symmetric,
+        weight.shape[1] // groups,
+    )
 
 
 def fake_quantize(

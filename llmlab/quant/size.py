@@ -10,10 +10,13 @@ def quantized_bits(q: Quantized, scale_bits: int = SCALE_BITS, zero_bits: int | 
     (packed at the code width by default, as GPTQ checkpoints pack their qzeros)."""
     zero_bits = q.bits if zero_bits is None else zero_bits
     groups = q.scales.numel()
-    return q.codes.numel() * q.bits + groups * scale_bits + (0 if q.symmetric else groups * zero_bits)
+    zero_total = 0 if q.symmetric else groups * zero_bits
+    return q.codes.numel() * q.bits + groups * scale_bits + zero_total
 
 
-def bits_per_weight(q: Quantized, scale_bits: int = SCALE_BITS, zero_bits: int | None = None) -> float:
+def bits_per_weight(
+    q: Quantized, scale_bits: int = SCALE_BITS, zero_bits: int | None = None
+) -> float:
     """Average bits per weight: int4 with group size 128, fp16 scales and 4-bit zeros costs
     4 + 16/128 + 4/128 = 4.156."""
     return quantized_bits(q, scale_bits, zero_bits) / q.codes.numel()
