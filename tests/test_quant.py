@@ -1,0 +1,128 @@
+"""llmlab.quant formats, NF4, error, RTN and size accounting: exact grids on hand-made weights,
+the error ordering tensor > channel > group, the NF4 values against bitsandbytes' table, and
+the errors for bad input."""
+
+import pytest
+import torch
+
+from llmlab.quant import (
+    bits_per_weight,
+    code_range,
+    fake_quantize,
+    nf4_codebook,
+    nf4_dequantize,
+    nf4_quantize,
+    quant_error,
+    quantize,
+    quantized_bits,
+    rtn,
+)
+
+
+def test_code_ranges():
+    assert code_range(4, symmetric=True) == (-7, 7)
+    assert code_range(4, symmetric=False) == (0, 15)
+    assert code_range(8, symmetric=True) == (-127, 127)
+    assert code_range(2, symmetric=False) == (0, 3)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_values_on_the_grid_come_back_exactly(symmetric):
+    # symmetric: codes -7..7; asymmetric: 16 codes on a range not centred on 0
+    values = torch.arange(-7, 8) if symmetric else torch.arange(-5, 11)
+    weight = (values.float() * 0.25).repeat(3, 1)
+    q = quantize(weight, 4, symmetric, "channel")
+    assert torch.equal(q.dequantize(), weight)
+    assert torch.allclose(q.scales, torch.full((3, 1), 0.25))
+    assert q.codes.dtype == (torch.int8 if symmetric else torch.uint8)
+
+
+def test_rtn_hand_example():
+    # one row, two groups of 4: [0, 0.3] spans 15 steps of 0.02; [-1, 2] has its zero at code 5
+    weight = torch.tensor([[0.0, 0.1, 0.2, 0.3, -1.0, 0.0, 1.0, 2.0]])
+    q = rtn(weight, bits=4, group_size=4)
+    assert torch.allclose(q.scales, torch.tensor([[0.02, 0.2]]))
+    assert torch.equal(q.zeros, torch.tensor([[0.0, 5.0]]))
+    assert q.codes.tolist() == [[0, 5, 10, 15, 0, 5, 10, 15]]
+    assert torch.allclose(q.dequantize(), weight)
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "channel", 16])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_error_is_within_half_a_step_and_zero_stays_zero(granularity, symmetric):
+    torch.manual_seed(0)
+    weight = torch.randn(8, 64)
+    weight[:, 5] = 0
+    q = quantize(weight, 4, symmetric, granularity)
+    low, high = code_range(4, symmetric)
+    assert low <= q.codes.min() and q.codes.max() <= high
+    assert torch.equal(q.zeros, q.zeros.round()) and q.zeros.min() >= low and q.zeros.max() <= high
+    step = q.scales.repeat_interleave(q.group_size, dim=1).expand_as(weight)
+    assert ((q.dequantize() - weight).abs() <= step / 2 + 1e-6).all()
+    assert (q.dequantize()[:, 5] == 0).all()
+
+
+def test_finer_grids_err_less():
+    torch.manual_seed(0)
+    weight = torch.randn(16, 128) * torch.logspace(-2, 0, 16)[:, None]  # rows of unequal size
+    errors = [quant_error(weight, fake_quantize(weight, 4, False, g)).relative
+              for g in ("tensor", "channel", 32)]  # fmt: skip
+    assert errors[0] > 1.5 * errors[1] and errors[1] > 1.1 * errors[2], errors
+    assert quant_error(weight, fake_quantize(weight, 8, True, "channel")).relative < 0.01
+
+
+def test_quant_error():
+    original = torch.tensor([3.0, 4.0])
+    error = quant_error(original, torch.tensor([3.0, 3.0]))
+    assert error.relative == pytest.approx(0.2) and error.mse == pytest.approx(0.5)
+    assert quant_error(original, original).relative == 0
+    with pytest.raises(ValueError, match="shapes differ"):
+        quant_error(original, original[:1])
+
+
+def test_nf4_codebook():
+    values = nf4_codebook()
+    assert values.shape == (16,) and torch.equal(values, values.sort().values)
+    assert values[0] == -1 and values[-1] == 1 and (values == 0).sum() == 1
+    assert (values > 0).sum() == 8 and (values < 0).sum() == 7
+    # symmetric-ish: each negative value's mirror is near a positive one (a step is ~0.1)
+    assert (-values[:7, None] - values[None, 8:]).abs().amin(1).max() < 0.05
+    # the table bitsandbytes ships (functional.py, get_4bit_type("nf4")), a few of its values
+    for index, value in [(1, -0.6961928009986877), (6, -0.09105003625154495),
+                         (8, 0.07958029955625534), (14, 0.7229568362236023)]:  # fmt: skip
+        assert values[index].item() == pytest.approx(value, abs=1e-6)
+
+
+def test_nf4_beats_absmax_int4_on_normal_weights():
+    torch.manual_seed(0)
+    weight = torch.randn(64, 256)
+    codes, absmax = nf4_quantize(weight, block_size=64)
+    assert codes.max() <= 15 and absmax.shape == (weight.numel() // 64,)
+    nf4 = quant_error(weight, nf4_dequantize(codes, absmax)).relative
+    blocks = weight.reshape(-1, 64)  # the same storage: 4-bit codes and one scale per 64 values
+    int4 = quant_error(blocks, fake_quantize(blocks, 4, True, "channel")).relative
+    assert nf4 < 0.9 * int4
+
+
+def test_bits_per_weight_counts_scales_and_zeros():
+    weight = torch.randn(32, 256)
+    assert bits_per_weight(rtn(weight, 4, 128)) == 4 + 16 / 128 + 4 / 128
+    assert bits_per_weight(quantize(weight, 8, True, "channel")) == 8 + 16 / 256
+    assert quantized_bits(rtn(weight, 4, 64), zero_bits=16) == 32 * 256 * 4 + 32 * 4 * 32
+
+
+@pytest.mark.parametrize("bits", [1, 9, 16, 4.0, True])
+def test_bad_bits(bits):
+    with pytest.raises((ValueError, TypeError), match="bits must be"):
+        quantize(torch.randn(4, 8), bits)
+
+
+def test_bad_group_size_and_shape():
+    with pytest.raises(ValueError, match="group size 48 does not divide the input dimension 64"):
+        rtn(torch.randn(4, 64), 4, 48)
+    with pytest.raises(ValueError, match="granularity must be"):
+        quantize(torch.randn(4, 64), 4, granularity="row")
+    with pytest.raises(ValueError, match="2-D weight"):
+        quantize(torch.randn(4, 4, 4), 4)
+    with pytest.raises(ValueError, match="NF4 block size 48"):
+        nf4_quantize(torch.randn(4, 64), 48)
