@@ -51,21 +51,30 @@ def gptq(
     h: torch.Tensor,
     bits: int = 4,
     group_size: int = 128,
-    block_size: int = 128,
+    block_size: int | None = None,
     damp: float = 0.01,
     act_order: bool = False,
 ) -> Quantized:
     """Asymmetric int-`bits` codes of a (out, in) weight, group-wise like `rtn`, chosen to keep
-    W X rather than W. Columns go in blocks of `block_size`: inside a block the error feedback
-    is applied column by column, to the rest of the matrix once per block (one matmul, the same
-    result with far less memory traffic). With `act_order`, columns go in order of decreasing
-    H[j, j] (the most active inputs first, while there is most freedom left to compensate), and
-    the group grids are fit up front on the unchanged weight, so groups stay contiguous."""
+    W X rather than W. `group_size` is an integer (in_features for one group per row).
+    Columns go in blocks of `block_size` (default: 128, rounded to whole groups): inside a block
+    the error feedback is applied column by column, to the rest of the matrix once per block (one
+    matmul, the same result with far less memory traffic). With `act_order`, columns go in order
+    of decreasing H[j, j] (the most active inputs first, while most freedom is left to
+    compensate), and the group grids are fit up front on the unchanged weight, so that groups
+    stay contiguous."""
     check_bits(bits)
+    if isinstance(group_size, str):
+        raise ValueError(
+            f"GPTQ takes an integer group size, got {group_size!r}: use "
+            f"in_features ({weight.shape[-1]}) for one group per row"
+        )
     rows, cols = weight.shape
     groups = group_count(weight, group_size)[1]
     if h.shape != (cols, cols):
         raise ValueError(f"Hessian shape {tuple(h.shape)} does not match {cols} input columns")
+    if block_size is None:
+        block_size = group_size * max(1, 128 // group_size)
     if block_size <= 0 or block_size % group_size:
         raise ValueError(
             f"block size {block_size} must be a multiple of the group size {group_size} "
