@@ -87,7 +87,7 @@ def gptq(
         order = torch.argsort(h.diagonal(), descending=True)
         scales[:], zeros[:] = fit_grid(w.view(rows, groups, group_size), bits, symmetric=False)
     else:
-        order = torch.arange(cols)
+        order = torch.arange(cols, device=h.device)
     u = inverse_hessian_factor(h[order][:, order], damp)
     w = w[:, order]
     codes = torch.zeros_like(w)
