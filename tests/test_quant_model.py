@@ -1,0 +1,137 @@
+"""Calibration capture and whole-model quantization on tiny GPT-2 and Llama models with a
+random-token stream: recorded inputs are the layers' real inputs, hooks never stay behind,
+GPTQ's output error is below RTN's at 4 bits, blocks are calibrated sequentially, weights are
+written back in each layer's own layout, sizes count scales and zeros, bad input is refused."""
+
+import pytest
+import torch
+
+from llmlab.models import ModelShape, build_model
+from llmlab.quant import gptq, hessian, quantize_model, record_inputs
+from llmlab.quant.model import write_back
+
+VOCAB, SEQ = 512, 64
+SHAPES = {
+    "gpt2": ModelShape("gpt2", 2, 64, 4, VOCAB, SEQ),
+    "llama": ModelShape("llama", 2, 64, 4, VOCAB, SEQ, d_ff=128, n_kv_head=2),
+}
+
+
+def calibration(seed=1, count=4):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB, (4, SEQ), generator=generator) for _ in range(count)]
+
+
+def output_error(family, method, **options):
+    """Relative error of the quantized model's logits on held-out tokens, and the report."""
+    model = build_model(SHAPES[family]).eval()
+    test = calibration(seed=2, count=1)[0]
+    with torch.no_grad():
+        reference = model(test).logits
+    report = quantize_model(model, method, calibration(), bits=4, group_size=32, **options)
+    with torch.no_grad():
+        logits = model(test).logits
+    assert torch.isfinite(logits).all()
+    return float((logits - reference).norm() / reference.norm()), report
+
+
+@pytest.mark.parametrize("family", SHAPES)
+def test_gptq_output_error_below_rtn_at_4_bits(family):
+    rtn_error, rtn_report = output_error(family, "rtn")
+    gptq_error, gptq_report = output_error(family, "gptq")
+    assert 0 < gptq_error < 0.9 * rtn_error, (gptq_error, rtn_error)
+    per_block = 4 if family == "gpt2" else 7  # qkv+proj+fc+proj; q,k,v,o,gate,up,down
+    assert len(gptq_report.layers) == len(rtn_report.layers) == 2 * per_block
+
+
+def test_record_inputs_are_the_layers_real_inputs():
+    model = build_model(SHAPES["gpt2"])
+    batches = calibration(count=2)
+    recorded = record_inputs(model, ["lm_head", "transformer.h.1.mlp.c_proj"], batches, window=16)
+    assert model.training  # its mode is given back (eval only while recording)
+    model.eval()
+    with torch.no_grad():
+        outputs = [model(ids[:, :16], output_hidden_states=True) for ids in batches]
+    hidden = [output.hidden_states[-1] for output in outputs]
+    for got, expected in zip(recorded["lm_head"], hidden, strict=True):
+        torch.testing.assert_close(got, expected.reshape(-1, 64))  # the head reads ln_f's output
+    assert [x.shape for x in recorded["transformer.h.1.mlp.c_proj"]] == [(4 * 16, 256)] * 2
+
+
+def test_hooks_are_removed_even_when_the_forward_fails():
+    model = build_model(SHAPES["gpt2"])
+    layer = model.transformer.h[0].attn.c_attn
+    with pytest.raises(IndexError):
+        record_inputs(model, ["transformer.h.0.attn.c_attn"], [torch.full((1, 8), VOCAB)])
+    assert not layer._forward_pre_hooks
+    record_inputs(model, ["transformer.h.0.attn.c_attn"], calibration(count=1))
+    assert not layer._forward_pre_hooks
+
+
+def test_record_inputs_refuses_bad_input():
+    model = build_model(SHAPES["gpt2"])
+    name = ["transformer.h.0.attn.c_attn"]
+    with pytest.raises(ValueError, match="got none"):
+        record_inputs(model, name, [])
+    with pytest.raises(ValueError, match="fewer than one window of 32"):
+        record_inputs(model, name, [torch.zeros(2, 64, dtype=torch.long),
+                                    torch.zeros(2, 16, dtype=torch.long)], window=32)  # fmt: skip
+    with pytest.raises(ValueError, match=r"expected token ids shaped \(batch, seq\)"):
+        record_inputs(model, name, [torch.zeros(64, dtype=torch.long)])
+    with pytest.raises(KeyError, match="no module named 'transformer.h.9.attn'"):
+        record_inputs(model, ["transformer.h.9.attn"], calibration(count=1))
+    with pytest.raises(TypeError, match="not a Linear or Conv1D"):
+        record_inputs(model, ["transformer.ln_f"], calibration(count=1))
+
+
+def test_block_i_is_calibrated_on_the_quantized_blocks_before_it():
+    quantized = build_model(SHAPES["llama"])
+    report = quantize_model(quantized, "gptq", calibration(), group_size=32)
+    name = "model.layers.1.self_attn.q_proj"
+
+    def gptq_of_layer_1(model):
+        x = record_inputs(model, [name], calibration())[name]
+        return gptq(model.get_submodule(name).weight, hessian(x), group_size=32).codes
+
+    model = build_model(SHAPES["llama"])
+    fp_codes = gptq_of_layer_1(model)  # calibrated on the float block 0: not what GPTQ does
+    for layer, q in report.layers.items():
+        if layer.startswith("model.layers.0."):
+            write_back(model.get_submodule(layer), q)
+    assert torch.equal(report.layers[name].codes, gptq_of_layer_1(model))
+    assert not torch.equal(report.layers[name].codes, fp_codes)
+
+
+def test_conv1d_weights_are_quantized_as_out_by_in_and_written_back_transposed():
+    model = build_model(SHAPES["gpt2"])
+    report = quantize_model(model, "rtn", group_size=32)
+    q = report.layers["transformer.h.0.attn.c_attn"]
+    assert q.codes.shape == (192, 64)  # Conv1D stores (64, 192): groups run along the 64 inputs
+    torch.testing.assert_close(model.transformer.h[0].attn.c_attn.weight, q.dequantize().T)
+
+
+def test_size_report_counts_scales_zeros_and_float_parameters():
+    model = build_model(SHAPES["gpt2"])
+    total = sum(p.numel() for p in model.parameters())  # the tied LM head counted once
+    report = quantize_model(model, "rtn", bits=4, group_size=32)
+    assert report.layer_bits_per_weight == 4 + (16 + 4) / 32  # codes, fp16 scale, 4-bit zero
+    matrices = 2 * (64 * 192 + 64 * 64 + 64 * 256 + 256 * 64)
+    assert report.quantized_weights == matrices and report.float_params == total - matrices
+    expected = (matrices * 4.625 + (total - matrices) * 16) / total
+    assert report.model_bits_per_weight == pytest.approx(expected)
+
+
+def test_quantize_model_refuses_bad_input():
+    model = build_model(SHAPES["gpt2"])
+    with pytest.raises(ValueError, match="unknown quantization method 'awq'"):
+        quantize_model(model, "awq")
+    with pytest.raises(ValueError, match="got none"):
+        quantize_model(model, "gptq")
+    with pytest.raises(ValueError, match="fewer than one window"):
+        quantize_model(model, "gptq", calibration(), window=SEQ + 1)
+    with pytest.raises(ValueError, match="bits must be from 2 to 8"):
+        quantize_model(model, "rtn", bits=16)
+    with pytest.raises(ValueError, match="group size 48 does not divide"):
+        quantize_model(model, "rtn", group_size=48)
+    with pytest.raises(TypeError, match="RTN takes no GPTQ options"):
+        quantize_model(model, "rtn", act_order=True)
