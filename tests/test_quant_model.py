@@ -39,7 +39,7 @@ def output_error(family, method, **options):
 def test_gptq_output_error_below_rtn_at_4_bits(family):
     rtn_error, rtn_report = output_error(family, "rtn")
     gptq_error, gptq_report = output_error(family, "gptq")
-    assert 0 < gptq_error < 0.9 * rtn_error, (gptq_error, rtn_error)
+    assert 0 < gptq_error < 0.95 * rtn_error, (gptq_error, rtn_error)  # measured: 0.74x, 0.89x
     per_block = 4 if family == "gpt2" else 7  # qkv+proj+fc+proj; q,k,v,o,gate,up,down
     assert len(gptq_report.layers) == len(rtn_report.layers) == 2 * per_block
 
