@@ -35,19 +35,20 @@ def _reference_streams(
     return [list(stream) for stream in zip(*per_hypothesis, strict=True)]
 
 
+def _corpus_score(name: str, metric, hypotheses, references) -> TextScore:
+    result = metric.corpus_score(list(hypotheses), _reference_streams(hypotheses, references))
+    return TextScore(name, result.score, str(metric.get_signature()))
+
+
 def bleu(
     hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]]
 ) -> TextScore:
     """Corpus BLEU (not a mean of sentence BLEUs): n-gram counts summed over all sentences."""
-    metric = sacrebleu.metrics.BLEU()
-    result = metric.corpus_score(list(hypotheses), _reference_streams(hypotheses, references))
-    return TextScore("BLEU", result.score, str(metric.get_signature()))
+    return _corpus_score("BLEU", sacrebleu.metrics.BLEU(), hypotheses, references)
 
 
 def chrf(
     hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]]
 ) -> TextScore:
     """Corpus chrF: character n-gram F-score, kinder than BLEU to morphology and short texts."""
-    metric = sacrebleu.metrics.CHRF()
-    result = metric.corpus_score(list(hypotheses), _reference_streams(hypotheses, references))
-    return TextScore("chrF", result.score, str(metric.get_signature()))
+    return _corpus_score("chrF", sacrebleu.metrics.CHRF(), hypotheses, references)

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from llmlab.models.observe import observe_inputs
 from llmlab.prune.keep import apply_masks, current_weight
 from llmlab.prune.masks import check_sparsity
 from llmlab.prune.targets import input_dim, named_blocks, prunable_weights
@@ -25,24 +26,10 @@ def input_norms(
                               device=module.weight.device)
             for name, module in modules.items()}  # fmt: skip
 
-    def recorder(name):
-        def record(module, inputs):
-            x = inputs[0].detach().reshape(-1, inputs[0].shape[-1])
-            sums[name] += x.double().pow(2).sum(0)  # float64: sums over many tokens
+    def accumulate(name: str, x: torch.Tensor) -> None:
+        sums[name] += x.double().pow(2).sum(0)  # float64: sums over many tokens
 
-        return record
-
-    hooks = [module.register_forward_pre_hook(recorder(name)) for name, module in modules.items()]
-    was_training = model.training
-    model.eval()
-    try:
-        device = next(model.parameters()).device
-        for ids in batches:
-            model(ids.to(device))
-    finally:
-        model.train(was_training)
-        for hook in hooks:
-            hook.remove()
+    observe_inputs(model, modules, batches, accumulate)
     return {name: total.sqrt().float() for name, total in sums.items()}
 
 

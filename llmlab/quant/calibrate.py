@@ -1,12 +1,13 @@
 """Calibration capture: the inputs each Linear / Conv1D of a model sees on calibration batches,
 the activations GPTQ builds its Hessian from. Recorded with forward pre-hooks, which are removed
-afterwards even if the forward fails, so the model is left as it was."""
+afterwards even if the forward fails (llmlab.models.observe), so the model is left as it was."""
 
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 
+from llmlab.models.observe import observe_inputs
 from llmlab.prune.targets import PRUNABLE
 
 
@@ -66,22 +67,6 @@ def record_inputs(
     batches = check_batches(batches, window)
     recorded = {name: [] for name in layers}
 
-    def recorder(name):
-        def record(module, inputs):
-            x = inputs[0].detach()
-            recorded[name].append(x.reshape(-1, x.shape[-1]).clone())
-
-        return record
-
-    hooks = [module.register_forward_pre_hook(recorder(name)) for name, module in layers.items()]
-    was_training = model.training
-    model.eval()
-    try:
-        device = next(model.parameters()).device
-        for ids in batches:
-            model(ids[:, :window].to(device))
-    finally:
-        model.train(was_training)
-        for hook in hooks:
-            hook.remove()
+    observe_inputs(model, layers, batches,
+                   lambda name, x: recorded[name].append(x.clone()), window)  # fmt: skip
     return recorded
