@@ -167,6 +167,7 @@ def _supervise(ranks: list, timeout_s: float) -> list:
     failure: str | None = None
     deadline = time.monotonic() + timeout_s
     exited: set[int] = set()
+    died = False  # the failure is a rank killed by a signal
     while len(exited) < len(ranks):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -200,8 +201,12 @@ def _supervise(ranks: list, timeout_s: float) -> list:
             else:
                 selector.unregister(process.sentinel)
                 exited.add(rank)
-                if rank not in results and failure is None:
-                    process.join()
+                process.join()
+                # A rank killed by a signal is the cause; a partner's error in a collective
+                # (often "connection reset") may reach us first, and is only its consequence.
+                killed = process.exitcode is not None and process.exitcode < 0
+                if rank not in results and (failure is None or killed and not died):
+                    died = killed
                     failure = (
                         f"rank {rank} {_describe_exit(process.exitcode)} before it finished; "
                         "the other ranks were stopped"
