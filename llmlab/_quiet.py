@@ -36,8 +36,10 @@ def silence_third_party_noise() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # The Rust tokenizers warn after every fork (data-loader workers, datasets.map processes).
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # torchao (pulled in by GPTQ tooling) logs timestamped warnings at import.
-    logging.getLogger("torchao").setLevel(logging.ERROR)
+    # torchao (GPTQModel's dependency, which transformers imports when it is installed) logs
+    # timestamped warnings at import, its own and torch's about the enums it registers.
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     # On AVX512-BF16 CPUs bitsandbytes looks for a hub-downloaded kernel (the `kernels` package,
     # which the course does not install: no downloads) and says so before using its own.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
