@@ -92,6 +92,12 @@ def quantize_model(
                 q = gptq(weight, hessian(inputs[name]), bits, group_size, **gptq_options)
             write_back(module, q)
             layers[name] = q
+    return size_report(model, layers)
+
+
+def size_report(model: nn.Module, layers: dict[str, Quantized]) -> ModelQuantization:
+    """The sizes of a model whose modules named in `layers` hold those codes; every other
+    parameter counts as float."""
     quantized = {id(module.weight) for name, module in model.named_modules() if name in layers}
     floats = [p for p in model.parameters() if id(p) not in quantized]
     float_params = sum(p.numel() for p in floats)  # model.parameters(): a tied head counts once

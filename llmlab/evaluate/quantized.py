@@ -1,0 +1,56 @@
+"""Post-training quantization (RTN, GPTQ) against quantization-aware training (QAT) at the same
+bits and group size, measured by perplexity on the same held-out windows."""
+
+import copy
+from collections.abc import Callable, Sequence
+
+import torch
+
+from llmlab.evaluate.next_token import perplexity
+from llmlab.quant import finish_qat, prepare_qat, quantize_model
+from llmlab.train import BatchSource, TrainConfig, Trainer
+
+
+def fine_tuned(
+    model: torch.nn.Module, config: TrainConfig, batches: BatchSource
+) -> torch.nn.Module:
+    """The model after `config.max_steps` steps of llmlab.train's loop (the model itself)."""
+    Trainer(model, config, batches).fit()
+    return model.eval()
+
+
+def ptq_against_qat(
+    model: torch.nn.Module,
+    make_batches: Callable[[], BatchSource],
+    windows: Sequence[torch.Tensor],
+    calibration: Sequence[torch.Tensor],
+    config: TrainConfig,
+    *,
+    bits: int = 4,
+    group_size: int = 128,
+    batch_size: int = 8,
+) -> dict[str, float]:
+    """Perplexity on `windows` of copies of the trained `model` (left untouched):
+
+    - "float": as it is; "rtn-4", "gptq-4": quantized after training (GPTQ calibrated on the
+      token-id batches `calibration`);
+    - "float tuned", "rtn-4 tuned": fine-tuned `config.max_steps` more steps in float, then RTN:
+      what the extra steps alone buy, so QAT's gain is not mistaken for more training;
+    - "qat-4": fine-tuned as many steps through fake quantization, then rounded for good.
+
+    `make_batches()` returns a fresh training batch source; it is called once per fine-tune, so
+    both fine-tunes see the same batches.
+    """
+    tag = f"-{bits}"
+    variants = {"float": copy.deepcopy(model)}
+    for method in ("rtn", "gptq"):
+        variants[method + tag] = copy.deepcopy(model)
+        quantize_model(variants[method + tag], method, calibration, bits, group_size)
+    variants["float tuned"] = fine_tuned(copy.deepcopy(model), config, make_batches())
+    variants["rtn" + tag + " tuned"] = copy.deepcopy(variants["float tuned"])
+    quantize_model(variants["rtn" + tag + " tuned"], "rtn", bits=bits, group_size=group_size)
+    qat = copy.deepcopy(model)
+    prepare_qat(qat, bits, group_size)
+    variants["qat" + tag] = fine_tuned(qat, config, make_batches())
+    finish_qat(qat)
+    return {name: perplexity(variant, windows, batch_size) for name, variant in variants.items()}
