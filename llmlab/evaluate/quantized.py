@@ -32,25 +32,22 @@ def ptq_against_qat(
 ) -> dict[str, float]:
     """Perplexity on `windows` of copies of the trained `model` (left untouched):
 
-    - "float": as it is; "rtn-4", "gptq-4": quantized after training (GPTQ calibrated on the
-      token-id batches `calibration`);
-    - "float tuned", "rtn-4 tuned": fine-tuned `config.max_steps` more steps in float, then RTN:
-      what the extra steps alone buy, so QAT's gain is not mistaken for more training;
+    - "float": as it is; "float tuned": fine-tuned `config.max_steps` more steps in float;
+    - "rtn-4", "gptq-4": the tuned model quantized after training (GPTQ calibrated on the
+      token-id batches `calibration`), so every 4-bit variant had the same training budget and
+      QAT's gain is not mistaken for what the extra steps alone buy;
     - "qat-4": fine-tuned as many steps through fake quantization, then rounded for good.
 
     `make_batches()` returns a fresh training batch source; it is called once per fine-tune, so
     both fine-tunes see the same batches.
     """
-    tag = f"-{bits}"
-    variants = {"float": copy.deepcopy(model)}
+    tuned = fine_tuned(copy.deepcopy(model), config, make_batches())
+    variants = {"float": model, "float tuned": tuned}
     for method in ("rtn", "gptq"):
-        variants[method + tag] = copy.deepcopy(model)
-        quantize_model(variants[method + tag], method, calibration, bits, group_size)
-    variants["float tuned"] = fine_tuned(copy.deepcopy(model), config, make_batches())
-    variants["rtn" + tag + " tuned"] = copy.deepcopy(variants["float tuned"])
-    quantize_model(variants["rtn" + tag + " tuned"], "rtn", bits=bits, group_size=group_size)
+        variants[f"{method}-{bits}"] = copy.deepcopy(tuned)
+        quantize_model(variants[f"{method}-{bits}"], method, calibration, bits, group_size)
     qat = copy.deepcopy(model)
     prepare_qat(qat, bits, group_size)
-    variants["qat" + tag] = fine_tuned(qat, config, make_batches())
+    variants[f"qat-{bits}"] = fine_tuned(qat, config, make_batches())
     finish_qat(qat)
     return {name: perplexity(variant, windows, batch_size) for name, variant in variants.items()}
