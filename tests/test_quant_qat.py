@@ -4,6 +4,7 @@ leaves every weight on its int grid, torchao's int4 QAT grid agrees where the co
 bad input is refused, and after a short fine-tune QAT-4 beats RTN-4 on held-out perplexity."""
 
 import copy
+import importlib.util
 
 import pytest
 import torch
@@ -115,16 +116,19 @@ def test_bad_input_is_refused():
 
 # ------------------------------------------------------------- torchao's QAT on nn.Linear
 
-torchao_qat = pytest.importorskip("torchao.quantization.qat", reason="torchao is not installed")
+needs_torchao = pytest.mark.skipif(
+    importlib.util.find_spec("torchao") is None, reason="torchao is not installed"
+)
 
 
 def torchao_fake_quantized(linear: nn.Linear, group_size: int) -> nn.Linear:
     """torchao's int4 weight-only QAT (QATConfig around Int4WeightOnlyConfig) on a copy."""
     from torchao.quantization import Int4WeightOnlyConfig, quantize_
+    from torchao.quantization.qat import FakeQuantizedLinear, QATConfig
 
     wrapper = nn.Sequential(copy.deepcopy(linear))  # quantize_ swaps children, not the root
-    quantize_(wrapper, torchao_qat.QATConfig(Int4WeightOnlyConfig(group_size=group_size)))
-    assert isinstance(wrapper[0], torchao_qat.FakeQuantizedLinear)
+    quantize_(wrapper, QATConfig(Int4WeightOnlyConfig(group_size=group_size)))
+    assert isinstance(wrapper[0], FakeQuantizedLinear)
     return wrapper[0]
 
 
@@ -140,6 +144,7 @@ def grid_aligned_weight(rows=16, cols=128, seed=0):
     return ((codes - zero) * scale).view(rows, cols)
 
 
+@needs_torchao
 def test_torchao_int4_qat_matches_on_shared_grids_and_differs_only_by_the_offset():
     """torchao 0.18 fake-quantizes int4 with the tinygemm grid: scale (max - min) / 15 and a
     float offset, min itself (w ~ min + q s). llmlab's grid (GPTQ's) widens the range to hold 0
@@ -153,6 +158,15 @@ def test_torchao_int4_qat_matches_on_shared_grids_and_differs_only_by_the_offset
     ours = copy.deepcopy(linear)  # the hand STE's parametrization, as prepare_qat registers it
     parametrize.register_parametrization(ours, "weight", FakeQuantized(4, GROUP, transposed=False))
     torch.testing.assert_close(theirs(x), ours(x), rtol=0, atol=1e-5)
+    # Gradients: both pass straight through the rounding, but torchao's scale and offset are
+    # computed from the weights with autograd on, so each group's min and max entries also get
+    # a gradient through them; llmlab's grid is a constant, as in the GPTQ-style STE.
+    theirs(x).square().sum().backward()
+    ours(x).square().sum().backward()
+    gap = (theirs.weight.grad - ours.parametrizations.weight.original.grad).view(16, -1, GROUP)
+    grouped = linear.weight.detach().view(16, -1, GROUP)
+    ends = (grouped == grouped.amax(-1, keepdim=True)) | (grouped == grouped.amin(-1, keepdim=True))
+    assert gap[~ends].abs().max() < 1e-4 and gap[ends].abs().max() > 0.1
     # Random weights: the two roundings land at most one step s apart, and do differ.
     with torch.no_grad():
         linear.weight.copy_(torch.randn(16, 128) * 0.05)

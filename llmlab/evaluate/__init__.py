@@ -1,5 +1,6 @@
 """Evaluating model variants: perplexity and next-token accuracy on fixed held-out windows,
-generation samples side by side, BLEU and chrF through sacrebleu, and a comparison table."""
+generation samples side by side, BLEU and chrF through sacrebleu, a comparison table, and
+post-training quantization against quantization-aware training by perplexity."""
 
 from llmlab.evaluate.compare import (
     VariantRow,
@@ -10,6 +11,7 @@ from llmlab.evaluate.compare import (
     size_on_disk,
 )
 from llmlab.evaluate.next_token import TokenScores, next_token_accuracy, perplexity, score_tokens
+from llmlab.evaluate.quantized import ptq_against_qat
 from llmlab.evaluate.samples import generate_samples, samples_table
 from llmlab.evaluate.translation import TextScore, bleu, chrf
 from llmlab.evaluate.windows import held_out_windows
@@ -17,5 +19,6 @@ from llmlab.evaluate.windows import held_out_windows
 __all__ = [
     "TextScore", "TokenScores", "VariantRow", "bleu", "check_plain", "chrf", "compare_variants",
     "comparison_table", "generate_samples", "held_out_windows", "latency_seconds",
-    "next_token_accuracy", "perplexity", "samples_table", "score_tokens", "size_on_disk",
+    "next_token_accuracy", "perplexity", "ptq_against_qat", "samples_table", "score_tokens",
+    "size_on_disk",
 ]  # fmt: skip
