@@ -278,3 +278,17 @@ def test_qat_beats_rtn_and_a_frozen_block_fine_tune(chain_model, bits):
     assert qat < found[f"frozen-{bits}"]
     if bits == 2:
         assert qat < gptq < rtn and qat - found["float tuned"] < 0.5 * cost
+
+
+@needs_torchao
+def test_torchao_qat_leaves_gpt2_conv1d_in_float():
+    """Why the hand STE covers Conv1D itself: torchao's QAT swaps nn.Linear modules only, so on
+    GPT-2 it fake-quantizes the LM head and none of the blocks' Conv1D projections."""
+    from torchao.quantization import Int4WeightOnlyConfig, quantize_
+    from torchao.quantization.qat import FakeQuantizedLinear, QATConfig
+
+    model = build_model(SHAPE)
+    quantize_(model, QATConfig(Int4WeightOnlyConfig(group_size=GROUP)))
+    swapped = [n for n, m in model.named_modules() if isinstance(m, FakeQuantizedLinear)]
+    assert swapped == ["lm_head"]
+    assert len(prepare_qat(build_model(SHAPE), group_size=GROUP)) == 8  # every Conv1D of 2 blocks
