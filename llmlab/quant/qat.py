@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from transformers.pytorch_utils import Conv1D
 
-from llmlab.prune.targets import PRUNABLE, named_blocks
+from llmlab.prune.targets import prunable_weights
 from llmlab.quant.formats import check_bits, fake_quantize
 from llmlab.quant.model import ModelQuantization, matrix, size_report, write_back
 from llmlab.quant.rtn import rtn
@@ -59,9 +59,9 @@ def prepare_qat(model: nn.Module, bits: int = 4, group_size: int = 128) -> list[
     check_bits(bits)
     if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral):
         raise TypeError(f"group_size must be a positive integer, got {group_size!r}")
-    layers = {name: module for block_name, block in named_blocks(model)
-              for name, module in block.named_modules(prefix=block_name)
-              if isinstance(module, PRUNABLE)}  # fmt: skip
+    # The same layers quantize_model quantizes: every block matrix, embeddings and head left out.
+    layers = {name.removesuffix(".weight"): module
+              for name, module in prunable_weights(model).items()}  # fmt: skip
     for name, module in layers.items():  # check them all before changing any
         if parametrize.is_parametrized(module, "weight"):
             raise ValueError(
@@ -77,7 +77,7 @@ def prepare_qat(model: nn.Module, bits: int = 4, group_size: int = 128) -> list[
         if group_size <= 0 or inputs % group_size:
             raise ValueError(
                 f"group size {group_size} does not divide {name}'s {inputs} input features: "
-                f"pick a divisor of every layer's input size (e.g. 32, 64 or 128)"
+                "pick a divisor of every layer's input size (e.g. 32, 64 or 128)"
             )
     for module in layers.values():
         fake = FakeQuantized(bits, group_size, transposed=isinstance(module, Conv1D))
