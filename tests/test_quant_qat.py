@@ -1,7 +1,9 @@
 """Quantization-aware training on tiny GPT-2 and Llama models: the forward computes with exactly
 the fake-quantized weights, the gradient passes straight through to the float weights, finish_qat
-leaves every weight on its int grid, torchao's int4 QAT grid agrees where the conventions meet,
-bad input is refused, and after a short fine-tune QAT-4 beats RTN-4 on held-out perplexity."""
+leaves every weight on its int grid, bad input is refused, torchao's int4 QAT agrees where the
+conventions meet (it differs only by its grid's offset and its gradient at each group's
+ends), and after a short fine-tune QAT beats RTN and a fine-tune with frozen blocks on held-out
+perplexity, at 2 and 4 bits."""
 
 import copy
 import importlib.util

@@ -8,9 +8,10 @@ fake-quantized weight back to the float weight unchanged, as if rounding were th
 The float weights stay the trained parameters; `finish_qat` rounds them once more, for good.
 
 The fake quantization is a parametrization (torch.nn.utils.parametrize), so the model keeps its
-own classes (a transformers model still saves, generates and trains through llmlab.train) and
-the wrapping comes off cleanly. GPT-2's Conv1D stores its weight (in, out): it is quantized as
-(out, in), with groups along the input features, exactly as quantize_model does.
+own classes (a transformers model still trains through llmlab.train and generates) and the
+wrapping comes off cleanly: call `finish_qat` before saving or measuring sizes. GPT-2's Conv1D
+stores its weight (in, out): it is quantized as (out, in), with groups along the input
+features, exactly as quantize_model does.
 """
 
 import numbers
