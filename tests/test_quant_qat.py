@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from llmlab.evaluate import held_out_windows, perplexity
-from llmlab.evaluate.quantized import fine_tuned, ptq_against_qat
+from llmlab.evaluate.qat import fine_tuned, ptq_against_qat
 from llmlab.models import ModelShape, build_model
 from llmlab.prune import apply_masks, global_masks
 from llmlab.quant import fake_quantize, finish_qat, prepare_qat, qat_layers, quantize

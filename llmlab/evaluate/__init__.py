@@ -11,7 +11,7 @@ from llmlab.evaluate.compare import (
     size_on_disk,
 )
 from llmlab.evaluate.next_token import TokenScores, next_token_accuracy, perplexity, score_tokens
-from llmlab.evaluate.quantized import ptq_against_qat
+from llmlab.evaluate.qat import ptq_against_qat
 from llmlab.evaluate.samples import generate_samples, samples_table
 from llmlab.evaluate.translation import TextScore, bleu, chrf
 from llmlab.evaluate.windows import held_out_windows
