@@ -95,10 +95,11 @@ def _rtn_cases() -> list[tuple[str, torch.Tensor, int, int]]:
     """Random weights; the first two with special groups planted in them."""
     generator = torch.Generator().manual_seed(7)
     cases = []
-    for rows, cols, bits, group_size in ((16, 32, 4, 8), (24, 48, 3, 12), (32, 64, 4, 16)):
+    for rows, cols, bits, group_size, special in ((16, 32, 4, 8, True), (24, 48, 3, 12, True),
+                                                  (32, 64, 4, 16, False)):  # fmt: skip
         weight = torch.randn(rows, cols, generator=generator) * 0.05
         what = f"random weight {rows}x{cols}"
-        if bits == 4 and rows == 16 or bits == 3:
+        if special:
             g = group_size
             weight[0, 3] = 1.5  # an outlier stretches its group's grid
             weight[1, g : 2 * g] = weight[1, g : 2 * g].abs() + 0.02  # all positive
@@ -130,8 +131,9 @@ def _per_group(name, call_text, what, got: torch.Tensor, rows: int, groups: int)
     return got.reshape(rows, groups)
 
 
-def _rtn_structure_hint(codes, scales, zeros, bits) -> str:
-    """What is wrong with the numbers themselves, when no known mistake matched."""
+def _rtn_malformed(codes, scales, zeros, bits) -> str | None:
+    """What is wrong with the numbers themselves (None: finite, integer codes and zero points
+    inside the code range)."""
     high = 2**bits - 1
     if not (bool(torch.isfinite(scales).all()) and bool(torch.isfinite(zeros).all())):
         return ("a scale or zero point is not finite: a group whose values are all equal (or "
@@ -147,8 +149,7 @@ def _rtn_structure_hint(codes, scales, zeros, bits) -> str:
     if zeros.min() < 0 or zeros.max() > high:
         return (f"your zero points run from {zeros.min().item():g} to {zeros.max().item():g}, "
                 f"outside the codes' range [0, {high}]: clamp them.")  # fmt: skip
-    return ("compare yours with llmlab.quant.rtn on a small weight: which group differs first, "
-            "and is it its scale, its zero point or its codes?")  # fmt: skip
+    return None
 
 
 @exercise(
@@ -188,11 +189,13 @@ def exercise_rtn_groups(rtn_groups) -> None:
         def same(a: torch.Tensor, b: torch.Tensor, steps=steps) -> bool:
             return bool(((a - b).abs() <= 1e-3 * steps).all())  # within a thousandth of a step
 
-        hint = _rtn_structure_hint(codes, scales, zeros, bits)
-        if same(mine, reference.dequantize().double()) and hint.startswith("compare"):
+        malformed = _rtn_malformed(codes, scales, zeros, bits)
+        if malformed is None and same(mine, reference.dequantize().double()):
             continue
         hint = next((text for wrong, text in _rtn_mistakes(weight, bits, group_size)
-                     if same(mine, wrong)), hint)  # fmt: skip
+                     if same(mine, wrong)), malformed)  # fmt: skip
+        hint = hint or ("compare yours with llmlab.quant.rtn on a small weight: which group "
+                        "differs first, and is it its scale, its zero point or its codes?")
         raise ExerciseFailed(f"{name}: {call_text}: {hint}")
     passed(name, "the same dequantized weights as llmlab.quant.rtn at 3 and 4 bits, outliers, "
                  "one-signed, constant and all-zero groups included")  # fmt: skip
