@@ -177,11 +177,24 @@ def gptq_columns_in_blocks(weight, h, quantize_column, block=8):
     return q
 
 
+def gptq_columns_whole_rows(weight, h, quantize_column):
+    """Another correct form: the whole row of u each time (zero left of the diagonal), q kept
+    apart from w, so updating the columns already done changes nothing."""
+    u = inverse_hessian_factor(h)
+    w, q = weight.clone(), []
+    for i in range(w.shape[1]):
+        q.append(quantize_column(w[:, i]))
+        w -= torch.outer((w[:, i] - q[-1]) / u[i, i], u[i])
+    return torch.stack(q, dim=1)
+
+
 def test_exercise_2_accepts_right_answers_in_their_forms(capsys):
-    for answer in (gptq_columns, gptq_columns_in_blocks, check.gptq_columns_reference):
+    answers = (gptq_columns, gptq_columns_in_blocks, gptq_columns_whole_rows,
+               check.gptq_columns_reference)  # fmt: skip
+    for answer in answers:
         assert check.exercise_gptq_columns(answer) is answer
     out = capsys.readouterr().out
-    assert out.count("PASSED") == 3 and "of RTN's" in out
+    assert out.count("PASSED") == len(answers) and "of RTN's" in out
 
 
 @pytest.mark.parametrize(

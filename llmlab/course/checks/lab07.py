@@ -30,10 +30,6 @@ def rtn_groups_reference(weight: torch.Tensor, bits: int, group_size: int):
     return q.codes, q.scales, q.zeros
 
 
-def _grouped(weight: torch.Tensor, group_size: int) -> torch.Tensor:
-    return weight.double().reshape(weight.shape[0], -1, group_size)
-
-
 def _dequantized(codes, scales, zeros, group_size: int) -> torch.Tensor:
     """(codes - zeros) * scales, with one scale and zero per group of `group_size` columns."""
     rows, cols = codes.shape
@@ -47,7 +43,7 @@ def _mistaken_grid(
 ) -> torch.Tensor:
     """The dequantized weight of an asymmetric grid built with one likely mistake."""
     high = 2**bits - 1
-    values = _grouped(weight, group_size)
+    values = weight.double().reshape(weight.shape[0], -1, group_size)
     vmin, vmax = values.amin(-1, keepdim=True), values.amax(-1, keepdim=True)
     if widen:  # the range must hold 0, as fit_grid makes it
         vmin, vmax = vmin.clamp(max=0), vmax.clamp(min=0)
