@@ -4,7 +4,7 @@ llmlab.train, and its measured memory against Lab 02's plan (llmlab.memory.estim
 import pytest
 import torch
 from torch import nn
-from train_fakes import FixedRows, token_stream, tiny_gpt2
+from train_fakes import FixedRows, tiny_gpt2, token_stream
 from transformers.pytorch_utils import Conv1D
 
 from llmlab.memory import TrainingSetup
@@ -16,7 +16,7 @@ from llmlab.quant import (
     qlora_model,
     quant_state_bytes,
 )
-from llmlab.train import Trainer, TrainConfig
+from llmlab.train import TrainConfig, Trainer
 
 pytest.importorskip("bitsandbytes")
 pytest.importorskip("peft")
@@ -81,7 +81,7 @@ def test_measured_peak_is_within_10_percent_of_the_plan(attention):
     step = qlora_memory("tiny", QLORA_STEP.replace(attention=attention))
     rows = step.rows()
     measured, planned = rows["weights (NF4 blocks, rest, adapters)"]
-    assert measured == pytest.approx(planned, rel=0.01)  # the codebooks: 0.2 % more
+    assert measured == pytest.approx(planned, rel=0.003)  # the codebooks: 0.16 % more
     assert rows["adapter gradients"][0] == rows["adapter gradients"][1]
     measured, planned = rows["adapter optimizer states"]
     assert measured == pytest.approx(planned, abs=1024)  # plus AdamW's step counters
@@ -125,3 +125,23 @@ def test_cuda_allocator_peak_agrees_with_the_plan():
     step = qlora_memory("tiny", QLORA_STEP.replace(attention="sdpa"), device="cuda")
     assert step.measured.cuda_max_allocated == pytest.approx(step.measured_peak, rel=0.10)
     assert step.measured.cuda_max_allocated == pytest.approx(step.planned.peak, rel=0.10)
+
+
+def test_autocast_qlora_is_planned_with_fp32_frozen_weights_and_the_head_copy():
+    """torch.autocast keeps every weight in fp32 and casts the frozen LM head to 16 bits for
+    its matmul (backward keeps the copy); the 4-bit blocks are dequantized per call."""
+    setup = QLORA_STEP.replace(dtype="bf16", fp32_grads=True, attention="sdpa")
+    step = qlora_memory("tiny", setup)
+    measured, planned = step.rows()["weights (NF4 blocks, rest, adapters)"]
+    assert measured == pytest.approx(planned, rel=0.003)
+    head = 8192 * 256  # the tiny preset's (tied) LM head
+    adapters = step.planned.items["gradients"] / 4  # fp32 gradients under autocast
+    assert step.planned.items["16-bit weight copies"] == 2 * (head + adapters)
+    # The 4-bit layers return fp32 activations where the plan counts 16 bits: 8 % over.
+    assert step.ratio == pytest.approx(1.0, abs=0.10)
+
+
+def test_pure_16_bit_qlora_is_not_measured():
+    """peft keeps the adapters in fp32 on a bf16 base: the plan's pure bf16 does not apply."""
+    with pytest.raises(ValueError, match="adapters in fp32"):
+        qlora_memory("tiny", QLORA_STEP.replace(dtype="bf16", master_weights=False))

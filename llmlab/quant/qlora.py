@@ -45,9 +45,9 @@ def nf4_linear(layer: nn.Module, compute_dtype: torch.dtype = torch.float32) -> 
                                   quant_type="nf4", module=quantized)  # fmt: skip
     if layer.bias is not None:
         quantized.bias = nn.Parameter(layer.bias.detach().clone(), requires_grad=False)
-    # On CPUs with AVX512-BF16, bitsandbytes repacks the weights for a faster kernel whenever the
-    # layer runs in eval mode without gradients (Trainer.evaluate): that rounds the scales to
-    # bf16 and undoes double quantization, so the frozen base would change under training.
+    # On CPUs with AVX512-BF16, bitsandbytes repacks the weights for an inference kernel whenever
+    # the layer runs in eval mode without gradients (Trainer.evaluate): that rounds the scales to
+    # bf16, undoes double quantization, and the next training step fails on the new layout.
     quantized.support_avx512bf16_for_cpu = False
     return quantized.to(weight.device)  # bitsandbytes quantizes when the weight is moved
 

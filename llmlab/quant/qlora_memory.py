@@ -73,16 +73,24 @@ def qlora_memory(
     of `setup` after a warm-up step, and plan the same step with `estimate_memory`.
 
     llmlab.train's Trainer uses a fused AdamW: `fused_optimizer=True` measures what it runs.
-    Dropout is off, as the plan assumes.
+    Dropout is off, as the plan assumes. fp32 and torch.autocast (dtype="bf16",
+    fp32_grads=True) can be measured; under autocast the 4-bit layers return fp32 (the dtype of
+    their input, which LayerNorm makes fp32), so the activations run above the plan's 16 bits.
     """
     if not setup.lora_rank or setup.weights_4bit != "nf4":
         raise ValueError(
             "qlora_memory measures QLoRA: give the setup lora_rank >= 1 and weights_4bit='nf4' "
             f"(got lora_rank={setup.lora_rank}, weights_4bit={setup.weights_4bit!r})"
         )
+    if setup.dtype != "fp32" and not setup.mixed:
+        raise ValueError(
+            "peft keeps LoRA adapters in fp32 even on a 16-bit base (its autocast_adapter_dtype), "
+            "which a pure 16-bit plan does not describe: measure dtype='fp32', or dtype='bf16' "
+            "with fp32_grads=True (torch.autocast)"
+        )
     # prepare() builds plain models (it refuses LoRA): build the base model, then convert it.
-    base, _, input_ids, autocast_dtype = prepare(model, setup.replace(lora_rank=0,
-                                                                      weights_4bit=""), device)
+    plain = setup.replace(lora_rank=0, weights_4bit="")
+    base, _, input_ids, autocast_dtype = prepare(model, plain, device)
     weights_dtype = next(base.parameters()).dtype
     peft_model = qlora_model(base, rank=setup.lora_rank, compute_dtype=weights_dtype)
     del base  # the copy inside peft_model is the one trained; let the original go
