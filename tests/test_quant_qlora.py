@@ -1,6 +1,8 @@
 """QLoRA: a frozen NF4 base (bitsandbytes) with LoRA adapters (peft), trained through
 llmlab.train, and its measured memory against Lab 02's plan (llmlab.memory.estimate_memory)."""
 
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -145,3 +147,9 @@ def test_pure_16_bit_qlora_is_not_measured():
     """peft keeps the adapters in fp32 on a bf16 base: the plan's pure bf16 does not apply."""
     with pytest.raises(ValueError, match="adapters in fp32"):
         qlora_memory("tiny", QLORA_STEP.replace(dtype="bf16", master_weights=False))
+
+
+def test_a_missing_library_is_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "peft", None)  # as if it were not installed
+    with pytest.raises(ImportError, match="QLoRA needs peft and bitsandbytes"):
+        qlora_model(tiny_gpt2())

@@ -31,7 +31,7 @@ QLORA_BLOCKSIZE = 64  # weights per NF4 scale, as in QLoRA (Dettmers et al. 2023
 
 def nf4_linear(layer: nn.Module, compute_dtype: torch.dtype = torch.float32) -> nn.Module:
     """A frozen bitsandbytes NF4 copy of a Linear or GPT-2 Conv1D layer (the bias stays as is)."""
-    from bitsandbytes.nn import Linear4bit, Params4bit  # imported here: an optional dependency
+    from bitsandbytes.nn import Linear4bit, Params4bit  # optional: imported only when used
 
     weight = layer.weight.detach()
     if isinstance(layer, Conv1D):
@@ -81,7 +81,13 @@ def qlora_model(
             f"this {type(model).__name__} has no Linear or Conv1D layers in its transformer "
             "blocks: there is nothing to store in 4 bits or to put adapters on"
         )
-    from peft import LoraConfig, get_peft_model  # optional dependencies, as bitsandbytes
+    try:  # optional dependencies (the "extras")
+        import bitsandbytes  # noqa: F401
+        from peft import LoraConfig, get_peft_model
+    except ImportError as error:
+        raise ImportError(
+            "QLoRA needs peft and bitsandbytes: `pip install -c constraints.txt peft bitsandbytes`"
+        ) from error
 
     model = copy.deepcopy(model)
     names = [name.removesuffix(".weight") for name in targets]
