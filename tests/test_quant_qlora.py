@@ -9,7 +9,14 @@ from torch import nn
 from train_fakes import FixedRows, tiny_gpt2, token_stream
 from transformers.pytorch_utils import Conv1D
 
-from llmlab.memory import TrainingSetup
+from llmlab.memory import (
+    TrainingSetup,
+    estimate_memory,
+    make_optimizer,
+    measure_training_step,
+    prepare,
+)
+from llmlab.prune.targets import prunable_weights
 from llmlab.quant import (
     QLORA_BLOCKSIZE,
     nf4_codes,
@@ -153,3 +160,20 @@ def test_a_missing_library_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)  # as if it were not installed
     with pytest.raises(ImportError, match="QLoRA needs peft and bitsandbytes"):
         qlora_model(tiny_gpt2())
+
+
+def test_plain_lora_under_autocast_is_planned_with_its_block_weight_copies():
+    """Without 4-bit blocks, autocast makes a 16-bit copy of every frozen block matrix too
+    (backward keeps it to pass the gradient on): the plan counts them, and meets the measure."""
+    from peft import LoraConfig, get_peft_model
+
+    setup = QLORA_STEP.replace(dtype="bf16", fp32_grads=True, weights_4bit="")
+    model, _, input_ids, autocast_dtype = prepare("tiny", setup.replace(lora_rank=0))
+    names = [name.removesuffix(".weight") for name in prunable_weights(model)]
+    model = get_peft_model(model, LoraConfig(r=setup.lora_rank, target_modules=names))
+    adapters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(adapters, "adamw", fused=True)
+    measured = measure_training_step(model, optimizer, input_ids, autocast_dtype)
+    planned = estimate_memory("tiny", setup)
+    assert measured.weights == planned.items["weights"]
+    assert measured.peak_bytes == pytest.approx(planned.peak, rel=0.10)
