@@ -7,26 +7,11 @@ Linear4bit (Conv1D's (in, out) weight transposed on the way) and keeps the LM he
 """
 
 import tempfile
-import warnings
 
 import torch
 from torch import nn
 
-NF4_BLOCK = 64  # values per absmax in QLoRA's NF4 (Dettmers et al. 2023, Sec. 3)
-
-
-def pick_device(device: str | torch.device | None) -> torch.device:
-    """The device asked for, or the CPU with a warning when it asks for CUDA and there is none:
-    a notebook run on a laptop then goes on, slower, instead of stopping."""
-    device = torch.device("cpu" if device is None else device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        warnings.warn(
-            f"{device} was asked for but this machine has no CUDA GPU: using the CPU instead "
-            "(bitsandbytes' CPU kernels give the same numbers, more slowly)",
-            stacklevel=3,
-        )
-        return torch.device("cpu")
-    return device
+from llmlab.quant.fallback import device_or_cpu
 
 
 def nf4_model(
@@ -46,7 +31,7 @@ def nf4_model(
         bnb_4bit_use_double_quant=double_quant,
         bnb_4bit_compute_dtype=compute_dtype,
     )
-    device = pick_device(device)
+    device = device_or_cpu(device, "bitsandbytes")
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         quantized = AutoModelForCausalLM.from_pretrained(
