@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from llmlab.quant.fp8 import (
+    format_errors,
     fp8_dtype,
     fp8_fake_quantize,
     fp8_formats_table,
     fp8_quantize,
-    format_errors,
 )
 
 

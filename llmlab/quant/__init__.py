@@ -1,9 +1,12 @@
-"""Quantization: int formats (symmetric/asymmetric, per tensor, channel or group), the NF4
-codebook, quantization error, round-to-nearest, reference GPTQ, size accounting, calibration
-capture and whole-model quantization (RTN or GPTQ, block by block)."""
+"""Quantization: int formats (symmetric/asymmetric, per tensor, channel or group), fp8, the NF4
+codebook, quantization error, round-to-nearest, reference GPTQ, size accounting, packed files,
+calibration capture, activation outliers and LLM.int8(), whole-model quantization (RTN or GPTQ,
+block by block), and adapters to bitsandbytes (NF4, LLM.int8()) and torchao (int8)."""
 
+from llmlab.quant.bnb import int8_linear, nf4_bits_per_weight, nf4_model
 from llmlab.quant.calibrate import check_batches, find_layers, record_inputs
 from llmlab.quant.error import QuantError, quant_error
+from llmlab.quant.fallback import device_or_cpu
 from llmlab.quant.formats import (
     Quantized,
     check_bits,
@@ -14,16 +17,37 @@ from llmlab.quant.formats import (
     quantize,
     to_codes,
 )
+from llmlab.quant.fp8 import (
+    FP8Quantized,
+    format_errors,
+    fp8_fake_quantize,
+    fp8_formats_table,
+    fp8_quantize,
+)
 from llmlab.quant.gptq import gptq, gptq_linear, hessian, inverse_hessian_factor
 from llmlab.quant.model import ModelQuantization, quantize_model
 from llmlab.quant.nf4 import nf4_codebook, nf4_dequantize, nf4_quantize
+from llmlab.quant.outliers import (
+    OUTLIER_THRESHOLD,
+    feature_absmax,
+    int8_matmul,
+    llm_int8_matmul,
+    matmul_errors,
+    outlier_features,
+)
+from llmlab.quant.pack import load_packed, pack_codes, save_packed, unpack_codes
 from llmlab.quant.rtn import rtn
 from llmlab.quant.size import bits_per_weight, quantized_bits
+from llmlab.quant.torchao_int8 import int8_bits_per_weight, int8_model
 
 __all__ = [
-    "ModelQuantization", "QuantError", "Quantized", "bits_per_weight", "check_batches",
-    "check_bits", "code_range", "fake_quantize", "find_layers", "fit_grid", "gptq",
-    "gptq_linear", "group_count", "hessian", "inverse_hessian_factor", "nf4_codebook",
-    "nf4_dequantize", "nf4_quantize", "quant_error", "quantize", "quantize_model",
-    "quantized_bits", "record_inputs", "rtn", "to_codes",
+    "OUTLIER_THRESHOLD", "FP8Quantized", "ModelQuantization", "QuantError", "Quantized",
+    "bits_per_weight", "check_batches", "check_bits", "code_range", "device_or_cpu",
+    "fake_quantize", "feature_absmax", "find_layers", "fit_grid", "format_errors",
+    "fp8_fake_quantize", "fp8_formats_table", "fp8_quantize", "gptq", "gptq_linear",
+    "group_count", "hessian", "int8_bits_per_weight", "int8_linear", "int8_matmul", "int8_model",
+    "inverse_hessian_factor", "llm_int8_matmul", "load_packed", "matmul_errors",
+    "nf4_bits_per_weight", "nf4_codebook", "nf4_dequantize", "nf4_model", "nf4_quantize",
+    "outlier_features", "pack_codes", "quant_error", "quantize", "quantize_model",
+    "quantized_bits", "record_inputs", "rtn", "save_packed", "to_codes", "unpack_codes",
 ]  # fmt: skip

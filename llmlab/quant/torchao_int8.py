@@ -53,7 +53,10 @@ def int8_model(
         quantize_,
     )
 
-    configs = {"weight-only": Int8WeightOnlyConfig, "dynamic": Int8DynamicActivationInt8WeightConfig}
+    configs = {
+        "weight-only": Int8WeightOnlyConfig,
+        "dynamic": Int8DynamicActivationInt8WeightConfig,
+    }
     if kind not in configs:
         raise ValueError(f"unknown int8 kind {kind!r}: use one of {', '.join(KINDS)}")
     quantized = copy.deepcopy(model).to(device_or_cpu(device, "torchao")).eval()
