@@ -118,3 +118,16 @@ def test_cuda_asked_for_on_a_cpu_machine_warns_and_falls_back():
     with pytest.warns(UserWarning, match="no CUDA GPU: bitsandbytes runs on the CPU"):
         quantized = nf4_model(tiny(), device="cuda")
     assert quantized.transformer.h[0].attn.c_attn.weight.device.type == "cpu"
+
+
+def test_llama_linear_layers_are_quantized_by_both_libraries():
+    import bitsandbytes as bnb
+    from torchao.utils import TorchAOBaseTensor
+
+    llama = build_model(ModelShape("llama", 1, 64, 4, VOCAB, SEQ, d_ff=128, n_kv_head=2)).eval()
+    int8 = int8_model(llama)
+    assert sum(isinstance(getattr(m, "weight", None), TorchAOBaseTensor)
+               for m in int8.modules()) == 7  # q, k, v, o, gate, up, down  # fmt: skip
+    nf4 = nf4_model(llama)
+    assert sum(isinstance(m, bnb.nn.Linear4bit) for m in nf4.modules()) == 7
+    assert relative_logit_error(llama, int8) < 0.05 and relative_logit_error(llama, nf4) < 0.2

@@ -82,6 +82,7 @@ def fp8_fake_quantize(x: torch.Tensor, name: str = "e4m3", granularity: str = "t
 def format_errors(weight: torch.Tensor, granularity: str = "channel") -> dict[str, QuantError]:
     """The error of storing one weight in each 8- and 4-bit format, with the same granularity:
     fp8 e4m3 and e5m2 (absmax scaled), int8 and int4 (symmetric absmax grids)."""
+    weight = weight.detach()  # a model parameter: errors are numbers, not part of a graph
     return {
         "fp8 e4m3": quant_error(weight, fp8_fake_quantize(weight, "e4m3", granularity)),
         "fp8 e5m2": quant_error(weight, fp8_fake_quantize(weight, "e5m2", granularity)),

@@ -53,6 +53,7 @@ def int8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(x / scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8), scale
 
 
+@torch.no_grad()  # numbers to compare, not a graph: weights may be parameters
 def int8_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x (tokens, in) @ weight (out, in).T with both in vector-wise int8: integer products summed
     exactly (int32 on int8 hardware; float64 here holds every such sum exactly), then scaled by
@@ -63,6 +64,7 @@ def int8_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return (products * x_scale.double() * w_scale.double().T).float()
 
 
+@torch.no_grad()
 def llm_int8_matmul(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -89,6 +91,7 @@ def llm_int8_matmul(
     return regular + x[:, outliers].float() @ weight[:, outliers].float().T
 
 
+@torch.no_grad()
 def matmul_errors(
     x: torch.Tensor, weight: torch.Tensor, threshold: float = OUTLIER_THRESHOLD
 ) -> dict[str, float]:
