@@ -74,7 +74,9 @@ def fp8_quantize(x: torch.Tensor, name: str = "e4m3", granularity: str = "tensor
     return FP8Quantized((x / scale).clamp(-limit, limit).to(dtype), scale)
 
 
-def fp8_fake_quantize(x: torch.Tensor, name: str = "e4m3", granularity: str = "tensor"):
+def fp8_fake_quantize(
+    x: torch.Tensor, name: str = "e4m3", granularity: str = "tensor"
+) -> torch.Tensor:
     """Through fp8 and back: the values a model stored in this format would compute with."""
     return fp8_quantize(x, name, granularity).dequantize().to(x.dtype)
 
