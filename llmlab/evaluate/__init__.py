@@ -1,5 +1,6 @@
 """Evaluating model variants: perplexity and next-token accuracy on fixed held-out windows,
-generation samples side by side, BLEU and chrF through sacrebleu, and a comparison table."""
+generation samples side by side, BLEU and chrF through sacrebleu, and comparison tables (one for
+pruned variants, one for quantized ones with bits per weight and the size each would ship)."""
 
 from llmlab.evaluate.compare import (
     VariantRow,
@@ -10,12 +11,23 @@ from llmlab.evaluate.compare import (
     size_on_disk,
 )
 from llmlab.evaluate.next_token import TokenScores, next_token_accuracy, perplexity, score_tokens
+from llmlab.evaluate.quantized import (
+    QuantRow,
+    Variant,
+    fake_quant_variant,
+    float_variant,
+    quant_rows,
+    quant_table,
+    torch_save_bytes,
+)
 from llmlab.evaluate.samples import generate_samples, samples_table
 from llmlab.evaluate.translation import TextScore, bleu, chrf
 from llmlab.evaluate.windows import held_out_windows
 
 __all__ = [
-    "TextScore", "TokenScores", "VariantRow", "bleu", "check_plain", "chrf", "compare_variants",
-    "comparison_table", "generate_samples", "held_out_windows", "latency_seconds",
-    "next_token_accuracy", "perplexity", "samples_table", "score_tokens", "size_on_disk",
+    "QuantRow", "TextScore", "TokenScores", "Variant", "VariantRow", "bleu", "check_plain", "chrf",
+    "compare_variants", "comparison_table", "fake_quant_variant", "float_variant",
+    "generate_samples", "held_out_windows", "latency_seconds", "next_token_accuracy",
+    "perplexity", "quant_rows", "quant_table", "samples_table", "score_tokens", "size_on_disk",
+    "torch_save_bytes",
 ]  # fmt: skip

@@ -254,18 +254,23 @@ def transformers_gptq_quantize(
     batches: Iterable[torch.Tensor],
     bits: int = 4,
     group_size: int = 128,
+    damp: float = 0.01,
+    group_aware: bool = False,
     window: int | None = None,
     quiet: bool = True,
 ) -> Path:
     """The same through transformers: `from_pretrained(..., quantization_config=GPTQConfig(...))`
-    quantizes while loading (optimum drives GPTQModel), then `save_pretrained`."""
+    quantizes while loading (optimum drives GPTQModel), then `save_pretrained`. The defaults
+    are gptqmodel_quantize's; GPTQConfig's own are symmetric grids, damp 0.1 and GAR on."""
     from transformers import AutoModelForCausalLM, GPTQConfig
 
     import_gptqmodel(quiet)
     examples = calibration_examples(batches, window)
     with _captured(quiet):
-        config = GPTQConfig(bits=bits, group_size=group_size, dataset=examples, sym=False,
-                            desc_act=False)  # fmt: skip
+        config = GPTQConfig(
+            bits=bits, group_size=group_size, dataset=examples, sym=False, desc_act=False,
+            damp_percent=damp, act_group_aware=group_aware,
+        )  # fmt: skip
         model = AutoModelForCausalLM.from_pretrained(
             model_folder, quantization_config=config, device_map="cpu", dtype=torch.float32
         )
