@@ -15,6 +15,7 @@ from llmlab.quant import gptq, hessian, quantize_model, rtn
 from llmlab.quant.library import (
     calibration_examples,
     check_gptq_checkpoint,
+    checkpoint_bits_per_weight,
     gptqmodel_quantize,
     kernel_names,
     library_gptq_layer,
@@ -97,6 +98,10 @@ def test_gptqmodel_checkpoint_round_trips(float_folder, tmp_path):
     got = relative_error(loaded, exact, ids)
     assert 0 < got < 1.2 * relative_error(reference, exact, ids), got
     assert got < relative_error(plain, exact, ids)
+    # int4 codes + an fp16 scale and a 4-bit zero per 64 weights + an int32 group index per
+    # input column (128 columns, 512 or 128 rows in this model's matrices)
+    bits = checkpoint_bits_per_weight(folder)
+    assert 4 + 20 / 64 < bits < 4 + 20 / 64 + 32 / 128, bits
     on_disk = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     assert on_disk < sum(p.stat().st_size for p in float_folder.glob("*.safetensors")) / 2
 

@@ -240,6 +240,29 @@ def load_gptq_checkpoint(
     return loaded.model
 
 
+def checkpoint_bits_per_weight(folder: str | Path) -> float:
+    """Bits per weight of a GPTQ checkpoint's quantized matrices, read from its files: the packed
+    codes, the scales, the packed zero points and the g_idx (each input column's group, int32;
+    a GPTQ checkpoint stores it even without act-order), over the weights they stand for."""
+    from safetensors import safe_open
+
+    bits = check_gptq_checkpoint(folder)["bits"]
+    stored = weights = 0
+    for path in Path(folder).glob("*.safetensors"):
+        with safe_open(str(path), "pt") as tensors:
+            for key in tensors.keys():  # noqa: SIM118 (safe_open is not a dict)
+                prefix, _, kind = key.rpartition(".")
+                if kind not in ("qweight", "qzeros", "scales", "g_idx"):
+                    continue
+                tensor = tensors.get_tensor(key)
+                stored += tensor.numel() * tensor.element_size() * 8
+                if kind == "qweight":  # int32 words, 32 // bits codes in each
+                    weights += tensor.numel() * 32 // bits
+    if not weights:
+        raise ValueError(f"{folder} holds no GPTQ tensors (qweight): is it a GPTQ checkpoint?")
+    return stored / weights
+
+
 def kernel_names(model: nn.Module) -> list[str]:
     """The classes of the quantized layers in a loaded model: which kernel computes them."""
     return sorted({type(m).__name__ for m in model.modules() if hasattr(m, "qweight")})
