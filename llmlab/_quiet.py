@@ -51,5 +51,8 @@ def silence_third_party_noise() -> None:
     # transformers' dataclasses; torch warns, once per module type, that those hooks are skipped.
     warnings.filterwarnings("ignore", message="For backward hooks to be called")
     warnings.filterwarnings("ignore", message="Full backward hook is firing")
+    # peft asks transformers 5 for a model's `is_gradient_checkpointing`, an old name, on every
+    # get_peft_model (QLoRA in Lab 07).
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
     # Jupyter's TqdmWarning when ipywidgets is missing is handled by tqdm's text fallback.
     warnings.filterwarnings("ignore", message="IProgress not found")

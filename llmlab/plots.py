@@ -389,3 +389,43 @@ def sparsity_schedules(curves: Mapping[str, Sequence[float]], title: str = "") -
     ax.set_title(title or "Pruning schedules")
     fig.tight_layout()
     return fig
+
+
+def quantization_grids(
+    values: Sequence[float], grids: Mapping[str, Sequence[float]], title: str = ""
+) -> Figure:
+    """The weights of one group (a histogram) under the values each format can represent
+    ({"int4 asymmetric": [...], "NF4": [...]}), one panel per format: where the grid points sit
+    against where the weights are is what decides the rounding error."""
+    fig, axes = plt.subplots(len(grids), 1, figsize=(7, 1.9 * len(grids)), squeeze=False,
+                             sharex=True)  # fmt: skip
+    for ax, (label, levels) in zip(axes[:, 0], grids.items(), strict=True):
+        ax.hist(values, bins=80, color="0.6")
+        for level in levels:
+            ax.axvline(level, color="C3", linewidth=0.8)
+        ax.set_ylabel("weights")
+        ax.set_title(f"{label}: {len(levels)} values", fontsize=9)
+    axes[-1][0].set_xlabel("weight value (red: the values the format can represent)")
+    fig.suptitle(title or "One group of weights and the grids that round it")
+    fig.tight_layout()
+    return fig
+
+
+def layer_errors(errors: Mapping[str, Mapping[str, float]], title: str = "") -> Figure:
+    """Grouped bars of a relative error per layer ({"RTN": {"h.0.mlp.c_fc": 0.03, ...}, ...}),
+    on a log axis: the methods side by side for every layer."""
+    methods = list(errors)
+    layers = list(errors[methods[0]])
+    width = 0.8 / len(methods)
+    fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(layers)), 3.6))
+    for index, method in enumerate(methods):
+        positions = [x + (index - (len(methods) - 1) / 2) * width for x in range(len(layers))]
+        ax.bar(positions, [errors[method][layer] for layer in layers], width, label=method)
+    ax.set_xticks(range(len(layers)), layers, rotation=60, ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("relative output error")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Output error per layer")
+    fig.tight_layout()
+    return fig

@@ -7,7 +7,7 @@ import pytest
 
 from llmlab import memory
 from llmlab.memory import GB, TrainingSetup, estimate_memory, model_states
-from llmlab.models import PRESETS, preset
+from llmlab.models import PRESETS, count_parameters, preset
 
 MIXED_ADAM = TrainingSetup(dtype="fp16", optimizer="adam")  # the ZeRO paper's set-up
 
@@ -195,3 +195,20 @@ def test_table_and_fit_table_show_every_item_and_size():
     fit = memory.fit_table({"7b": estimate})
     assert all(f"{size} GB" in fit for size in memory.GPU_SIZES_GB)
     assert "H200" in fit and "T4" in fit
+
+
+def test_lora_under_autocast_keeps_frozen_weights_in_fp32_with_16_bit_copies():
+    """torch.autocast (fp32_grads=True) leaves every weight fp32; each frozen matrix a matmul
+    uses gets a 16-bit copy that backward keeps, except 4-bit ones (dequantized per call)."""
+    blocks = 4 * (256 * 768 + 256 * 256 + 2 * 256 * 1024)
+    head, adapters = 8192 * 256, 4 * 8 * (1024 + 512 + 1280 + 1280)
+    frozen = count_parameters("tiny").total - blocks
+    lora = estimate_memory("tiny", dtype="bf16", fp32_grads=True, lora_rank=8)
+    assert lora.items["weights"] == (frozen + blocks + adapters) * 4
+    assert lora.items["16-bit weight copies"] == 2 * (adapters + head + blocks)
+    qlora = estimate_memory("tiny", dtype="bf16", fp32_grads=True, lora_rank=8, weights_4bit="nf4")
+    nf4_bytes = blocks * memory.WEIGHT_BITS_4BIT["nf4"] / 8
+    assert qlora.items["weights"] == pytest.approx(frozen * 4 + nf4_bytes + adapters * 4)
+    assert qlora.items["16-bit weight copies"] == 2 * (adapters + head)
+    plain = estimate_memory("tiny", dtype="bf16", lora_rank=8)  # 16-bit weights: no copies
+    assert "16-bit weight copies" not in plain.items

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from llmlab.evaluate import held_out_windows, perplexity
+from llmlab.evaluate import fake_quant_variant, held_out_windows, perplexity, size_on_disk
 from llmlab.evaluate.qat import fine_tuned, ptq_against_qat
 from llmlab.models import ModelShape, build_model
 from llmlab.prune import apply_masks, global_masks
@@ -294,3 +294,12 @@ def test_torchao_qat_leaves_gpt2_conv1d_in_float():
     swapped = [n for n, m in model.named_modules() if isinstance(m, FakeQuantizedLinear)]
     assert swapped == ["lm_head"]
     assert len(prepare_qat(build_model(SHAPE), group_size=GROUP)) == 8  # every Conv1D of 2 blocks
+
+
+def test_a_finished_qat_model_goes_into_the_quant_table():
+    """finish_qat's report is quantize_model's kind: the packed file and the bits it counts."""
+    model = build_model(SHAPE)
+    prepare_qat(model, group_size=GROUP)
+    variant = fake_quant_variant("qat-4", model, finish_qat(model))
+    assert variant.bits_per_weight == pytest.approx(4 + (16 + 4) / GROUP)
+    assert 0 < variant.size_bytes < size_on_disk(model) / 2  # fp32 weights vs packed 4-bit

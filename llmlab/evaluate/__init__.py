@@ -1,5 +1,6 @@
 """Evaluating model variants: perplexity and next-token accuracy on fixed held-out windows,
-generation samples side by side, BLEU and chrF through sacrebleu, a comparison table, and
+generation samples side by side, BLEU and chrF through sacrebleu, comparison tables (one for
+pruned variants, one for quantized ones with bits per weight and the size each would ship), and
 post-training quantization against quantization-aware training by perplexity."""
 
 from llmlab.evaluate.compare import (
@@ -12,13 +13,23 @@ from llmlab.evaluate.compare import (
 )
 from llmlab.evaluate.next_token import TokenScores, next_token_accuracy, perplexity, score_tokens
 from llmlab.evaluate.qat import ptq_against_qat
+from llmlab.evaluate.quantized import (
+    QuantRow,
+    Variant,
+    fake_quant_variant,
+    float_variant,
+    quant_rows,
+    quant_table,
+    torch_save_bytes,
+)
 from llmlab.evaluate.samples import generate_samples, samples_table
 from llmlab.evaluate.translation import TextScore, bleu, chrf
 from llmlab.evaluate.windows import held_out_windows
 
 __all__ = [
-    "TextScore", "TokenScores", "VariantRow", "bleu", "check_plain", "chrf", "compare_variants",
-    "comparison_table", "generate_samples", "held_out_windows", "latency_seconds",
-    "next_token_accuracy", "perplexity", "ptq_against_qat", "samples_table", "score_tokens",
-    "size_on_disk",
+    "QuantRow", "TextScore", "TokenScores", "Variant", "VariantRow", "bleu", "check_plain",
+    "chrf", "compare_variants", "comparison_table", "fake_quant_variant", "float_variant",
+    "generate_samples", "held_out_windows", "latency_seconds", "next_token_accuracy",
+    "perplexity", "ptq_against_qat", "quant_rows", "quant_table", "samples_table",
+    "score_tokens", "size_on_disk", "torch_save_bytes",
 ]  # fmt: skip

@@ -50,6 +50,22 @@ def latency_seconds(model: torch.nn.Module, ids: torch.Tensor, repeats: int = 5)
         return time_fn(lambda: model(ids), warmup=1, repeats=repeats, device=device).median_s
 
 
+def eval_latency_seconds(model: torch.nn.Module, ids: torch.Tensor, repeats: int = 5) -> float:
+    """latency_seconds in eval mode (no dropout, as the model is served); its mode comes back."""
+    was_training = model.training
+    model.eval()
+    try:
+        return latency_seconds(model, ids, repeats)
+    finally:
+        model.train(was_training)
+
+
+def timed_batch(windows: Sequence[torch.Tensor], batch_size: int = 8) -> torch.Tensor:
+    """The batch latency is measured on: up to `batch_size` windows as long as the first."""
+    length = windows[0].numel()
+    return torch.stack([w for w in windows if w.numel() == length][:batch_size])
+
+
 def compare_variants(
     variants: Mapping[str, torch.nn.Module],
     windows: Sequence[torch.Tensor],
@@ -60,19 +76,13 @@ def compare_variants(
     """Measure every variant on the same held-out windows; latency on their first full batch."""
     if not variants or not windows:
         raise ValueError("need at least one variant and one held-out window to compare")
-    length = windows[0].numel()
-    timed = torch.stack([w for w in windows if w.numel() == length][:batch_size])
+    timed = timed_batch(windows, batch_size)
     rows = []
     for name, model in variants.items():
         check_plain(model, name)
         scores = score_tokens(model, windows, batch_size)
         parameters = list(model.parameters())  # a tied matrix is yielded once
-        was_training = model.training
-        model.eval()
-        try:
-            latency = latency_seconds(model, timed, repeats)
-        finally:
-            model.train(was_training)
+        latency = eval_latency_seconds(model, timed, repeats)
         rows.append(VariantRow(
             variant=name,
             perplexity=scores.perplexity,

@@ -304,9 +304,23 @@ def _trainable_and_frozen(shape: ModelShape, setup: TrainingSetup) -> tuple[floa
     linears = block_linear_shapes(shape)
     in_blocks = shape.n_layer * sum(i * o for i, o in linears)
     adapters = shape.n_layer * sum(setup.lora_rank * (i + o) for i, o in linears)
-    base = DTYPE_BYTES[setup.dtype]
+    # torch.autocast computes in 16 bits from fp32 weights: the frozen ones stay fp32 too.
+    base = 4 if setup.mixed and setup.fp32_grads else DTYPE_BYTES[setup.dtype]
     block_bytes = WEIGHT_BITS_4BIT[setup.weights_4bit] / 8 if setup.weights_4bit else base
     return adapters, (total - in_blocks) * base + in_blocks * block_bytes
+
+
+def _frozen_weight_copies(shape: ModelShape, setup: TrainingSetup) -> float:
+    """LoRA under torch.autocast: the 16-bit copies of the frozen fp32 matrices that matmuls
+    use, which backward keeps to pass the gradient on: the LM head, and the block matrices
+    unless they are 4-bit (bitsandbytes dequantizes those per call and keeps nothing)."""
+    if not (setup.lora_rank and setup.mixed and setup.fp32_grads):
+        return 0.0
+    matrices = shape.vocab_size * shape.d_model
+    if not setup.weights_4bit:
+        matrices += shape.n_layer * sum(i * o for i, o in block_linear_shapes(shape))
+    shards = setup.tensor_parallel * (setup.data_parallel if setup.zero == 3 else 1)
+    return matrices * DTYPE_BYTES[setup.dtype] / shards  # sharded as the weights are
 
 
 # Persistent through the whole step.
@@ -326,6 +340,7 @@ def estimate_memory(
     tp, dp = setup.tensor_parallel, setup.data_parallel
     trainable, frozen = _trainable_and_frozen(shape, setup)
     items = model_states(trainable, setup, frozen)
+    items["16-bit weight copies"] += _frozen_weight_copies(shape, setup)
     if dp > 1 and setup.zero <= 1:
         # DDP's reducer keeps its own flat copy of the gradients to all-reduce in buckets
         # (unless DistributedDataParallel(gradient_as_bucket_view=True)); PyTorch's ZeRO-1,

@@ -1,0 +1,86 @@
+"""What a quantized model would ship: int codes packed several to a byte (two 4-bit codes per
+byte), fp16 scales, packed zero points and the float rest, in one safetensors file. A
+fake-quantized model holds float weights in memory, so its own save_pretrained would be as large
+as the original; the size of this file is the size the quantization really buys.
+"""
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from llmlab.quant.formats import Quantized, code_range
+from llmlab.quant.model import ModelQuantization
+
+PACKABLE_BITS = (2, 4, 8)  # widths that fill a byte exactly
+
+
+def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 bytes holding 8 // bits unsigned codes (0 .. 2^bits - 1) each, along the last
+    dimension, the first code in the lowest bits; a short last byte is padded with zeros."""
+    if bits not in PACKABLE_BITS:
+        raise ValueError(
+            f"{bits}-bit codes do not fill whole bytes: this packer takes {PACKABLE_BITS} "
+            "(GPTQ checkpoints pack 3-bit codes across 32-bit words instead)"
+        )
+    if codes.numel() and (codes.min() < 0 or codes.max() >= 2**bits):
+        raise ValueError(f"codes must be from 0 to {2**bits - 1} to pack them in {bits} bits")
+    per_byte = 8 // bits
+    pad = -codes.shape[-1] % per_byte
+    codes = nn.functional.pad(codes.to(torch.uint8), (0, pad))
+    grouped = codes.view(*codes.shape[:-1], -1, per_byte).to(torch.int32)
+    shifts = torch.arange(per_byte, dtype=torch.int32) * bits
+    return (grouped << shifts).sum(-1).to(torch.uint8)
+
+
+def unpack_codes(packed: torch.Tensor, bits: int, count: int) -> torch.Tensor:
+    """The first `count` codes of each row of `packed` (pack_codes' inverse), as uint8."""
+    per_byte = 8 // bits
+    shifts = torch.arange(per_byte, dtype=torch.int32) * bits
+    codes = (packed.to(torch.int32)[..., None] >> shifts) & (2**bits - 1)
+    return codes.flatten(-2)[..., :count].to(torch.uint8)
+
+
+def save_packed(model: nn.Module, report: ModelQuantization, path: str | Path) -> Path:
+    """Write the quantized layers of `report` packed (codes, fp16 scales, zeros) and every other
+    parameter of `model` in fp16 to one safetensors file; return its path."""
+    quantized = {f"{name}.weight" for name in report.layers}
+    tensors, layouts = {}, {}
+    for name, q in report.layers.items():
+        low, _ = code_range(q.bits, q.symmetric)
+        tensors[f"{name}.qweight"] = pack_codes(q.codes.to(torch.int16) - low, q.bits)
+        tensors[f"{name}.scales"] = q.scales.half().contiguous()
+        if not q.symmetric:  # a symmetric grid's zero point is 0 by construction
+            tensors[f"{name}.qzeros"] = pack_codes(q.zeros.to(torch.uint8), q.bits)
+        layouts[name] = {"bits": q.bits, "symmetric": q.symmetric, "group_size": q.group_size,
+                         "in_features": q.codes.shape[1]}  # fmt: skip
+    for name, parameter in model.named_parameters():  # a tied matrix is yielded once
+        if name not in quantized:
+            tensors[name] = parameter.detach().half().contiguous()
+    path = Path(path)
+    save_file(tensors, path, metadata={"quantized_layers": json.dumps(layouts)})
+    return path
+
+
+def load_packed(path: str | Path) -> tuple[dict[str, Quantized], dict[str, torch.Tensor]]:
+    """({layer name: Quantized}, {parameter name: fp16 tensor}) from a save_packed file."""
+    with safe_open(str(path), framework="pt") as file:
+        layouts = json.loads((file.metadata() or {}).get("quantized_layers", "null"))
+        if layouts is None:
+            raise ValueError(f"{path} was not written by save_packed: it has no quantized layers")
+        tensors = {key: file.get_tensor(key) for key in file.keys()}
+    layers = {}
+    for name, layout in layouts.items():
+        bits, symmetric, columns = layout["bits"], layout["symmetric"], layout["in_features"]
+        low, _ = code_range(bits, symmetric)
+        codes = unpack_codes(tensors.pop(f"{name}.qweight"), bits, columns).to(torch.int16) + low
+        scales = tensors.pop(f"{name}.scales").float()
+        zeros = (unpack_codes(tensors.pop(f"{name}.qzeros"), bits, scales.shape[1]).float()
+                 if not symmetric else torch.zeros_like(scales))  # fmt: skip
+        dtype = torch.int8 if symmetric else torch.uint8
+        layers[name] = Quantized(codes.to(dtype), scales, zeros, bits, symmetric,
+                                 layout["group_size"])  # fmt: skip
+    return layers, tensors

@@ -1,0 +1,59 @@
+"""Packed codes and the shipped file of a fake-quantized model: two 4-bit codes per byte (a hand
+example), packing round-trips at 2, 4 and 8 bits with padding, the file holds what the model
+computes with and weighs what ModelQuantization counts, and bad input is refused."""
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from llmlab.models import ModelShape, build_model
+from llmlab.quant import code_range, quantize, quantize_model
+from llmlab.quant.model import matrix
+from llmlab.quant.pack import load_packed, pack_codes, save_packed, unpack_codes
+
+SHAPE = ModelShape("gpt2", 2, 64, 4, 512, 32)
+
+
+def test_two_4_bit_codes_share_a_byte():
+    packed = pack_codes(torch.tensor([[1, 2, 15, 0, 7]]), 4)
+    assert packed.tolist() == [[0x21, 0x0F, 0x07]]  # first code in the low half; last padded
+    assert unpack_codes(packed, 4, 5).tolist() == [[1, 2, 15, 0, 7]]
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_packing_round_trips(bits, symmetric):
+    q = quantize(torch.randn(6, 30), bits, symmetric, "channel")  # 30: not a multiple of 4
+    unsigned = q.codes.to(torch.int16) - code_range(bits, symmetric)[0]
+    packed = pack_codes(unsigned, bits)
+    assert packed.shape == (6, -(-30 * bits // 8))
+    assert torch.equal(unpack_codes(packed, bits, 30), unsigned.to(torch.uint8))
+
+
+def test_the_shipped_file_holds_the_model_and_weighs_what_is_counted(tmp_path):
+    model = build_model(SHAPE).eval()
+    report = quantize_model(model, "rtn", bits=4, group_size=32)
+    path = save_packed(model, report, tmp_path / "model.safetensors")
+    layers, rest = load_packed(path)
+    assert layers.keys() == report.layers.keys()
+    for name, q in layers.items():
+        original = report.layers[name]
+        assert torch.equal(q.codes, original.codes) and torch.equal(q.zeros, original.zeros)
+        assert torch.equal(q.scales, original.scales.half().float())  # shipped in fp16
+        module = model.get_submodule(name)
+        torch.testing.assert_close(q.dequantize(), matrix(module), rtol=2e-3, atol=1e-5)
+    assert set(rest) == {n for n, _ in model.named_parameters()} - {
+        f"{name}.weight" for name in layers}  # fmt: skip
+    counted_bytes = (report.quantized_bits + report.float_bits) / 8
+    # beyond the counted bits only safetensors' JSON header: about 100 bytes per tensor here
+    assert 0 < path.stat().st_size - counted_bytes < 10_000  # measured: 5.0 KB for 40 tensors
+
+
+def test_bad_input_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="3-bit codes do not fill whole bytes"):
+        pack_codes(torch.zeros(2, 8), 3)
+    with pytest.raises(ValueError, match="from 0 to 15"):
+        pack_codes(torch.tensor([[16]]), 4)
+    save_file({"w": torch.zeros(2)}, tmp_path / "plain.safetensors")
+    with pytest.raises(ValueError, match="not written by save_packed"):
+        load_packed(tmp_path / "plain.safetensors")
