@@ -75,10 +75,13 @@ def relative_error(model, reference_logits, ids):
 
 
 @pytest.mark.slow
-def test_gptqmodel_checkpoint_round_trips(float_folder, tmp_path):
+def test_gptqmodel_checkpoint_round_trips(float_folder, tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    folder = gptqmodel_quantize(float_folder, tmp_path / "gptq", calibration(), group_size=64)
+    monkeypatch.chdir(tmp_path)
+    folder = gptqmodel_quantize(float_folder, "gptq", calibration(), group_size=64)
+    assert folder == tmp_path / "gptq"  # a relative path means the caller's folder
+    assert not (tmp_path / "logs").exists()  # GPTQModel's per-run log stays out of it
     settings = check_gptq_checkpoint(folder)
     assert (settings["bits"], settings["group_size"], settings["sym"]) == (4, 64, False)
     float_model = AutoModelForCausalLM.from_pretrained(float_folder).eval()

@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import os
+import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Iterator
@@ -69,6 +70,15 @@ def _quiet_logs() -> None:
 
 
 @contextlib.contextmanager
+def _in_scratch_folder() -> Iterator[None]:
+    """Run in a temporary working folder: GPTQModel writes a log file per quantization into
+    ./logs of whatever folder it runs in (the learner's labs/ folder); its output folder keeps
+    the same figures (quant_log.csv). Paths must be absolute inside."""
+    with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder):
+        yield
+
+
+@contextlib.contextmanager
 def _captured(quiet: bool) -> Iterator[None]:
     """Swallow what the library prints (banners, progress bars) unless it fails: then the
     error carries the last lines, which usually say why."""
@@ -120,7 +130,7 @@ def library_gptq_layer(
 
     copy = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     copy.weight.data = weight.detach().float().clone()
-    with _captured(True):
+    with _captured(True), _in_scratch_folder():
         config = QuantizeConfig(bits=bits, group_size=group_size, desc_act=act_order, sym=False)
         task = GPTQ(copy, config)
         task.quantizer.configure(perchannel=True)  # one grid per row (and group), as GPTQ does
@@ -168,7 +178,8 @@ def gptqmodel_quantize(
     (see library_gptq_layer)."""
     gptqmodel = import_gptqmodel(quiet)
     examples = calibration_examples(batches, window)
-    with _captured(quiet):
+    model_folder, out_folder = Path(model_folder).absolute(), Path(out_folder).absolute()
+    with _captured(quiet), _in_scratch_folder():
         config = gptqmodel.QuantizeConfig(
             bits=bits, group_size=group_size, desc_act=act_order, sym=False, damp_percent=damp,
             act_group_aware=group_aware,
@@ -271,6 +282,19 @@ def kernel_names(model: nn.Module) -> list[str]:
 # ------------------------------------------------------------------------- transformers
 
 
+@contextlib.contextmanager
+def _no_optimum_progress_bars(quiet: bool) -> Iterator[None]:
+    """optimum draws its GPTQ progress with tqdm.auto, which in a notebook is a widget that no
+    redirect catches: while quiet, its loops run without one."""
+    if not quiet:
+        yield
+        return
+    from unittest import mock
+
+    with mock.patch("optimum.gptq.quantizer.tqdm", lambda iterable, **_: iterable):
+        yield
+
+
 def transformers_gptq_quantize(
     model_folder: str | Path,
     out_folder: str | Path,
@@ -289,7 +313,8 @@ def transformers_gptq_quantize(
 
     import_gptqmodel(quiet)
     examples = calibration_examples(batches, window)
-    with _captured(quiet):
+    model_folder, out_folder = Path(model_folder).absolute(), Path(out_folder).absolute()
+    with _captured(quiet), _no_optimum_progress_bars(quiet), _in_scratch_folder():
         config = GPTQConfig(
             bits=bits, group_size=group_size, dataset=examples, sym=False, desc_act=False,
             damp_percent=damp, act_group_aware=group_aware,
