@@ -8,7 +8,7 @@ import torch
 
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab07 as check
-from llmlab.quant import gptq, hessian, inverse_hessian_factor
+from llmlab.quant import fake_quantize, gptq, hessian, inverse_hessian_factor
 
 
 def fails(check_fn, answer, match):
@@ -233,6 +233,140 @@ def test_exercise_2_layers_are_ones_where_gptq_clearly_beats_rtn():
         q = gptq(weight, h, bits, group_size=weight.shape[1]).dequantize()
         rtn = check._rounded(weight, check.column_quantizer(weight, bits))
         assert check._output_error(weight, q, x) < 0.7 * check._output_error(weight, rtn, x)
+
+
+# ---------------------------------------------------------------- Exercise 3: the STE
+
+
+def own_fake_quant(weight, bits, group_size, *, round_fn=torch.round, grid_graph=True):
+    """A learner's own asymmetric fake quantization in torch ops: the graph goes through
+    round_fn, and through the grid's range (min, max) unless grid_graph is False."""
+    groups = weight.reshape(weight.shape[0], -1, group_size)
+    source = groups if grid_graph else groups.detach()
+    top = 2**bits - 1
+    low = source.amin(-1, keepdim=True).clamp(max=0)
+    high = source.amax(-1, keepdim=True).clamp(min=0)
+    scale = (high - low) / top
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    zero = torch.round(-low / scale).clamp(0, top)
+    codes = (round_fn(groups / scale) + zero).clamp(0, top)
+    return ((codes - zero) * scale).reshape(weight.shape)
+
+
+def round_ste(x):
+    """round going forward, the identity going back."""
+    return x + (torch.round(x) - x).detach()
+
+
+def ste_detach(weight, bits, group_size):
+    return weight + (fake_quantize(weight, bits, granularity=group_size) - weight).detach()
+
+
+def ste_detach_other_way(weight, bits, group_size):
+    return fake_quantize(weight, bits, granularity=group_size) + weight - weight.detach()
+
+
+class RoundStraightThrough(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, weight, bits, group_size):
+        return fake_quantize(weight, bits, symmetric=False, granularity=group_size)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None
+
+
+def ste_function(weight, bits, group_size):
+    return RoundStraightThrough.apply(weight, bits, group_size)
+
+
+def ste_own_round(weight, bits, group_size):
+    """Another correct form: a straight-through round inside the learner's own grid, fit on
+    the detached weight."""
+    return own_fake_quant(weight, bits, group_size, round_fn=round_ste, grid_graph=False)
+
+
+def test_exercise_3_accepts_right_answers_in_their_forms(capsys):
+    answers = (ste_detach, ste_detach_other_way, ste_function, ste_own_round,
+               check.fake_quant_ste_reference)  # fmt: skip
+    for answer in answers:
+        assert check.exercise_straight_through(answer) is answer
+    assert capsys.readouterr().out.count("PASSED") == len(answers)
+
+
+def quantized(w, b, g):
+    return fake_quantize(w, b, granularity=g)
+
+
+def ste_on_grid(weight, bits, granularity, symmetric=False):
+    """The straight-through trick on another grid than the exercise's."""
+    q = fake_quantize(weight, bits, symmetric=symmetric, granularity=granularity)
+    return q + weight - weight.detach()
+
+
+def in_place(w, b, g):
+    w.data.copy_(quantized(w, b, g))
+    return w
+
+
+@pytest.mark.parametrize(
+    ("answer", "match"),
+    [
+        # rounding differentiated as it is, with and without the grid's range in the graph
+        (lambda w, b, g: own_fake_quant(w, b, g), "reaches weight is zero"),
+        (lambda w, b, g: own_fake_quant(w, b, g, grid_graph=False), "reaches weight is zero"),
+        (lambda w, b, g: w + (quantized(w, b, g).detach() - w), "reaches weight is zero"),
+        # no graph at all
+        (quantized, "carries no graph"),
+        (lambda w, b, g: ste_detach(w.detach(), b, g), "carries no graph"),
+        (lambda w, b, g: ste_detach(w, b, g).detach(), "carries no graph"),
+        (lambda w, b, g: quantized(w, b, g).requires_grad_(), "does not reach weight"),
+        # the forward not quantized
+        (lambda w, b, g: w, "the float weight's own values"),
+        (lambda w, b, g: w * 1.0, "the float weight's own values"),
+        (lambda w, b, g: quantized(w, b, g) + (w - quantized(w, b, g)).detach(),
+         "the float weight's own values"),
+        # the detach on the wrong term
+        (lambda w, b, g: w.detach() + (quantized(w, b, g) - w), "sign flipped"),
+        (lambda w, b, g: w + (ste_own_round(w, b, g) - w.detach()), "twice the incoming"),
+        (lambda w, b, g: w + (own_fake_quant(w, b, g) - w.detach()),
+         "except at each group's smallest and largest"),
+        (lambda w, b, g: 0.5 * w + (quantized(w, b, g) - 0.5 * w).detach(), "differs from the "
+         "incoming one by up to"),
+        # the wrong grid, or the weight overwritten
+        (lambda w, b, g: ste_on_grid(w, b, g, symmetric=True), "symmetric around 0"),
+        (lambda w, b, g: ste_on_grid(w, b, "channel"), "one grid per row"),
+        (lambda w, b, g: ste_detach(w, b, g) + 0.01, "are not llmlab.quant.fake_quantize"),
+        (in_place, "changed weight itself"),
+        (lambda w, b, g: ste_detach(w, b, g).tolist(), "returned list"),
+        (lambda w, b, g: ste_detach(w, b, g).T, "of the weight's shape"),
+    ],
+)  # fmt: skip
+def test_exercise_3_rejects_likely_mistakes(answer, match):
+    fails(check.exercise_straight_through, answer, match)
+
+
+def test_exercise_3_on_the_stub_returns_the_fallback(capsys):
+    fallback = check.exercise_straight_through(stub)
+    assert fallback is check.fake_quant_ste_reference
+    assert "not done yet" in capsys.readouterr().out
+    weight = torch.randn(4, 16, requires_grad=True)
+    fallback(weight, 4, 8).sum().backward()
+    assert torch.equal(weight.grad, torch.ones_like(weight))
+
+
+def test_exercise_3_mistakes_differ_where_the_check_looks():
+    """Each case's symmetric, per-row and group-wise grids give different values, and the
+    naive fake quantization's gradient is non-zero only at groups' ends (so the check must
+    look inside the groups to call it zero)."""
+    for _, weight, bits, group_size, incoming in check._ste_cases():
+        right = fake_quantize(weight, bits, granularity=group_size)
+        for wrong in (weight, fake_quantize(weight, bits, symmetric=True, granularity=group_size),
+                      fake_quantize(weight, bits)):  # fmt: skip
+            assert not torch.allclose(wrong, right, atol=1e-4)
+        leaf = weight.clone().requires_grad_()
+        (gradient,) = torch.autograd.grad(own_fake_quant(leaf, bits, group_size), leaf, incoming)
+        assert 0 < int((gradient != 0).sum()) <= 2 * weight.numel() // group_size
 
 
 # ---------------------------------------------------------------- Prediction: bits per weight

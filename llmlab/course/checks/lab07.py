@@ -3,6 +3,9 @@
 Exercise 1 is checked against llmlab.quant.rtn, exercise 2 against llmlab.quant.gptq. Both
 compare dequantized weights (codes, scales and zeros may come in any dtype), and when they
 differ the check recomputes each likely mistake and names the one the answer matches.
+Exercise 3 (the straight-through estimator) compares the forward values with
+llmlab.quant.fake_quantize and the gradient that reaches the weight with the incoming one; a
+wrong gradient is named by how it relates to the incoming one (zero, flipped, doubled).
 """
 
 from collections.abc import Callable
@@ -20,6 +23,7 @@ from llmlab.quant import (
     rtn,
     to_codes,
 )
+from llmlab.quant.qat import StraightThrough
 
 # ---------------------------------------------------------------- Exercise 1: group-wise RTN
 
@@ -338,6 +342,131 @@ def exercise_gptq_columns(gptq_columns) -> None:
                  f"error {min(ratios):.0%} to {max(ratios):.0%} of RTN's")  # fmt: skip
 
 
+# ---------------------------------------------------------------- Exercise 3: the STE
+
+
+def fake_quant_ste_reference(weight: torch.Tensor, bits: int, group_size: int) -> torch.Tensor:
+    """The lab's fallback for Exercise 3: llmlab.quant.qat.StraightThrough, called as the
+    exercise's function is."""
+    return StraightThrough.apply(weight, bits, group_size)
+
+
+def _ste_cases() -> list[tuple[str, torch.Tensor, int, int, torch.Tensor]]:
+    """Random weights at 4 and 2 bits, each with a random incoming gradient."""
+    generator = torch.Generator().manual_seed(77)
+    cases = []
+    for rows, cols, bits, group_size in ((16, 32, 4, 8), (8, 64, 2, 16)):
+        weight = torch.randn(rows, cols, generator=generator) * 0.05
+        incoming = torch.randn(rows, cols, generator=generator)
+        cases.append((f"random weight {rows}x{cols}", weight, bits, group_size, incoming))
+    return cases
+
+
+def _ste_value_mistakes(weight, bits, group_size) -> list[tuple[torch.Tensor, str]]:
+    return [
+        (weight,
+         "your output holds the float weight's own values: the forward pass must compute with "
+         "the fake-quantized weight; only the backward pass treats rounding as the identity. "
+         "If you used a detach trick: which term should give the values, and which one the "
+         "gradient?"),
+        (fake_quantize(weight, bits, symmetric=True, granularity=group_size),
+         "your grid is symmetric around 0: QAT here trains for the asymmetric grid that RTN "
+         "and GPTQ store (symmetric=False)."),
+        (fake_quantize(weight, bits, symmetric=False),
+         "your values sit on one grid per row (fake_quantize's default granularity, "
+         "\"channel\"): the grid is fit on each group of group_size input columns."),
+    ]  # fmt: skip
+
+
+def _ste_gradient_mistake(got, incoming, weight, group_size) -> str:
+    """What is wrong with the gradient `got` that reached the weight. Compared where the weight
+    is neither its group's smallest nor its largest value: there the grid's range (min, max)
+    adds a gradient of its own to a fake quantization differentiated as it is."""
+    rows, cols = weight.shape
+    groups = weight.reshape(rows, -1, group_size)
+    inner = ((groups > groups.amin(-1, keepdim=True)) & (groups < groups.amax(-1, keepdim=True)))
+    inner = inner.reshape(rows, cols)
+
+    def inside_is(factor: float) -> bool:
+        return torch.allclose(got[inner], factor * incoming[inner], rtol=1e-4, atol=1e-6)
+
+    if inside_is(1.0):
+        return ("the gradient is right except at each group's smallest and largest weight: "
+                "there some of it also flows through your grid's range (its min and max). In "
+                "the STE the whole fake quantization is the identity going back: which term "
+                "should the graph see?")  # fmt: skip
+    if inside_is(0.0):
+        return ("the gradient that reaches weight is zero (at least wherever the weight is not "
+                "its group's smallest or largest value): the graph went through the rounding, "
+                "or its straight-through terms cancel out. What does round's derivative look "
+                "like, and which term should the graph see?")  # fmt: skip
+    if inside_is(-1.0):
+        return ("the gradient that reaches weight is the incoming one with its sign flipped: "
+                "the graph sees -weight (a detach on the wrong term?). Which term should the "
+                "graph see, and with which sign?")  # fmt: skip
+    if inside_is(2.0):
+        return ("the gradient that reaches weight is twice the incoming one: the graph sees "
+                "weight twice (a detach on the wrong term, or a straight-through round inside "
+                "another straight-through term?). Which term should the graph see, once?")
+    largest = float((got - incoming).abs().max())
+    return (f"the gradient that reaches weight differs from the incoming one by up to "
+            f"{largest:.3g}: going back, the STE passes the incoming gradient to weight "
+            "unchanged. Which term should the graph see?")  # fmt: skip
+
+
+@exercise(
+    fallback=fake_quant_ste_reference,
+    fallback_name="llmlab.course.checks.lab07.fake_quant_ste_reference",
+)
+def exercise_straight_through(fake_quant_ste) -> None:
+    """Exercise 3: fake_quant_ste(weight, bits, group_size) -> the weight fake-quantized
+    (llmlab.quant.fake_quantize, asymmetric, one grid per group of input columns) going forward,
+    with the gradient passed straight through to weight going back."""
+    name = "Exercise 3 (the straight-through estimator)"
+    for what, weight, bits, group_size, incoming in _ste_cases():
+        call_text = f"fake_quant_ste(<{what}>, bits={bits}, group_size={group_size})"
+        leaf = weight.clone().requires_grad_()
+        got = call(name, fake_quant_ste, leaf, bits, group_size)
+        if not isinstance(got, torch.Tensor) or got.shape != weight.shape:
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise ExerciseFailed(f"{name}: {call_text} returned {shape}; return a tensor of the "
+                                 f"weight's shape {tuple(weight.shape)}.")  # fmt: skip
+        if not torch.equal(leaf.detach(), weight):
+            raise ExerciseFailed(f"{name}: {call_text} changed weight itself: QAT keeps the "
+                                 "float weights (the parameters training updates) and only "
+                                 "computes with a rounded copy. Return a new tensor.")  # fmt: skip
+        steps = rtn(weight, bits, group_size).scales.double().repeat_interleave(group_size, 1)
+        values = got.detach().double().cpu()
+
+        def same(wrong: torch.Tensor, values=values, steps=steps) -> bool:
+            return bool(((wrong - values).abs() <= 1e-3 * steps).all())  # a thousandth of a step
+
+        if not same(fake_quantize(weight, bits, symmetric=False, granularity=group_size).double()):
+            hint = next((text for wrong, text in _ste_value_mistakes(weight, bits, group_size)
+                         if same(wrong.double())), None)  # fmt: skip
+            raise ExerciseFailed(f"{name}: {call_text}: " + (hint or (
+                "your values are not llmlab.quant.fake_quantize(weight, bits, symmetric=False, "
+                "granularity=group_size): compare the two on a small weight.")))  # fmt: skip
+        if not got.requires_grad:
+            raise ExerciseFailed(f"{name}: {call_text}: your output carries no graph, so no "
+                                 "gradient reaches weight (weight.grad stays None). Was it made "
+                                 "under torch.no_grad, from weight.detach(), or by "
+                                 "llmlab.quant.fake_quantize alone (which works on a detached "
+                                 "copy)?")  # fmt: skip
+        (gradient,) = torch.autograd.grad(got, leaf, incoming.to(got.dtype), allow_unused=True)
+        if gradient is None:
+            raise ExerciseFailed(f"{name}: {call_text}: your output's graph does not reach "
+                                 "weight: it starts from another tensor (a detached copy made "
+                                 "to require grad?). Build it from weight itself.")  # fmt: skip
+        gradient = gradient.detach().float().cpu()
+        if not torch.allclose(gradient, incoming, rtol=1e-5, atol=1e-6):
+            hint = _ste_gradient_mistake(gradient, incoming, weight, group_size)
+            raise ExerciseFailed(f"{name}: {call_text}, backward with a random gradient g: "
+                                 f"{hint}")  # fmt: skip
+    passed(name, "fake_quantize's values at 4 and 2 bits going forward; the incoming gradient "
+                 "reaches weight unchanged going back")  # fmt: skip
+
+
 # ---------------------------------------------------------------- Prediction: bits per weight
 
 
@@ -352,4 +481,8 @@ def prediction_bits_per_weight(predicted) -> float:
 
 NOTEBOOK = "07_quantization.ipynb"
 # The function each exercise asks for -> its check (tests/test_checks.py runs them all).
-EXERCISES = {"rtn_groups": exercise_rtn_groups, "gptq_columns": exercise_gptq_columns}
+EXERCISES = {
+    "rtn_groups": exercise_rtn_groups,
+    "gptq_columns": exercise_gptq_columns,
+    "fake_quant_ste": exercise_straight_through,
+}
