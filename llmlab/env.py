@@ -29,10 +29,11 @@ REQUIRED_PACKAGES: tuple[str, ...] = (
 )  # fmt: skip
 # The other packages the doctor lists: what needs each one, and how to get it.
 OPTIONAL_PACKAGES: dict[str, str] = {
-    "peft": "Lab 08 LoRA; `make lab` installs it",
-    "bitsandbytes": "Lab 07 NF4 on a CUDA GPU; `make lab` installs it",
-    "gptqmodel": "Lab 07 GPTQ on a CUDA GPU; `pip install gptqmodel optimum`",
-    "optimum": "Lab 07 GPTQ on a CUDA GPU; `pip install gptqmodel optimum`",
+    "peft": "Lab 07 QLoRA's adapters; `make lab` installs it",
+    "bitsandbytes": "Lab 07 NF4, LLM.int8() and QLoRA; `make lab` installs it",
+    "gptqmodel": "Lab 07 GPTQ by library; `make lab` installs it",
+    "optimum": "Lab 07 transformers' GPTQConfig; `make lab` installs it",
+    "torchao": "Lab 07 int8 weights; `make lab` installs it",
     "jupyterlab": "the notebooks; `make lab` installs it",
     "ipywidgets": "notebook progress bars; `make lab` installs it",
     "nbval": "the notebook tests; `make lab` installs it",

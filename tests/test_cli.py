@@ -1,6 +1,7 @@
 """`llmlab doctor`: a true report here, JSON for bug reports, exit 1 on a broken stack.
 `llmlab course`: bad arguments are one-line errors with exit code 2."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ from fake_machines import ALL_PACKAGES, cuda_box, h100_box, make_report
 from nbformat.v4 import new_code_cell, new_notebook
 
 from llmlab import cli, env
-from llmlab.course import profile
+from llmlab.course import labs, profile
 
 
 def test_doctor_runs_as_a_module_and_reports_this_machine():
@@ -64,8 +65,10 @@ def test_doctor_says_when_llmlab_profile_overrides_the_table(fake_machine, capsy
     assert "LLMLAB_PROFILE=full is set: every lab runs at the full profile" in out
 
 
-def test_doctor_lines_up_the_lab_table_planned_rows_included(fake_machine, capsys):
+def test_doctor_lines_up_the_lab_table_planned_rows_included(fake_machine, capsys, monkeypatch):
     fake_machine(make_report())
+    planned = dataclasses.replace(labs.LABS[-1], ready=False)  # a lab announced, not written yet
+    monkeypatch.setattr(labs, "LABS", (*labs.LABS[:-1], planned))
     cli.main(["doctor"])
     out = capsys.readouterr().out
     header, *rows = out[out.index("Labs on this machine") :].splitlines()[1:10]
@@ -83,7 +86,7 @@ def test_doctor_says_which_lab_needs_an_optional_package_and_how_to_install_it(
     status = {key.strip(): value.strip() for key, value in (row for row in rows if len(row) == 2)}
     for name in ("gptqmodel", "optimum"):
         assert status[name].startswith("not installed (optional: Lab 07")
-        assert "pip install gptqmodel optimum" in status[name]
+        assert "`make lab` installs it" in status[name]
 
 
 def test_doctor_explains_the_nccl_variables_and_warns_about_a_missing_interface(
