@@ -106,16 +106,12 @@ def lab03_model(device: torch.device) -> tuple[nn.Module, np.ndarray, np.ndarray
     from llmlab.course.artifacts import artifacts_dir
     from llmlab.course.pretrained import trained_model
     from llmlab.data import prepare_default_dataset
-    from llmlab.data.shards import open_shard
+    from llmlab.data.shards import read_tokens
 
     model, _ = trained_model("smoke")
     dataset = prepare_default_dataset(artifacts_dir(), "smoke")
-
-    def ids(paths) -> np.ndarray:
-        return np.concatenate([np.asarray(open_shard(p, tokenizer=dataset.fingerprint)[1])
-                               for p in paths]).astype(np.int64)  # fmt: skip
-
-    return model.to(device).eval(), ids(dataset.train[:1]), ids(dataset.val)
+    train = read_tokens(dataset.train[:1], tokenizer=dataset.fingerprint)
+    return model.to(device).eval(), train, read_tokens(dataset.val, tokenizer=dataset.fingerprint)
 
 
 # ---------------------------------------------------------------- the pruning methods

@@ -12,11 +12,10 @@ import argparse
 import copy
 import time
 
-import numpy as np
 import torch
 
 from llmlab.course.pretrained import lab03_config, lab03_data, trained_model
-from llmlab.data.shards import open_shard
+from llmlab.data.shards import read_tokens
 from llmlab.evaluate import held_out_windows, size_on_disk
 from llmlab.evaluate.quantized import (
     Variant,
@@ -35,11 +34,6 @@ from llmlab.quant import (
 )
 
 
-def tokens(paths, fingerprint) -> np.ndarray:
-    shards = [np.asarray(open_shard(path, tokenizer=fingerprint)[1]) for path in paths]
-    return np.concatenate(shards).astype(np.int64)  # stored as uint16; embeddings take int64
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="smoke")
@@ -53,10 +47,10 @@ def main() -> None:
     dataset = lab03_data(args.profile, config).dataset
     model, _ = trained_model(args.profile, progress=False)
     model.eval()
-    windows = held_out_windows(tokens(dataset.val, dataset.fingerprint), config.seq_len,
-                               args.windows)  # fmt: skip
+    val_ids = read_tokens(dataset.val, tokenizer=dataset.fingerprint)
+    windows = held_out_windows(val_ids, config.seq_len, args.windows)
     needed = args.calibration * 8 * config.seq_len
-    train = torch.as_tensor(tokens(dataset.train, dataset.fingerprint)[:needed])
+    train = torch.as_tensor(read_tokens(dataset.train, tokenizer=dataset.fingerprint)[:needed])
     calibration = list(train.view(args.calibration, 8, config.seq_len))
 
     seconds = {}

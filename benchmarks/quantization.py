@@ -24,7 +24,7 @@ import torch
 
 from llmlab.bench import markdown_table, warn_if_busy
 from llmlab.course.pretrained import lab03_config, lab03_data, trained_model
-from llmlab.prune.targets import PRUNABLE
+from llmlab.prune import prunable_weights
 from llmlab.quant import gptq, hessian, record_inputs, rtn
 from llmlab.quant.library import library_gptq_layer
 from llmlab.quant.model import matrix
@@ -57,8 +57,8 @@ def main() -> None:
     config = lab03_config("smoke")
     train = lab03_data("smoke", config).train
     batches = [train.next_batch()[0] for _ in range(args.batches)]
-    layers = {name: module for name, module in model.named_modules()
-              if isinstance(module, PRUNABLE) and ".h." in name}  # fmt: skip
+    layers = {name.removesuffix(".weight"): module
+              for name, module in prunable_weights(model).items()}  # the blocks' matrices
     inputs = record_inputs(model, layers, batches)
     rows, ref_total, lib_total = [], 0.0, 0.0
     for name, module in layers.items():

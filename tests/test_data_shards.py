@@ -11,6 +11,7 @@ from llmlab.data.shards import (
     MAGIC,
     open_shard,
     read_header,
+    read_tokens,
     shard_count,
     token_dtype,
     write_shard,
@@ -40,6 +41,17 @@ def test_round_trip(tmp_path, vocab_size):
     again, ids = open_shard(tmp_path / "s.bin", tokenizer="abc")
     assert again == header
     np.testing.assert_array_equal(ids, tokens)
+
+
+def test_read_tokens_joins_shards_in_order_as_int64_and_checks_each(tmp_path):
+    first, second = np.arange(10), np.arange(100, 105)
+    for name, tokens in (("a.bin", first), ("b.bin", second)):
+        write_shard(tmp_path / name, tokens, vocab_size=8192, tokenizer="abc")
+    ids = read_tokens([tmp_path / "a.bin", tmp_path / "b.bin"], tokenizer="abc")
+    assert ids.dtype == np.int64 and ids.tolist() == [*range(10), *range(100, 105)]
+    assert read_tokens([]).shape == (0,)
+    with pytest.raises(DataError, match="another tokenizer"):
+        read_tokens([tmp_path / "a.bin"], tokenizer="xyz")
 
 
 def test_ids_outside_the_vocabulary_are_never_truncated(tmp_path):

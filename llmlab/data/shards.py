@@ -9,6 +9,7 @@ fields, so a reader can tell a truncated, corrupted, tampered or foreign shard f
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -168,6 +169,14 @@ def open_shard(
             "one in its header. Delete it and rebuild the shards."
         )
     return header, ids
+
+
+def read_tokens(paths: Sequence[str | Path], *, tokenizer: str | None = None) -> np.ndarray:
+    """Every id of these shards, in order, in one int64 array (embeddings take int64; shards
+    store 16 or 32 bits): a held-out split or a calibration set read whole, each shard checked
+    as open_shard checks it."""
+    parts = [np.asarray(open_shard(path, tokenizer=tokenizer)[1]) for path in paths]
+    return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
 
 
 def memmap_ids(path: Path, header: ShardHeader) -> np.ndarray:

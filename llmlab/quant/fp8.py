@@ -67,10 +67,10 @@ def fp8_quantize(x: torch.Tensor, name: str = "e4m3", granularity: str = "tensor
         raise ValueError(f"per-channel fp8 needs a 2-D tensor, got shape {tuple(x.shape)}")
     x = x.detach().float()
     absmax = x.abs().amax() if granularity == "tensor" else x.abs().amax(-1, keepdim=True)
-    scale = absmax / torch.finfo(dtype).max
+    limit = torch.finfo(dtype).max
+    scale = absmax / limit
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row: any scale
     # Clamped: float division can land a hair above max, and fp8 e4m3fn has no infinity (NaN).
-    limit = torch.finfo(dtype).max
     return FP8Quantized((x / scale).clamp(-limit, limit).to(dtype), scale)
 
 
