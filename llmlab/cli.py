@@ -181,12 +181,18 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from llmlab.course import profile
     from llmlab.distributed import process_group
     from llmlab.distributed.data_parallel import STRATEGIES
-    from llmlab.train import CheckpointError, EarlierRun
+    from llmlab.train import CheckpointError, EarlierRun, RunFolderBusy
+    from llmlab.train.metrics import format_perplexity
 
     if args.parallel not in STRATEGIES:  # checked here: importing torch for choices= is slow
         parser.error(f"--parallel {args.parallel}: use one of {', '.join(STRATEGIES)}")
+    if args.checkpoint_every and args.out is None:
+        # An error, not a note: a long run believed to be checkpointed would be lost to a kill.
+        parser.error(f"--checkpoint-every {args.checkpoint_every} saves checkpoints into --out, "
+                     "and there is none: give --out DIR (or drop --checkpoint-every)")  # fmt: skip
     try:
-        name = profile(args.profile).name
+        # Lab 03's rule, as `llmlab doctor` prints it: full only on a GPU with room for its recipe.
+        name = profile(args.profile, lab=3).name
     except ValueError as error:  # an unknown profile
         parser.error(str(error))
     if args.out is not None:
@@ -195,14 +201,17 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         problem = None
         try:
             result = _train_lab03(name, args, info)
+        except RunFolderBusy as error:
+            problem = str(error)
         except (CheckpointError, EarlierRun) as error:
-            problem = _one_line(error)
+            problem = f"{_one_line(error)}. Use another --out, or --fresh to start again in it"
         if problem:  # raised here, once the trainer (and its DDP wrapper) is gone
-            parser.error(f"{problem}. Use another --out, or --fresh to start again in it")
+            parser.error(problem)
         if info.is_main:
             print(
                 f"{result.final_step} steps on {info.world_size} process(es), profile {name}: "
-                f"validation loss {result.val_loss:.3f}, perplexity {result.perplexity:.1f}"
+                f"validation loss {result.val_loss:.3f}, "
+                f"perplexity {format_perplexity(result.perplexity)}"
             )
     return 0
 
@@ -352,21 +361,24 @@ def main(argv: list[str] | None = None) -> int:
         "llmlab train` the N processes train together with DDP, or with --parallel zero1/fsdp "
         "(gloo on CPUs, NCCL on GPUs).",
     )
-    p_train.add_argument("--profile", default="auto", help="smoke, full or auto (default)")
+    p_train.add_argument("--profile", default="auto",
+                         help="smoke, full or auto (default: Lab 03's choice, as llmlab doctor "
+                         "prints it)")
     p_train.add_argument("--steps", type=_positive, default=None,
                          help="train this many steps (the recipe's warm-up scales with them)")
     p_train.add_argument("--out", type=Path, default=None,
-                         help="metrics and checkpoints go here; a run there is resumed")
+                         help="metrics and checkpoints go here; a run there is resumed (one run "
+                         "at a time: a second one is refused)")
     p_train.add_argument("--checkpoint-every", type=_positive, default=None, metavar="N",
-                         help="save a checkpoint every N steps (default: the recipe's, 100), "
-                         "so a killed run resumes from the last one")
+                         help="save a checkpoint into --out every N steps (default: the "
+                         "recipe's, 100), so a killed run resumes from the last one")
     p_train.add_argument("--parallel", default="ddp",
                          help="how the processes share the model under torchrun: ddp "
                          "(replicated), zero1 (optimizer states sharded), fsdp (all sharded, "
                          "checkpoints in shards); ignored in one process")
     p_train.add_argument("--fresh", action="store_true",
-                         help="start again at step 1 in an --out that holds an earlier run "
-                         "(its metrics are appended to, its checkpoints set aside)")
+                         help="start again at step 1 in an --out that holds an earlier run's "
+                         "checkpoints (they are set aside, the metrics appended to)")
 
     p_labs = commands.add_parser("make-labs", help="regenerate labs/ from solutions/")
     p_labs.add_argument("--solutions", type=Path, default=Path("solutions"))
