@@ -5,14 +5,8 @@ import torch
 import torch.distributed as dist
 
 from llmlab.distributed import launch
-from llmlab.distributed.comm import (
-    count_collectives,
-    ddp_bytes,
-    drop_collectives,
-    fsdp_bytes,
-    ring_bytes,
-    zero1_bytes,
-)
+from llmlab.distributed.comm import count_collectives, drop_collectives
+from llmlab.scale.comm_cost import ddp_bytes, fsdp_bytes, ring_bytes, zero1_bytes
 
 
 def test_ring_formulas():

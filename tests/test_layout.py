@@ -2,15 +2,15 @@
 
 import pytest
 
-from llmlab.distributed.layout import (
+from llmlab.memory import TrainingSetup, estimate_memory
+from llmlab.models import ModelShape
+from llmlab.scale.layout import (
     choose_layouts,
     crosses_nodes,
     gpu_memory_gb,
     layout_table,
     stage_estimate,
 )
-from llmlab.memory import TrainingSetup, estimate_memory
-from llmlab.models import ModelShape
 
 GPT2_STEP = TrainingSetup(batch=8, seq=1024)
 LLAMA_STEP = TrainingSetup(batch=1, seq=4096, checkpointing=True)

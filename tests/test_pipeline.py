@@ -8,7 +8,8 @@ from llmlab.distributed import LaunchError, launch
 from llmlab.distributed.equivalence import (
     relative_error,
 )
-from llmlab.distributed.pipeline import bubble_fraction, stage_bounds, train_pipeline
+from llmlab.distributed.pipeline import stage_bounds, train_pipeline
+from llmlab.scale.comm_cost import bubble_fraction
 
 TOLERANCE = 1e-5  # the target for PP vs one process, relative, fp32
 

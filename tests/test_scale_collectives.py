@@ -4,12 +4,18 @@ import math
 
 import pytest
 
-from llmlab.distributed.comm import ddp_bytes, fsdp_bytes, ring_bytes
-from llmlab.distributed.tensor_parallel import tensor_parallel_bytes
 from llmlab.models import preset
 from llmlab.scale.collectives import ring_seconds, send_seconds, tree_all_reduce_seconds
+from llmlab.scale.comm_cost import (
+    ddp_bytes,
+    dp_bytes,
+    fsdp_bytes,
+    ring_bytes,
+    tensor_parallel_bytes,
+    tp_bytes,
+)
+from llmlab.scale.layout import Parallel
 from llmlab.scale.links import LINKS, Link, gbit_to_bytes
-from llmlab.scale.simulate import Parallel, dp_bytes, tp_bytes
 
 NO_LATENCY = Link("test", bandwidth=50e9, latency=0.0)
 

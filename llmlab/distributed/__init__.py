@@ -10,15 +10,14 @@ One concern per module:
 - `accelerate_notebook`: Accelerate's `notebook_launcher` made to start one group on a CPU.
 - `launchers`: every launcher side by side: what it starts, where ranks come from, our helpers.
 - `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
-- `comm`: count the bytes each collective sends; the formulas they should match.
+- `comm`: count the bytes each collective sends (the formulas are llmlab.scale.comm_cost's).
 - `overlap`: DDP bucket sizes and FSDP2 prefetching, timed and counted on 2 ranks.
 - `equivalence`: a strategy on N ranks against one process on the same global batch.
 - `rank_memory`: memory per rank, measured, against the Lab 02 planner.
-- `mesh`: every parallel group read off one rank grid; device meshes.
+- `mesh`: every parallel group read off one rank grid (llmlab.scale.layout's rank order).
 - `tensor_parallel`, `model_parallel`: Megatron-style tensor parallelism, by hand and by plan.
 - `pipeline`: pipeline stages, GPipe and 1F1B schedules, and their idle time.
 - `deepspeed_config`, `deepspeed_run`: DeepSpeed's JSON config from a TrainingSetup; ZeRO-2/3 runs.
-- `layout`: which data/tensor/pipeline/ZeRO layouts fit a cluster, in a stated order.
 - `megatron`: the course's names as Megatron-LM arguments, and a command line.
 - `stragglers`: per-rank step times gathered, and the ranks slower than the median flagged.
 - `nccl_env`: the NCCL/gloo environment variables explained; the doctor's checks of them.
