@@ -1,7 +1,7 @@
 """llmlab.prune on tiny random GPT-2 and Llama models: masks identical to torch.nn.utils.prune
 (ties and tensors of different sizes included), masks that survive AdamW, the cubic schedule,
 reports, saving (with checksums: a damaged mask file or model folder is refused), and the errors
-for bad input."""
+for bad input (NaN weights included)."""
 
 import math
 
@@ -317,6 +317,17 @@ def test_a_damaged_mask_file_is_refused(tmp_path):
     (tmp_path / "masks.safetensors.sha256").unlink()
     with pytest.raises(ValueError, match="masks.safetensors.sha256 is missing"):
         load_masks(path, build_model(GPT2))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_magnitude_masks_refuse_a_non_finite_weight_by_name(bad):
+    model = build_model(GPT2)
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_fc.weight[3, 5] = bad
+    for masks in (layerwise_masks, global_masks):
+        with pytest.raises(ValueError, match=r"transformer.h.1.mlp.c_fc.weight holds 1 NaN or "
+                           r"inf value\(s\), the first at index \(3, 5\)"):  # fmt: skip
+            masks(model, 0.5)
 
 
 def test_mask_files_round_trip_and_refuse_another_model(tmp_path):

@@ -3,7 +3,7 @@ reference's output error is within 5% of GPTQModel's (and RTN's is not); GPTQMod
 transformers' checkpoints save, reload and compute like a GPTQ model of the float one; a
 checkpoint llmlab saved carries checksums and a damaged one is refused; one made elsewhere (no
 checksums) loads, and its damaged config, tensors or file are refused by structure checks; bad
-input (no calibration, a checkpoint without its config, a GPU kernel on a CPU) is
+input (no calibration, NaN inputs, a checkpoint without its config, a GPU kernel on a CPU) is
 refused or falls back with a clear message."""
 
 import json
@@ -237,6 +237,17 @@ def test_a_checkpoint_without_its_quantization_config_is_refused(float_folder, t
         check_gptq_checkpoint(tmp_path / "nothing")
     with pytest.raises(ValueError, match="bf16 or fp16 on a CPU"):
         load_gptq_checkpoint(float_folder, dtype=torch.float32)
+
+
+def test_library_gptq_refuses_non_finite_numbers():
+    weight = torch.randn(8, 64)
+    inputs = [torch.randn(32, 64), torch.randn(32, 64)]
+    inputs[1][4, 2] = torch.nan
+    with pytest.raises(ValueError, match=r"calibration input 1 holds 1 NaN or inf .*\(4, 2\)"):
+        library_gptq_layer(weight, inputs, group_size=64)
+    weight[1, 1] = torch.inf
+    with pytest.raises(ValueError, match="the weight to quantize holds 1 NaN or inf"):
+        library_gptq_layer(weight, inputs[:1], group_size=64)
 
 
 def test_calibration_must_hold_at_least_one_window():

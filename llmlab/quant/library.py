@@ -32,6 +32,7 @@ from llmlab.data.checksums import (
     verify_folder,
     write_folder_checksums,
 )
+from llmlab.models.finite import require_finite
 from llmlab.quant.calibrate import check_batches
 
 # GPTQModel quantizes on the CPU with a pool of worker threads; one per core is its own advice.
@@ -146,13 +147,14 @@ def library_gptq_layer(
     from gptqmodel.quantization.gptq import GPTQ
 
     copy = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-    copy.weight.data = weight.detach().float().clone()
+    copy.weight.data = require_finite(weight, "the weight to quantize").detach().float().clone()
     with _captured(True), _in_scratch_folder():
         config = QuantizeConfig(bits=bits, group_size=group_size, desc_act=act_order, sym=False)
         task = GPTQ(copy, config)
         task.quantizer.configure(perchannel=True)  # one grid per row (and group), as GPTQ does
         count = 0
         for x in inputs:
+            require_finite(x, f"calibration input {count}")
             task.add_batch(x.detach().float().reshape(1, -1, x.shape[-1]), None)
             count += 1
         if not count:
