@@ -136,7 +136,7 @@ def damaged_copy(gptq_folder, tmp_path, keep_checksums=True):
     copy = tmp_path / "copy"
     shutil.copytree(gptq_folder, copy)
     if not keep_checksums:  # as a checkpoint made elsewhere comes
-        (copy / "checksums.sha256").unlink()
+        (copy / "checksums.sha256").unlink(missing_ok=True)
     return copy
 
 
