@@ -27,7 +27,7 @@ def observe_inputs(
     def hook_for(name: str):
         def record(module, inputs):
             x = inputs[0].detach()
-            # `batch`: the loop's below, the batch the model is running on now
+            # `batch` is the loop variable below: the batch the model is running on
             require_finite(x, f"the input of {name} on calibration batch {batch}")
             on_input(name, x.reshape(-1, x.shape[-1]))
 

@@ -19,7 +19,7 @@ NF4_OFFSET = 0.9677083  # 1 - (1/30 + 1/32) / 2 = 0.96770833..., to bitsandbytes
 def nf4_codebook() -> torch.Tensor:
     """The 16 NF4 values, ascending, in float32: from -1 to 1 through an exact 0."""
 
-    def quantiles(count: int) -> torch.Tensor:  # the upper `count` - 1 quantiles, offset to 0.5
+    def quantiles(count: int) -> torch.Tensor:  # count - 1 of them, from the offset towards 0.5
         probabilities = torch.linspace(NF4_OFFSET, 0.5, count, dtype=torch.float32)[:-1]
         return torch.special.ndtri(probabilities.double()).float()
 
