@@ -1,18 +1,31 @@
 """The launcher table: one row per launcher, and every llmlab helper it names exists."""
 
 import importlib
+import importlib.util
 
 import pytest
 
-from llmlab.distributed.launchers import LAUNCHERS, launcher_table
+from llmlab.jobs.launchers import LAUNCHERS, launcher_table
+
+
+def helper(name: str):
+    """The function a helper name stands for, in llmlab.distributed or llmlab.jobs; None if
+    neither has it."""
+    module, attribute = name.rsplit(".", 1)
+    for package in ("llmlab.distributed", "llmlab.jobs"):
+        if importlib.util.find_spec(f"{package}.{module}"):
+            return getattr(importlib.import_module(f"{package}.{module}"), attribute, None)
+    return None
 
 
 @pytest.mark.parametrize("row", LAUNCHERS, ids=lambda row: row.name)
 def test_every_helper_named_exists(row):
     for name in row.helpers:
-        module, attribute = name.rsplit(".", 1)
-        assert callable(getattr(importlib.import_module(f"llmlab.distributed.{module}"),
-                                attribute, None)), f"{row.name}: no llmlab.distributed.{name}"
+        assert callable(helper(name)), f"{row.name}: no {name} in llmlab.distributed or jobs"
+
+
+def test_a_missing_helper_is_caught():
+    assert helper("slurm.no_such_function") is None and helper("no_such_module.f") is None
 
 
 def test_the_table_has_a_row_per_launcher():

@@ -1,8 +1,9 @@
 """Data flows one way through llmlab: no module imports one above it (DESIGN.md, house rules).
 
-data -> models -> memory -> scale -> distributed -> train -> (prune, quant) -> evaluate; env,
-device, bench and network sit underneath everything; course, plots and cli sit on top. The
+data -> models -> memory -> scale -> distributed -> train / jobs -> (prune, quant) -> evaluate;
+env, device, bench and network sit underneath everything; course, plots and cli sit on top. The
 planner (scale) is plain arithmetic below the ranks' code: it never imports torch.distributed.
+The job tooling (jobs) surrounds a run and never imports the trainer, nor the trainer it.
 A lower module that reached up would make a learner read the whole package to understand one
 part, and would risk import cycles.
 """
@@ -15,12 +16,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "llmlab"
 LAYER = {
     "_quiet": 0, "network": 0, "env": 0, "device": 0, "bench": 0,
-    "data": 1, "models": 2, "memory": 3, "scale": 4, "distributed": 5, "train": 6,
+    "data": 1, "models": 2, "memory": 3, "scale": 4, "distributed": 5, "train": 6, "jobs": 6,
     "prune": 7, "quant": 7, "evaluate": 8,
     "course": 9, "plots": 9, "cli": 9, "__main__": 9, "__init__": 9,
 }  # fmt: skip
-# Packages that must stay plain arithmetic, and the imports that would make them something else.
-FORBIDDEN = {"scale": ("torch.distributed",)}
+# Imports a package must not make even from below it: the planner stays plain arithmetic, and the
+# trainer and the job tooling stay apart.
+FORBIDDEN = {"scale": ("torch.distributed",), "jobs": ("llmlab.train",), "train": ("llmlab.jobs",)}
 
 
 def top_module(path: Path, package: Path = PACKAGE) -> str:
@@ -74,7 +76,7 @@ def test_no_module_imports_one_above_it():
     assert upward_imports() == []
 
 
-def test_the_planner_never_imports_torch_distributed():
+def test_the_planner_never_imports_torch_distributed_and_jobs_never_the_trainer():
     assert forbidden_imports() == []
 
 
@@ -87,6 +89,15 @@ def test_a_forbidden_import_is_caught(tmp_path, source):
     path.write_text(f"def f():\n    {source}\n")
     expected = "llmlab/scale/simulate.py imports torch.distributed"
     assert forbidden_imports(tmp_path / "llmlab") == [expected]
+
+
+@pytest.mark.parametrize("source", ["from llmlab.train import Trainer", "from llmlab import train",
+                                    "import llmlab.train.loop"])  # fmt: skip
+def test_jobs_importing_the_trainer_is_caught(tmp_path, source):
+    path = tmp_path / "llmlab" / "jobs" / "slurm.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(source + "\n")
+    assert forbidden_imports(tmp_path / "llmlab") == ["llmlab/jobs/slurm.py imports llmlab.train"]
 
 
 def test_an_upward_import_is_caught(tmp_path):
