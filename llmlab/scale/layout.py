@@ -25,7 +25,7 @@ data parallel, pipeline slowest.
 
 from dataclasses import dataclass
 
-from llmlab.bench import GPU_SPECS, resolve_gpu_spec
+from llmlab.bench import gpu_names, resolve_gpu_spec
 from llmlab.env import GB
 from llmlab.memory import (
     MemoryEstimate,
@@ -115,12 +115,13 @@ class Layout:
 
 
 def gpu_memory_gb(gpu: str | float) -> float:
-    """GB of a GPU named in llmlab.bench's table ("H100 SXM", "A100 40GB"), or a number of GB."""
+    """GB of a GPU as llmlab.bench resolves it ("h100", "H100 SXM", "A100 40GB"), or a number of
+    GB."""
     if isinstance(gpu, int | float):
         return float(gpu)
     spec = resolve_gpu_spec(gpu)
     if spec is None:
-        names = ", ".join(s.name for s in GPU_SPECS)
+        names = ", ".join(gpu_names())
         raise ValueError(f"unknown GPU {gpu!r}: use one of {names}, or its memory in GB")
     return spec.memory_gb
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from llmlab.memory import TrainingSetup
 from llmlab.models import ModelShape, as_shape
 from llmlab.scale.layout import Parallel, choose_layouts
-from llmlab.scale.simulate import Cluster, Prediction, gpu_spec, simulate
+from llmlab.scale.simulate import Cluster, Prediction, simulate
 
 MICRO_BATCHES = (1, 2, 4)
 
@@ -47,8 +47,8 @@ def search_layouts(
     for checkpointing in (False, True):
         for micro in MICRO_BATCHES:
             setup = TrainingSetup(batch=micro, seq=seq, checkpointing=checkpointing)
-            layouts = choose_layouts(shape, gpu_spec(cluster.gpu).name, cluster.gpus_per_node,
-                                     cluster.nodes, inside, between, setup)  # fmt: skip
+            layouts = choose_layouts(shape, cluster.gpu, cluster.gpus_per_node, cluster.nodes,
+                                     inside, between, setup)  # fmt: skip
             for layout in layouts:
                 replicas.add(layout.dp)
                 if layout.dp * micro > batch:  # every replica needs a micro-batch

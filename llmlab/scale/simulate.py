@@ -23,7 +23,7 @@ its FLOPs at that rate, and bubble and communication are already inside it.
 import math
 from dataclasses import dataclass
 
-from llmlab.bench import GPU_SPECS, GpuSpec, resolve_gpu_spec
+from llmlab.bench import GpuSpec, gpu_names, resolve_gpu_spec
 from llmlab.memory import MemoryEstimate, TrainingSetup, check_tensor_parallel, fits
 from llmlab.models import ModelShape, as_shape, count_parameters, training_flops_per_token
 from llmlab.scale.collectives import ring_seconds, send_seconds
@@ -38,9 +38,6 @@ from llmlab.scale.comm_cost import (
 from llmlab.scale.layout import Parallel, crosses_nodes, stage_estimate
 from llmlab.scale.links import link
 
-# Short names people type; anything else goes to llmlab.bench's table.
-GPU_ALIASES = {"h100": "H100 SXM", "h200": "H200", "a100": "A100 SXM 80GB",
-               "a100-40gb": "A100 40GB"}  # fmt: skip
 # An assumption: the share of the dense peak a large bf16 matmul-heavy step keeps busy
 # (llmlab.bench: real matmuls reach 60-80% of the datasheet peak; the rest is elementwise work).
 EFFICIENCY = 0.6
@@ -48,12 +45,11 @@ SECONDS_PER_DAY = 86400
 
 
 def gpu_spec(gpu: str | GpuSpec) -> GpuSpec:
-    """A GPU by alias ("h100"), by its name in llmlab.bench's table, or by its device name."""
-    if isinstance(gpu, GpuSpec):
-        return gpu
-    spec = resolve_gpu_spec(GPU_ALIASES.get(gpu.strip().lower(), gpu))
+    """A GPU with a bf16 peak, as llmlab.bench resolves it: by alias ("h100"), by its name in
+    the table, or by its device name."""
+    spec = resolve_gpu_spec(gpu)
     if spec is None or spec.tflops[DTYPE] is None:
-        known = ", ".join([*GPU_ALIASES, *(s.name for s in GPU_SPECS if s.tflops[DTYPE])])
+        known = ", ".join(gpu_names(DTYPE))
         raise ValueError(f"unknown GPU {gpu!r} (or no {DTYPE} peak): use one of {known}")
     return spec
 

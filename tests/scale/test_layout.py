@@ -91,6 +91,14 @@ def test_gpu_memory_by_name_or_number():
     assert gpu_memory_gb(24) == 24.0
 
 
+def test_the_planners_take_the_same_gpu_names():
+    # One resolver (llmlab.bench.resolve_gpu_spec): the alias `llmlab plan --gpu` and
+    # Cluster(gpu=...) take works for choose_layouts too.
+    assert gpu_memory_gb("h100") == 80 and gpu_memory_gb("a100-40gb") == 40
+    by_alias = choose_layouts("gpt2-124m", "h100", setup=GPT2_STEP)
+    assert by_alias == choose_layouts("gpt2-124m", "H100 SXM", setup=GPT2_STEP) != []
+
+
 def test_a_pipeline_is_planned_by_its_most_loaded_stage_each_with_its_own_items():
     # 4 GPT-2 blocks of width 64 on 2 stages; the last holds the head of a 1000-token vocabulary.
     shape = ModelShape("gpt2", n_layer=4, d_model=64, n_head=4, vocab_size=1000, context=128)
