@@ -514,8 +514,9 @@ def peak_in_flight(slots: dict) -> int:
     return peak
 
 
-def bubble_fraction(timeline) -> float:
-    """The share of all stage-slots, up to the last one used, that stand idle."""
+def timeline_bubble(timeline) -> float:
+    """The share of all stage-slots, up to the last one used, that stand idle: the bubble a drawn
+    timeline shows (llmlab.scale.comm_cost.bubble_fraction is the formula's, from p and m)."""
     length = max(len(row) for row in timeline)
     busy = sum(op is not None for row in timeline for op in row)
     return 1 - busy / (length * len(timeline))
