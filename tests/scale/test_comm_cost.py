@@ -1,7 +1,7 @@
 """The planner's communication formulas: ring bytes, bytes per DP strategy, TP bytes, the bubble.
 
 The ranks' code checks its measured bytes against these: tests/distributed/test_comm.py (DDP,
-ZeRO-1, FSDP2) and tests/test_tensor_parallel.py (TP)."""
+ZeRO-1, FSDP2) and tests/distributed/test_tensor_parallel.py (TP)."""
 
 import pytest
 
@@ -39,8 +39,8 @@ def test_dp_volumes_equal_lab04_formulas(ranks):
 
 
 def test_tp_volume_equals_lab04_count():
-    # tests/test_tensor_parallel.py measured 4 all-reduces of batch x seq x d_model per block
-    # (2 forward, 2 backward) on the smoke model; the simulator sends the same bytes.
+    # tests/distributed/test_tensor_parallel.py measured 4 all-reduces of batch x seq x d_model
+    # per block (2 forward, 2 backward) on the smoke model; the simulator sends the same bytes.
     shape = preset("tiny")  # 4 blocks, width 256
     layout = Parallel(dp=1, tp=2, micro_batch=2, accumulation=1, checkpointing=False)
     measured = tensor_parallel_bytes(2, 16, shape.d_model, shape.n_layer, tp=2, dtype_bytes=2)
