@@ -54,7 +54,7 @@ def _communication_section(explanation: str) -> str:
 
 def doctor(as_json: bool) -> int:
     """Print the machine report and each lab's profile here; exit 1 when the stack is broken."""
-    from llmlab.distributed import nccl_env  # here: it imports torch.distributed
+    from llmlab.jobs import nccl_env  # here: only the doctor needs it
 
     report = env.collect()
     problems = env.diagnose(report) + nccl_env.comm_problems(os.environ, report)
