@@ -13,9 +13,11 @@ a section checks its budget between measurements (a CUDA kernel cannot be interr
 Without a CUDA GPU (or with --dry-run) nothing is measured: each section prints what it would
 measure, the JSON marks every section skipped with the reason, and the command exits 0.
 
-On a GPU machine: `bash tools/gpu_check.sh` (about 8 minutes on an H100; it needs only the
-GPU image's PyTorch, any 2.x from 2.9 on, and the repository; missing optional packages are
-skipped by name). The JSON it writes (build/gpu_check.json by default) holds:
+On a GPU machine: `bash tools/gpu_check.sh` (8 minutes at most on an H100, the budget; it needs
+only the machine's own Python and PyTorch and the repository, no .venv. The code avoids names
+newer than the GPU images' PyTorch 2.11 as far as reading it tells: it has not run there yet.
+Missing optional packages, bitsandbytes and torchao, are skipped by name). The JSON it writes
+(build/gpu_check.json by default) holds:
   {"torch": ..., "cuda": ..., "device": ..., "model": ..., "budget_s": ..., "dry_run": ...,
    "sections": [{"section", "lab", "measures", "status" ("ok", "skipped", "error"), "reason",
                  "seconds", "rows": [{"what", "value", "unit", "note"}, ...]}, ...]}
