@@ -1,0 +1,120 @@
+"""The code-summarization task: pairs cut correctly, split by module, deterministic, and a leaked
+test example found. Mistakes it catches: the docstring left in the code (the answer is in the
+input), a split by function (a module's functions in two splits), a split that changes from run
+to run, a multi-line summary cut in half, and a planted copy of a training function missed."""
+
+import ast
+
+import pytest
+
+from llmlab.data.docstrings import (
+    SPLITS,
+    docstring_splits,
+    function_pairs,
+    leaked,
+    split_of,
+)
+
+SOURCE = '''
+import os
+
+
+def join_all(parts, separator=","):
+    """Join the parts with a separator between them.
+
+    More words that are not the summary.
+    """
+    cleaned = [str(part).strip() for part in parts]
+    kept = [part for part in cleaned if part]
+    return separator.join(kept)
+
+
+class Store:
+    @property
+    def size(self):
+        """Return the number of stored items."""
+        total = 0
+        for bucket in self.buckets:
+            total += len(bucket)
+        return total
+
+    def half(self):
+        """This summary line runs on
+        into a second line, so it is half a sentence."""
+        a = 1
+        b = 2
+        return a + b
+
+    def short(self):
+        """Too short."""
+        x = 1
+        y = 2
+        return x + y
+
+
+def one_liner(): "Docstring on the def line cannot be cut out."; return 1
+'''
+
+
+def test_pairs_hold_the_code_without_its_docstring_and_the_summary_line():
+    pairs = function_pairs(SOURCE, "demo.py")
+    assert [(p.name, p.summary) for p in pairs] == [
+        ("join_all", "Join the parts with a separator between them."),
+        ("Store.size", "Return the number of stored items."),
+    ]
+    for pair in pairs:
+        function = ast.parse(pair.code).body[0]  # dedented: a method parses on its own
+        assert ast.get_docstring(function) is None
+        assert pair.summary not in pair.code and "More words" not in pair.code
+        assert pair.code.startswith("def ") and pair.module == "demo.py"
+    assert "return separator.join(kept)" in pairs[0].code
+
+
+def test_filters_bound_the_code_length():
+    assert [p.name for p in function_pairs(SOURCE, "m.py", max_code_lines=4)] == ["join_all"]
+    assert function_pairs(SOURCE, "m.py", min_code_lines=6) == []
+    assert len(function_pairs(SOURCE, "m.py", min_summary_words=1)) == 3  # "Too short." now in
+    assert function_pairs("def broken(:\n", "m.py") == []  # other Python versions' files
+
+
+def test_a_module_lands_in_one_split_whatever_else_is_there():
+    assert split_of("json/decoder.py") == split_of("json/decoder.py")
+    names = [f"pkg/module_{i}.py" for i in range(400)]
+    counts = {name: sum(split_of(m) == name for m in names) for name in SPLITS}
+    assert 280 < counts["train"] < 360 and counts["validation"] > 20 and counts["test"] > 20
+    assert {split_of(m, (0, 0, 1)) for m in names} == {"test"}
+    with pytest.raises(ValueError, match="sum to 1"):
+        split_of("a.py", (0.8, 0.1, 0.2))
+
+
+@pytest.fixture(scope="module")
+def smoke_splits():
+    return docstring_splits("smoke")
+
+
+def test_standard_library_splits_share_no_module_and_repeat_exactly(smoke_splits):
+    modules = {name: {p.module for p in pairs} for name, pairs in smoke_splits.items()}
+    assert all(smoke_splits[name] for name in SPLITS)
+    assert not modules["train"] & modules["test"]
+    assert not modules["train"] & modules["validation"]
+    assert not modules["validation"] & modules["test"]
+    assert docstring_splits("smoke") == smoke_splits  # same pairs, same order
+
+
+def test_a_planted_copy_of_a_training_function_is_found(smoke_splits):
+    train = [p.code for p in smoke_splits["train"]]
+    test = [p.code for p in smoke_splits["test"]]
+    honest = leaked(train, test)
+    planted = train[7].replace("self", "this")  # a near-copy: renamed, otherwise the same
+    found = leaked(train, [*test, planted])
+    assert found == [*honest, len(test)]
+    assert len(honest) <= len(test) // 10  # the module split keeps real leaks rare
+
+
+def test_leak_detection_counts_shared_ngrams():
+    train = ["a b c d e f g h i j"]
+    assert leaked(train, ["a b c d e f g h i j", "z y x w v u t s", "a b c"], n=3) == [0, 2]
+    assert leaked(train, ["a b c d q r s t"], n=3, threshold=0.3) == [0]  # 2 of 6 trigrams
+    assert leaked(train, ["a b c d q r s t"], n=3, threshold=0.5) == []
+    with pytest.raises(ValueError, match="threshold"):
+        leaked(train, train, threshold=0)
