@@ -27,7 +27,7 @@ from llmlab.evaluate.multiple_choice import (
     wilson_interval,
 )
 from llmlab.evaluate.next_token import TokenScores, next_token_accuracy, perplexity, score_tokens
-from llmlab.evaluate.ngram_bleu import BleuCounts, corpus_bleu, sentence_counts
+from llmlab.evaluate.ngram_bleu import BleuCounts, corpus_bleu, sentence_counts, smoothed_bleu4
 from llmlab.evaluate.qat import ptq_against_qat
 from llmlab.evaluate.quantized import (
     QuantRow,
@@ -49,6 +49,7 @@ __all__ = [
     "corpus_bleu", "fake_quant_variant", "float_variant", "generate_samples",
     "held_out_windows", "latency_seconds", "multiple_choice", "next_token_accuracy",
     "paired_bootstrap", "perplexity", "ptq_against_qat", "quant_rows", "quant_table",
-    "samples_table", "score_tokens", "sentence_counts", "size_on_disk", "torch_save_bytes",
+    "samples_table", "score_tokens", "sentence_counts", "size_on_disk", "smoothed_bleu4",
+    "torch_save_bytes",
     "wilson_interval",
 ]  # fmt: skip

@@ -2,7 +2,9 @@
 smoothing method; and each plausible mistake (no clipping, no brevity penalty, a mean of
 sentence BLEUs, the longest instead of the closest reference) disagrees with sacrebleu."""
 
+import math
 import random
+import re
 from dataclasses import replace
 
 import pytest
@@ -14,6 +16,8 @@ from llmlab.evaluate.ngram_bleu import (
     bleu_from_counts,
     corpus_bleu,
     sentence_counts,
+    smoothed_bleu4,
+    split_punctuation,
     tokenize_13a,
 )
 
@@ -132,3 +136,45 @@ def test_a_mean_of_sentence_scores_is_not_corpus_bleu():
     assert mean_of_sentence_bleus(hypotheses, references) != pytest.approx(
         sacre(hypotheses, references), abs=1e-6
     )
+
+
+# CodeXGLUE's smoothed BLEU-4, against values worked out by hand from its definition.
+def test_smoothed_bleu4_by_hand():
+    # 7 tokens each; matches 6/7, 4/6, 3/5, 2/4; add-one from bigrams on; equal lengths.
+    hypothesis = "Returns the maximum of two tokens."
+    reference = "returns the maximum of two integers."
+    expected = 100 * (6 / 7 * 5 / 7 * 4 / 6 * 3 / 5) ** 0.25
+    assert smoothed_bleu4([hypothesis], [reference]) == pytest.approx(expected)
+    # 3 of 6 tokens, all matching (4-grams: (0+1)/(0+1)): only the brevity penalty is left.
+    assert smoothed_bleu4(["Return the size"], ["Return the size of the queue"]) == (
+        pytest.approx(100 * math.exp(1 - 7 / 4))
+    )
+    # Their quirk, kept: an empty hypothesis scores exp(-reference length), not 0.
+    assert smoothed_bleu4([""], ["Return the size of the queue"]) == pytest.approx(
+        100 * math.exp(-6)
+    )
+    assert smoothed_bleu4(["a b", "x y"], ["a b", "p q"]) == pytest.approx(50, abs=1e-6)
+    assert split_punctuation(" Don't stop.") == ["don", "'", "t", "stop", "."]
+
+
+def test_smoothed_bleu4_is_not_sacrebleu_and_each_shortcut_shows():
+    hyps, refs = ["Return the size", "Returns the maximum of two tokens."], [
+        "Return the size of the queue", "Returns the maximum of two integers."]
+    ours_score = smoothed_bleu4(hyps, refs)
+    shortcuts = {
+        "sacrebleu's corpus BLEU": sacre(hyps, [[r] for r in refs]),
+        "no +1 in the brevity penalty": 100 * (math.exp(1 - 6 / 3) + (6 / 7 * 5 / 7 * 4 / 6 * 3 / 5)
+                                               ** 0.25) / 2,
+        "corpus counts, not a sentence mean": corpus_bleu(hyps, refs, "add-k",
+                                                          tokenize=split_punctuation),
+    }  # fmt: skip
+    for name, wrong in shortcuts.items():
+        assert wrong != pytest.approx(ours_score, abs=0.5), name
+
+
+def test_smoothed_bleu4_ignores_case_and_a_case_sensitive_one_would_not(monkeypatch):
+    hyps, refs = ["Return The Size of it"], ["return the size of the queue"]
+    right = smoothed_bleu4(hyps, refs)
+    assert smoothed_bleu4([h.upper() for h in hyps], refs) == pytest.approx(right)
+    monkeypatch.setattr(ours, "split_punctuation", lambda text: re.findall(r"\w+|[^\w\s]", text))
+    assert smoothed_bleu4(hyps, refs) < right - 10  # the mistake: "The" no longer matches
