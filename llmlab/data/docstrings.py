@@ -11,6 +11,9 @@ Two things make the scores honest:
   would let the model see near-copies of its test examples while training.
 - `leaked` finds test examples whose code shares many n-grams with training code, so a learner
   can see (and measure) what leakage between splits does to a score.
+
+Online (LLMLAB_ONLINE=1), `hub_docstring_pairs` gives the same task on CodeXGLUE's Python
+code-to-text data (functions from GitHub, split by repository), cut by the same rules.
 """
 
 import ast
@@ -21,8 +24,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from llmlab.data.corpus import builtin_corpus
+from llmlab.data.errors import DataError
+from llmlab.network import ONLINE_VARIABLE, online
 
 SPLITS = ("train", "validation", "test")
+HUB_TASK = ("google/code_x_glue_ct_code_to_text", "python")  # (repository, configuration)
 TOKEN = re.compile(r"\w+|[^\w\s]")  # words and single punctuation marks: code-friendly tokens
 
 
@@ -110,6 +116,32 @@ def docstring_splits(
             pairs = function_pairs(document.text, document.name, **filters)
             splits[split_of(document.name, fractions)] += pairs
     return splits
+
+
+def hub_docstring_pairs(
+    split: str = "test", max_examples: int | None = None, **filters
+) -> list[DocstringPair]:
+    """CodeXGLUE's Python functions (only with LLMLAB_ONLINE=1), streamed, each cut into (code,
+    summary) by `function_pairs` like the standard library's; its splits are by repository."""
+    import datasets  # (here: it takes a while to import, and only online users need it)
+
+    repository, config = HUB_TASK
+    if not online():
+        raise DataError(
+            f"{repository} comes from the Hugging Face Hub and the course is offline: set "
+            f"{ONLINE_VARIABLE}=1 before starting Python to use it, or use docstring_splits()."
+        )
+    pairs = []
+    try:
+        for row in datasets.load_dataset(repository, config, split=split, streaming=True):
+            # Methods come indented; Python 2 functions do not parse and are skipped.
+            code = textwrap.dedent(row["code"])
+            pairs += function_pairs(code, f"{row['repo']}/{row['path']}", **filters)
+            if max_examples is not None and len(pairs) >= max_examples:
+                break
+    except Exception as error:  # streaming: network errors surface while reading
+        raise DataError(f"could not read {repository} ({config}, {split}): {error}") from error
+    return pairs[:max_examples]
 
 
 def ngrams(text: str, n: int) -> set[tuple[str, ...]]:

@@ -50,6 +50,5 @@ __all__ = [
     "held_out_windows", "latency_seconds", "multiple_choice", "next_token_accuracy",
     "paired_bootstrap", "perplexity", "ptq_against_qat", "quant_rows", "quant_table",
     "samples_table", "score_tokens", "sentence_counts", "size_on_disk", "smoothed_bleu4",
-    "torch_save_bytes",
-    "wilson_interval",
+    "torch_save_bytes", "wilson_interval",
 ]  # fmt: skip

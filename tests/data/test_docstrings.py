@@ -1,19 +1,25 @@
 """The code-summarization task: pairs cut correctly, split by module, deterministic, and a leaked
 test example found. Mistakes it catches: the docstring left in the code (the answer is in the
 input), a split by function (a module's functions in two splits), a split that changes from run
-to run, a multi-line summary cut in half, and a planted copy of a training function missed."""
+to run, a multi-line summary cut in half, and a planted copy of a training function missed.
+The Hub version of the task needs the online switch and is tested on a local stand-in."""
 
 import ast
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from llmlab.data import docstrings
 from llmlab.data.docstrings import (
     SPLITS,
     docstring_splits,
     function_pairs,
+    hub_docstring_pairs,
     leaked,
     split_of,
 )
+from llmlab.data.errors import DataError
 
 SOURCE = '''
 import os
@@ -92,13 +98,30 @@ def smoke_splits():
     return docstring_splits("smoke")
 
 
+def shared_modules(splits):
+    """Modules with functions in more than one split."""
+    modules = [{p.module for p in pairs} for pairs in splits.values()]
+    return (modules[0] & modules[1]) | (modules[0] & modules[2]) | (modules[1] & modules[2])
+
+
 def test_standard_library_splits_share_no_module_and_repeat_exactly(smoke_splits):
-    modules = {name: {p.module for p in pairs} for name, pairs in smoke_splits.items()}
     assert all(smoke_splits[name] for name in SPLITS)
-    assert not modules["train"] & modules["test"]
-    assert not modules["train"] & modules["validation"]
-    assert not modules["validation"] & modules["test"]
+    assert shared_modules(smoke_splits) == set()
     assert docstring_splits("smoke") == smoke_splits  # same pairs, same order
+    # The mistake: a split by function scatters a module's functions over the splits.
+    pairs = [p for split in smoke_splits.values() for p in split]
+    by_function = {name: [p for p in pairs if split_of(f"{p.module}:{p.name}") == name]
+                   for name in SPLITS}  # fmt: skip
+    assert shared_modules(by_function)
+
+
+def test_a_docstring_left_in_the_code_is_caught(monkeypatch):
+    def whole_function(node, lines):  # the mistake: the answer stays in the input
+        return "\n".join(lines[node.lineno - 1 : node.end_lineno])
+
+    monkeypatch.setattr(docstrings, "_without_docstring", whole_function)
+    with pytest.raises(AssertionError):
+        test_pairs_hold_the_code_without_its_docstring_and_the_summary_line()
 
 
 def test_a_planted_copy_of_a_training_function_is_found(smoke_splits):
@@ -108,6 +131,8 @@ def test_a_planted_copy_of_a_training_function_is_found(smoke_splits):
     planted = train[7].replace("self", "this")  # a near-copy: renamed, otherwise the same
     found = leaked(train, [*test, planted])
     assert found == [*honest, len(test)]
+    # The mistake: looking only for exact copies misses the renamed one.
+    assert len(test) not in [i for i, text in enumerate([*test, planted]) if text in set(train)]
     assert len(honest) <= len(test) // 10  # the module split keeps real leaks rare
 
 
@@ -118,3 +143,25 @@ def test_leak_detection_counts_shared_ngrams():
     assert leaked(train, ["a b c d q r s t"], n=3, threshold=0.5) == []
     with pytest.raises(ValueError, match="threshold"):
         leaked(train, train, threshold=0)
+
+
+def test_the_hub_task_needs_the_online_switch(monkeypatch):
+    monkeypatch.delenv("LLMLAB_ONLINE", raising=False)
+    with pytest.raises(DataError, match="set LLMLAB_ONLINE=1"):
+        hub_docstring_pairs()
+
+
+def test_the_hub_task_with_a_local_stand_in(tmp_path, monkeypatch):
+    method = SOURCE.split("class Store:\n")[1].split("    def half")[0]  # indented, decorated
+    rows = {"repo": ["me/a", "me/b", "me/c"], "path": ["x.py", "y.py", "z.py"],
+            "code": [SOURCE.split("\n\n\n")[1], method, "print 'python 2'"]}  # fmt: skip
+    folder = tmp_path / "codexglue"
+    folder.mkdir()
+    pq.write_table(pa.table(rows), folder / "test.parquet")
+    monkeypatch.setattr(docstrings, "HUB_TASK", (str(folder), None))
+    monkeypatch.setenv("LLMLAB_ONLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pairs = hub_docstring_pairs("test")
+    assert [(p.module, p.name) for p in pairs] == [("me/a/x.py", "join_all"), ("me/b/y.py", "size")]
+    assert pairs[1].summary == "Return the number of stored items."
+    assert len(hub_docstring_pairs("test", max_examples=1)) == 1
