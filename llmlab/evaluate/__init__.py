@@ -1,6 +1,6 @@
 """Evaluating model variants: perplexity and next-token accuracy on fixed held-out windows,
-generation samples side by side, BLEU and chrF through sacrebleu (and BLEU written out, checked
-against it), bootstrap confidence intervals and paired significance tests, multiple choice scored
+generation samples side by side, BLEU and chrF through sacrebleu (and BLEU and chrF written out,
+checked against it), bootstrap confidence intervals and paired significance tests, multiple choice scored
 by log-likelihood, comparison tables (one for
 pruned variants, one for quantized ones with bits per weight and the size each would ship), and
 post-training quantization against quantization-aware training by perplexity."""
@@ -28,6 +28,7 @@ from llmlab.evaluate.multiple_choice import (
 )
 from llmlab.evaluate.next_token import TokenScores, next_token_accuracy, perplexity, score_tokens
 from llmlab.evaluate.ngram_bleu import BleuCounts, corpus_bleu, sentence_counts, smoothed_bleu4
+from llmlab.evaluate.ngram_chrf import corpus_chrf
 from llmlab.evaluate.qat import ptq_against_qat
 from llmlab.evaluate.quantized import (
     QuantRow,
@@ -46,7 +47,7 @@ __all__ = [
     "BleuCounts", "ChoiceResult", "Interval", "PairedComparison", "QuantRow", "Question",
     "TextScore", "TokenScores", "Variant", "VariantRow", "bleu", "bootstrap_interval",
     "check_plain", "chrf", "compare_variants", "comparison_table", "continuation_logprob",
-    "corpus_bleu", "fake_quant_variant", "float_variant", "generate_samples",
+    "corpus_bleu", "corpus_chrf", "fake_quant_variant", "float_variant", "generate_samples",
     "held_out_windows", "latency_seconds", "multiple_choice", "next_token_accuracy",
     "paired_bootstrap", "perplexity", "ptq_against_qat", "quant_rows", "quant_table",
     "samples_table", "score_tokens", "sentence_counts", "size_on_disk", "smoothed_bleu4",
