@@ -1,8 +1,8 @@
 """Evaluating model variants: perplexity and next-token accuracy on fixed held-out windows,
-generation samples side by side, BLEU and chrF through sacrebleu (and BLEU and chrF written out,
-checked against it), bootstrap confidence intervals and paired significance tests, multiple choice scored
-by log-likelihood, comparison tables (one for
-pruned variants, one for quantized ones with bits per weight and the size each would ship), and
+generation samples side by side, BLEU and chrF through sacrebleu (and both written out, checked
+against it, with CodeXGLUE's smoothed BLEU-4), bootstrap confidence intervals and paired
+significance tests, multiple choice scored by log-likelihood, comparison tables (one for pruned
+variants, one for quantized ones with bits per weight and the size each would ship), and
 post-training quantization against quantization-aware training by perplexity."""
 
 from llmlab.evaluate.bootstrap import (
