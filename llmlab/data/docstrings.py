@@ -106,15 +106,25 @@ def split_of(module: str, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1
 
 
 def docstring_splits(
-    subset: str = "all", fractions: tuple[float, float, float] = (0.8, 0.1, 0.1), **filters
+    subset: str = "all",
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    drop_leaked: bool = True,
+    **filters,
 ) -> dict[str, list[DocstringPair]]:
     """{"train": [...], "validation": [...], "test": [...]} from the standard library's code
-    (`subset="smoke"`: every 8th file); `filters` go to `function_pairs`."""
+    (`subset="smoke"`: every 8th file); `filters` go to `function_pairs`. With `drop_leaked`,
+    validation and test pairs that `leaked` finds in the training code are left out: the
+    library copies some functions between modules (tokenize and lib2to3, ...)."""
     splits: dict[str, list[DocstringPair]] = {name: [] for name in SPLITS}
     for document in builtin_corpus(subset):
         if document.source == "stdlib":  # the help topics are prose, not code
             pairs = function_pairs(document.text, document.name, **filters)
             splits[split_of(document.name, fractions)] += pairs
+    if drop_leaked:
+        train = [pair.code for pair in splits["train"]]
+        for name in ("validation", "test"):
+            copies = set(leaked(train, [pair.code for pair in splits[name]]))
+            splits[name] = [pair for i, pair in enumerate(splits[name]) if i not in copies]
     return splits
 
 

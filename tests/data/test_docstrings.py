@@ -19,6 +19,7 @@ from llmlab.data.docstrings import (
     leaked,
     split_of,
 )
+from llmlab.data.documents import Document
 from llmlab.data.errors import DataError
 
 SOURCE = '''
@@ -133,7 +134,7 @@ def test_a_planted_copy_of_a_training_function_is_found(smoke_splits):
     assert found == [*honest, len(test)]
     # The mistake: looking only for exact copies misses the renamed one.
     assert len(test) not in [i for i, text in enumerate([*test, planted]) if text in set(train)]
-    assert len(honest) <= len(test) // 10  # the module split keeps real leaks rare
+    assert honest == []  # docstring_splits left the copies between modules out
 
 
 def test_leak_detection_counts_shared_ngrams():
@@ -165,3 +166,17 @@ def test_the_hub_task_with_a_local_stand_in(tmp_path, monkeypatch):
     assert [(p.module, p.name) for p in pairs] == [("me/a/x.py", "join_all"), ("me/b/y.py", "size")]
     assert pairs[1].summary == "Return the number of stored items."
     assert len(hub_docstring_pairs("test", max_examples=1)) == 1
+
+
+def test_copies_between_modules_leave_validation_and_test(monkeypatch):
+    function = SOURCE.split("\n\n\n")[1]
+    names = [f"m{i}.py" for i in range(200)]
+    train_module = next(m for m in names if split_of(m) == "train")
+    test_module = next(m for m in names if split_of(m) == "test")
+    store = "class Store:" + SOURCE.split("class Store:")[1]
+    documents = [Document("stdlib", train_module, function),
+                 Document("stdlib", test_module, function + "\n\n" + store)]  # fmt: skip
+    monkeypatch.setattr(docstrings, "builtin_corpus", lambda subset: documents)
+    assert [p.name for p in docstring_splits()["test"]] == ["Store.size"]
+    everything = docstring_splits(drop_leaked=False)
+    assert [p.name for p in everything["test"]] == ["join_all", "Store.size"]
