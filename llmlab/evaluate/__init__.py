@@ -1,9 +1,10 @@
 """Evaluating model variants: perplexity and next-token accuracy on fixed held-out windows,
-generation samples side by side, BLEU and chrF through sacrebleu (and both written out, checked
-against it, with CodeXGLUE's smoothed BLEU-4), bootstrap confidence intervals and paired
-significance tests, multiple choice scored by log-likelihood, comparison tables (one for pruned
-variants, one for quantized ones with bits per weight and the size each would ship), and
-post-training quantization against quantization-aware training by perplexity."""
+generation samples side by side, completions by decoding strategy, BLEU and chrF through
+sacrebleu (and both written out, checked against it, with CodeXGLUE's smoothed BLEU-4),
+bootstrap confidence intervals and paired significance tests, multiple choice scored by
+log-likelihood, comparison tables (one for pruned variants, one for quantized ones with bits per
+weight and the size each would ship), and post-training quantization against quantization-aware
+training by perplexity."""
 
 from llmlab.evaluate.bootstrap import (
     Interval,
@@ -19,6 +20,7 @@ from llmlab.evaluate.compare import (
     latency_seconds,
     size_on_disk,
 )
+from llmlab.evaluate.decoding import STRATEGIES, complete
 from llmlab.evaluate.multiple_choice import (
     ChoiceResult,
     Question,
@@ -45,11 +47,11 @@ from llmlab.evaluate.windows import held_out_windows
 
 __all__ = [
     "BleuCounts", "ChoiceResult", "Interval", "PairedComparison", "QuantRow", "Question",
-    "TextScore", "TokenScores", "Variant", "VariantRow", "bleu", "bootstrap_interval",
-    "check_plain", "chrf", "compare_variants", "comparison_table", "continuation_logprob",
-    "corpus_bleu", "corpus_chrf", "fake_quant_variant", "float_variant", "generate_samples",
-    "held_out_windows", "latency_seconds", "multiple_choice", "next_token_accuracy",
-    "paired_bootstrap", "perplexity", "ptq_against_qat", "quant_rows", "quant_table",
-    "samples_table", "score_tokens", "sentence_counts", "size_on_disk", "smoothed_bleu4",
-    "torch_save_bytes", "wilson_interval",
+    "STRATEGIES", "TextScore", "TokenScores", "Variant", "VariantRow", "bleu",
+    "bootstrap_interval", "check_plain", "chrf", "compare_variants", "comparison_table",
+    "complete", "continuation_logprob", "corpus_bleu", "corpus_chrf", "fake_quant_variant",
+    "float_variant", "generate_samples", "held_out_windows", "latency_seconds",
+    "multiple_choice", "next_token_accuracy", "paired_bootstrap", "perplexity",
+    "ptq_against_qat", "quant_rows", "quant_table", "samples_table", "score_tokens",
+    "sentence_counts", "size_on_disk", "smoothed_bleu4", "torch_save_bytes", "wilson_interval",
 ]  # fmt: skip
