@@ -15,6 +15,9 @@ rank and trains it as a product B A, with A (rank x in) and B (out x rank):
 - `merge()` adds (alpha / rank) B A into W: the model is then as fast as the original (one
   matmul per layer) and ships as an ordinary checkpoint. `unmerge()` takes it out again.
 
+On a 16-bit base the adapters are kept (and trained) in float32, as peft does by default; the
+merge rounds their product into the base once.
+
 GPT-2's projections are `transformers`' Conv1D, which store the weight as (in, out) and compute
 x W; the update is then added transposed. The layers are built in peft's order, so the same seed
 gives the same A as `peft.LoraConfig` (the tests check outputs, training and merged weights).
@@ -53,7 +56,13 @@ class LoRALinear(nn.Module):
         self.lora_B = nn.Linear(rank, out_features, bias=False)
         nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
         nn.init.zeros_(self.lora_B.weight)
-        self.to(base.weight.device, base.weight.dtype)
+        self.lora_A.to(base.weight.device, base.weight.dtype)
+        self.lora_B.to(base.weight.device, base.weight.dtype)
+        if base.weight.dtype in (torch.float16, torch.bfloat16):
+            # Trained in float32 (as peft's default): Adam's small updates to A and B would round
+            # away in 16 bits. (Rounded to the base's dtype first, as peft, so a seed agrees.)
+            self.lora_A.float()
+            self.lora_B.float()
         self.merged = False
 
     def delta_weight(self) -> torch.Tensor:
@@ -62,16 +71,18 @@ class LoRALinear(nn.Module):
         return delta.t() if self.transposed else delta
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result = self.base(x)
         if self.merged:  # the correction is inside the base weight already
-            return self.base(x)
-        return self.base(x) + self.lora_B(self.lora_A(self.dropout(x))) * self.scaling
+            return result
+        update = self.lora_B(self.lora_A(self.dropout(x.to(self.lora_A.weight.dtype))))
+        return (result + update * self.scaling).to(result.dtype)
 
     @torch.no_grad()
     def merge(self) -> None:
         """Add the correction into the base weight: one matmul per forward, as before LoRA."""
         if self.merged:
             raise RuntimeError("this LoRA layer is merged already: unmerge() it first")
-        self.base.weight += self.delta_weight()
+        self.base.weight += self.delta_weight()  # float32 update, rounded once into the base
         self.merged = True
 
     @torch.no_grad()

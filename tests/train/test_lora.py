@@ -82,6 +82,14 @@ def test_matches_peft_on_gpt2_conv1d_layers():
     assert_like_peft(tiny_gpt2())
 
 
+def test_matches_peft_on_a_bfloat16_base_with_float32_adapters():
+    base = tiny_gpt2().to(torch.bfloat16)
+    assert_like_peft(base)
+    ours, _ = ours_and_peft(base)
+    layer = ours.get_submodule(TARGETS[0])
+    assert layer.lora_A.weight.dtype == torch.float32 and layer.base.weight.dtype == torch.bfloat16
+
+
 class TwoLinear(nn.Module):
     def __init__(self):
         super().__init__()
