@@ -1,8 +1,17 @@
 """Evaluating model variants: perplexity and next-token accuracy on fixed held-out windows,
-generation samples side by side, BLEU and chrF through sacrebleu, comparison tables (one for
-pruned variants, one for quantized ones with bits per weight and the size each would ship), and
-post-training quantization against quantization-aware training by perplexity."""
+generation samples side by side, completions by decoding strategy, BLEU and chrF through
+sacrebleu (and both written out, checked against it, with CodeXGLUE's smoothed BLEU-4),
+bootstrap confidence intervals and paired significance tests, multiple choice scored by
+log-likelihood, comparison tables (one for pruned variants, one for quantized ones with bits per
+weight and the size each would ship), and post-training quantization against quantization-aware
+training by perplexity."""
 
+from llmlab.evaluate.bootstrap import (
+    Interval,
+    PairedComparison,
+    bootstrap_interval,
+    paired_bootstrap,
+)
 from llmlab.evaluate.compare import (
     VariantRow,
     check_plain,
@@ -11,7 +20,17 @@ from llmlab.evaluate.compare import (
     latency_seconds,
     size_on_disk,
 )
+from llmlab.evaluate.decoding import STRATEGIES, complete
+from llmlab.evaluate.multiple_choice import (
+    ChoiceResult,
+    Question,
+    continuation_logprob,
+    multiple_choice,
+    wilson_interval,
+)
 from llmlab.evaluate.next_token import TokenScores, next_token_accuracy, perplexity, score_tokens
+from llmlab.evaluate.ngram_bleu import BleuCounts, corpus_bleu, sentence_counts, smoothed_bleu4
+from llmlab.evaluate.ngram_chrf import corpus_chrf
 from llmlab.evaluate.qat import ptq_against_qat
 from llmlab.evaluate.quantized import (
     QuantRow,
@@ -27,9 +46,12 @@ from llmlab.evaluate.translation import TextScore, bleu, chrf
 from llmlab.evaluate.windows import held_out_windows
 
 __all__ = [
-    "QuantRow", "TextScore", "TokenScores", "Variant", "VariantRow", "bleu", "check_plain",
-    "chrf", "compare_variants", "comparison_table", "fake_quant_variant", "float_variant",
-    "generate_samples", "held_out_windows", "latency_seconds", "next_token_accuracy",
-    "perplexity", "ptq_against_qat", "quant_rows", "quant_table", "samples_table",
-    "score_tokens", "size_on_disk", "torch_save_bytes",
+    "BleuCounts", "ChoiceResult", "Interval", "PairedComparison", "QuantRow", "Question",
+    "STRATEGIES", "TextScore", "TokenScores", "Variant", "VariantRow", "bleu",
+    "bootstrap_interval", "check_plain", "chrf", "compare_variants", "comparison_table",
+    "complete", "continuation_logprob", "corpus_bleu", "corpus_chrf", "fake_quant_variant",
+    "float_variant", "generate_samples", "held_out_windows", "latency_seconds",
+    "multiple_choice", "next_token_accuracy", "paired_bootstrap", "perplexity",
+    "ptq_against_qat", "quant_rows", "quant_table", "samples_table", "score_tokens",
+    "sentence_counts", "size_on_disk", "smoothed_bleu4", "torch_save_bytes", "wilson_interval",
 ]  # fmt: skip

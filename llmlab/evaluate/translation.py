@@ -14,11 +14,11 @@ class TextScore:
     signature: str  # sacrebleu's record of the settings, to print beside the score
 
 
-def _reference_streams(
+def references_per_hypothesis(
     hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]]
 ) -> list[list[str]]:
-    """sacrebleu wants one list per reference *set* (stream), each as long as the hypotheses;
-    people hold references per hypothesis. Accept that, and transpose it here."""
+    """One list of references per hypothesis (a single string becomes a list of one), checked:
+    as many as the hypotheses, and the same number (>= 1) for each."""
     if isinstance(hypotheses, str):
         raise TypeError("hypotheses must be a list of strings, not one string")
     if len(references) != len(hypotheses):
@@ -32,6 +32,15 @@ def _reference_streams(
         raise ValueError(
             f"every hypothesis needs the same number (>= 1) of references, got {sorted(counts)}"
         )
+    return per_hypothesis
+
+
+def _reference_streams(
+    hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]]
+) -> list[list[str]]:
+    """sacrebleu wants one list per reference *set* (stream), each as long as the hypotheses;
+    people hold references per hypothesis. Accept that, and transpose it here."""
+    per_hypothesis = references_per_hypothesis(hypotheses, references)
     return [list(stream) for stream in zip(*per_hypothesis, strict=True)]
 
 

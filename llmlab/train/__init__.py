@@ -1,5 +1,5 @@
 """Training: the loop (loop.py), its settings (config.py), learning-rate schedules, the optimizer,
-checkpoints and metrics (one live run per out_dir: run_folder.py).
+checkpoints and metrics (one live run per out_dir: run_folder.py), and LoRA adapters (lora.py).
 `Trainer(model, TrainConfig(...), train_data, val_data).fit()`."""
 
 from llmlab.train.checkpoint import (
@@ -23,6 +23,7 @@ from llmlab.train.loop import (
     TrainResult,
     next_token_loss,
 )
+from llmlab.train.lora import LoRALinear, add_lora, merge_lora
 from llmlab.train.metrics import StepMetrics, read_metrics
 from llmlab.train.reshard import load_resharded
 from llmlab.train.run_folder import RunFolderBusy
@@ -34,17 +35,20 @@ __all__ = [
     "CheckpointError",
     "CheckpointMismatch",
     "EarlierRun",
+    "LoRALinear",
     "RunFolderBusy",
     "StepMetrics",
     "TrainConfig",
     "TrainResult",
     "Trainer",
     "TrainingDiverged",
+    "add_lora",
     "best_checkpoint",
     "latest_checkpoint",
     "learning_rate",
     "load_checkpoint",
     "load_resharded",
+    "merge_lora",
     "newest_verified_checkpoint",
     "next_token_loss",
     "read_metrics",

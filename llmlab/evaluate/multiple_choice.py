@@ -1,0 +1,124 @@
+"""Multiple choice scored by log-likelihood, as evaluation harnesses (lm-eval-harness) do.
+
+The model never writes an answer. For each choice it is asked how likely that choice is as the
+continuation of the prompt: the sum of log p(token | everything before it) over the choice's
+tokens only. The most likely choice is the model's answer. This needs no generation and no
+parsing, works for a model that cannot follow instructions, and is deterministic.
+
+Two details decide whether the numbers match a harness's:
+- The prompt and the choice are tokenized together and the choice's tokens are what comes after
+  the prompt's: a choice tokenized on its own can start with a different token.
+- Longer choices collect more negative log-probabilities. `normalize="characters"` divides by
+  the choice's length in characters (the harness's `acc_norm`); "tokens" by its token count.
+
+Accuracy on a few hundred questions is uncertain by several points, so it comes with an
+interval: Wilson's score interval, which stays inside [0, 1] and behaves at 0% and 100%.
+"""
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+NORMALIZATIONS = ("none", "tokens", "characters")
+
+
+@dataclass(frozen=True)
+class Question:
+    prompt: str
+    choices: tuple[str, ...]
+    answer: int  # index of the right choice
+
+
+@dataclass(frozen=True)
+class ChoiceResult:
+    accuracy: float
+    low: float  # Wilson interval
+    high: float
+    correct: int
+    total: int
+    predictions: tuple[int, ...]  # the chosen index per question
+    scores: tuple[tuple[float, ...], ...]  # per question, per choice (after normalization)
+
+
+def wilson_interval(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's score interval for a proportion (z=1.96: 95%)."""
+    if total < 1 or not 0 <= successes <= total:
+        raise ValueError(f"need 0 <= successes <= total and total >= 1, got {successes}/{total}")
+    p = successes / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z / (1 + z * z / total) * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def split_tokens(
+    encode: Callable[[str], list[int]], prompt: str, continuation: str
+) -> tuple[list[int], list[int]]:
+    """(prompt ids, continuation ids): tokenized together, split after the prompt's tokens. A
+    space that ends the prompt moves to the continuation (" Paris", not "Paris"), as harnesses do.
+    Where a token spans the boundary (the joint ids do not start with the prompt's), the
+    continuation is tokenized on its own: the only split that keeps the prompt's ids."""
+    stripped = prompt.rstrip()
+    continuation = prompt[len(stripped) :] + continuation
+    context = list(encode(stripped))
+    whole = list(encode(stripped + continuation))
+    if whole[: len(context)] != context:
+        return context, list(encode(continuation))
+    return context, whole[len(context) :]
+
+
+@torch.no_grad()
+def continuation_logprob(
+    model: torch.nn.Module, context: Sequence[int], continuation: Sequence[int]
+) -> float:
+    """Sum of log p(continuation token | all tokens before it), over the continuation only."""
+    if not context or not continuation:
+        raise ValueError(
+            "need at least one context token (start the prompt with a BOS token if it is empty) "
+            f"and one continuation token; got {len(context)} and {len(continuation)}"
+        )
+    device = next(model.parameters()).device
+    ids = torch.tensor([*context, *continuation], device=device)[None]
+    log_probs = model(ids).logits[0].float().log_softmax(-1)
+    # The logits at position t predict token t + 1: the continuation's predictions start at the
+    # last context position and stop one before the end.
+    predicted = log_probs[len(context) - 1 : -1]
+    targets = torch.tensor(continuation, device=device)
+    return predicted.gather(1, targets[:, None]).sum().item()
+
+
+def multiple_choice(
+    model: torch.nn.Module,
+    encode: Callable[[str], list[int]],
+    questions: Sequence[Question],
+    normalize: str = "none",
+    z: float = 1.96,
+) -> ChoiceResult:
+    """Accuracy of `model` on the questions, each answered by its most likely choice, with a
+    Wilson interval; `encode` turns text into token ids (a tokenizer's `encode`)."""
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"unknown normalize={normalize!r}: use one of {NORMALIZATIONS}")
+    if not questions:
+        raise ValueError("no questions to score")
+    was_training = model.training
+    model.eval()  # no dropout: the same model must give the same answers every time
+    predictions, all_scores = [], []
+    try:
+        for number, question in enumerate(questions):
+            if not 0 <= question.answer < len(question.choices):
+                raise ValueError(f"question {number}: answer {question.answer} is not a choice")
+            scores = []
+            for choice in question.choices:
+                context, continuation = split_tokens(encode, question.prompt, choice)
+                score = continuation_logprob(model, context, continuation)
+                length = {"none": 1, "tokens": len(continuation), "characters": len(choice)}
+                scores.append(score / length[normalize])
+            predictions.append(max(range(len(scores)), key=scores.__getitem__))
+            all_scores.append(tuple(scores))
+    finally:
+        model.train(was_training)
+    correct = sum(p == q.answer for p, q in zip(predictions, questions, strict=True))
+    low, high = wilson_interval(correct, len(questions), z)
+    return ChoiceResult(correct / len(questions), low, high, correct, len(questions),
+                        tuple(predictions), tuple(all_scores))  # fmt: skip

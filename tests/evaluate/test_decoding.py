@@ -1,0 +1,70 @@
+"""Completions by strategy: greedy is the argmax loop, beam search with one beam is greedy,
+sampling is reproducible and independent of the other prompts, and the text is cut at the stop.
+Mistakes caught: the prompt left in the completion, the text not cut at the stop string, one
+seed for the whole list (a prompt's sample then depends on the prompts before it)."""
+
+import pytest
+import torch
+
+from llmlab.data.tokenization import train_bpe
+from llmlab.evaluate.decoding import STRATEGIES, complete
+from llmlab.models import build_model, preset
+
+TEXT = "def add(a, b):\n    return a + b\n# Add two numbers.\n"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_bpe([TEXT] * 20, vocab_size=300)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    torch.manual_seed(0)
+    return build_model(preset("tiny", vocab_size=len(tokenizer), context=64, n_layer=1,
+                              d_model=32, n_head=2))  # fmt: skip
+
+
+def argmax_loop(model, tokenizer, prompt, steps):
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    for _ in range(steps):
+        with torch.no_grad():
+            next_id = model(ids).logits[0, -1].argmax()
+        ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
+    return tokenizer.decode(ids[0, -steps:])
+
+
+def test_greedy_is_the_argmax_loop_and_one_beam_is_greedy(model, tokenizer):
+    prompts = ["def add(a, b):", "# Add"]
+    greedy = complete(model, tokenizer, prompts, "greedy", max_new_tokens=6, stop=None)
+    assert greedy == [argmax_loop(model, tokenizer, p, 6) for p in prompts]
+    one_beam = complete(model, tokenizer, prompts, {"do_sample": False, "num_beams": 1},
+                        max_new_tokens=6, stop=None)  # fmt: skip
+    assert one_beam == greedy
+    assert not any(text.startswith(p) for text, p in zip(greedy, prompts, strict=True))
+
+
+def test_sampling_is_seeded_per_prompt(model, tokenizer):
+    prompts = ["def", "# Add", "return"]
+    together = complete(model, tokenizer, prompts, "sample-t1.0", max_new_tokens=8, seed=5)
+    assert together == complete(model, tokenizer, prompts, "sample-t1.0", max_new_tokens=8, seed=5)
+    alone = complete(model, tokenizer, prompts[1:2], "sample-t1.0", max_new_tokens=8, seed=6)
+    assert alone == together[1:2]  # prompt 1 of seed 5 is prompt 0 of seed 6
+    other_seed = complete(model, tokenizer, prompts, "sample-t1.0", max_new_tokens=8, seed=50)
+    assert other_seed != together
+
+
+def test_text_is_cut_at_the_stop(model, tokenizer):
+    whole = complete(model, tokenizer, ["def add"], "sample-t1.0", max_new_tokens=30, stop=None,
+                     seed=1)[0]  # fmt: skip
+    stop = whole.strip()[len(whole.strip()) // 2]  # a character from the middle of the text
+    cut = complete(model, tokenizer, ["def add"], "sample-t1.0", max_new_tokens=30, stop=stop,
+                   seed=1)[0]  # fmt: skip
+    assert cut == whole[: whole.index(stop)] and len(cut) < len(whole)
+
+
+def test_strategies_are_named(model, tokenizer):
+    assert set(STRATEGIES) >= {"greedy", "beam-4", "sample-t0.7"}
+    assert len(complete(model, tokenizer, ["def"], "beam-4", max_new_tokens=4)) == 1
+    with pytest.raises(ValueError, match="unknown strategy 'nucleus'"):
+        complete(model, tokenizer, ["def"], "nucleus")
