@@ -1,10 +1,11 @@
 """Lab 03's recipe and its trained model, for the labs that start from a trained model.
 
 `trained_model(profile)` loads the model Lab 03 saved in the artifacts folder; when it is not
-there (a lab run on its own, a fresh checkout) it trains one now with the same recipe, so every
-lab also runs alone.
+there (a lab run on its own, a fresh checkout), or was trained with another recipe, it trains one
+now with today's recipe, so every lab also runs alone.
 """
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,9 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from llmlab.course.artifacts import artifacts_dir
 from llmlab.data import DatasetPaths, prepare_default_dataset
-from llmlab.data.atomic import replace_folder, temporary_sibling
+from llmlab.data.atomic import exclusive_lock, replace_folder, temporary_sibling
 from llmlab.data.loaders import RandomWindows
+from llmlab.data.pipeline import PROFILE_SPECS
 from llmlab.models import ModelShape, build_model, preset, training_flops_per_token
 from llmlab.train import TrainConfig, Trainer, TrainResult
 
@@ -100,6 +102,18 @@ def model_folder(profile_name: str) -> Path:
     return artifacts_dir() / f"lab03-{profile_name}-model"
 
 
+RECIPE_FILE = "lab03-recipe.json"
+
+
+def recipe_stamp(profile_name: str) -> dict:
+    """What a saved model was trained with: the recipe, the model preset and the dataset."""
+    recipe = lab03_config(profile_name).to_dict()
+    recipe.pop("progress")  # a progress bar changes nothing in the model
+    spec = PROFILE_SPECS[profile_name]
+    return {"recipe": recipe, "model": MODEL_PRESET[profile_name], "corpus": spec.corpus,
+            "vocab_size": spec.vocab_size}  # fmt: skip
+
+
 def save_trained_model(model, tokenizer: PreTrainedTokenizerFast, profile_name: str) -> Path:
     """Save in Hugging Face format under a temporary name, then rename: never half a model."""
     final = model_folder(profile_name)
@@ -107,6 +121,7 @@ def save_trained_model(model, tokenizer: PreTrainedTokenizerFast, profile_name: 
     try:
         model.save_pretrained(temporary)
         tokenizer.save_pretrained(temporary)
+        (temporary / RECIPE_FILE).write_text(json.dumps(recipe_stamp(profile_name), indent=1))
         replace_folder(temporary, final)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)  # gone already after a successful rename
@@ -128,11 +143,25 @@ def train_lab03_model(profile_name: str, progress: bool = True) -> tuple[object,
     return model, result
 
 
-def trained_model(profile_name: str = "smoke", progress: bool = True):
-    """(model, tokenizer) trained by Lab 03 for this profile: loaded, or trained now if missing."""
+def why_train_again(profile_name: str) -> str | None:
+    """Why the saved model cannot be used as it is (None when it can)."""
     folder = model_folder(profile_name)
     if not (folder / "config.json").is_file():
-        print(f"No Lab 03 model in {folder}: training it now (the {profile_name} recipe).")
-        train_lab03_model(profile_name, progress=progress)
+        return f"No Lab 03 model in {folder}"
+    stamp = folder / RECIPE_FILE
+    if not stamp.is_file() or json.loads(stamp.read_text()) != recipe_stamp(profile_name):
+        return f"The Lab 03 model in {folder} was trained with another recipe"
+    return None
+
+
+def trained_model(profile_name: str = "smoke", progress: bool = True):
+    """(model, tokenizer) trained by Lab 03 for this profile: loaded, or trained now if missing
+    or made with another recipe. A lock makes a second lab that needs it meanwhile wait for this
+    training and reuse it, rather than train its own copy."""
+    with exclusive_lock(artifacts_dir() / f".lab03-{profile_name}-model.lock"):
+        if problem := why_train_again(profile_name):
+            print(f"{problem}: training it now (the {profile_name} recipe).")
+            train_lab03_model(profile_name, progress=progress)
+    folder = model_folder(profile_name)
     model = AutoModelForCausalLM.from_pretrained(folder)  # safetensors; no remote code
     return model, PreTrainedTokenizerFast.from_pretrained(folder)

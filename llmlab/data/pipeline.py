@@ -4,7 +4,6 @@
 it is intact, and is safe to call from several processes at once.
 """
 
-import fcntl
 import json
 import platform
 import shutil
@@ -17,7 +16,12 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerFast
 
-from llmlab.data.atomic import remove_temporaries, replace_folder, temporary_sibling
+from llmlab.data.atomic import (
+    exclusive_lock,
+    remove_temporaries,
+    replace_folder,
+    temporary_sibling,
+)
 from llmlab.data.clean import CleaningConfig, CleaningReport, clean_documents
 from llmlab.data.corpus import corpus_version, load_corpus
 from llmlab.data.documents import Document, total_bytes
@@ -193,14 +197,6 @@ def open_dataset(root: str | Path, spec: DatasetSpec | None = None) -> DatasetPa
     return paths
 
 
-@contextmanager
-def _exclusive_lock(path: Path):
-    """Hold an exclusive lock on `path` (another process waits here until it is released)."""
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, even on a crash
-        yield
-
-
 def prepare_dataset(out_dir: str | Path, spec: DatasetSpec) -> DatasetPaths:
     """The dataset for `spec` under `out_dir`: reused when intact (and, for a folder of your own
     files, when none was added, removed or edited since), else built.
@@ -212,7 +208,7 @@ def prepare_dataset(out_dir: str | Path, spec: DatasetSpec) -> DatasetPaths:
     out_dir.mkdir(parents=True, exist_ok=True)
     name = f"data-{Path(spec.corpus).name}-{spec.vocab_size}"
     root = out_dir / name
-    with _exclusive_lock(out_dir / f".{name}.lock"):
+    with exclusive_lock(out_dir / f".{name}.lock"):
         try:
             return open_dataset(root, spec)
         except DataError:

@@ -1,8 +1,15 @@
-"""Evaluating model variants: perplexity and next-token accuracy on fixed held-out windows,
-generation samples side by side, BLEU and chrF through sacrebleu, comparison tables (one for
-pruned variants, one for quantized ones with bits per weight and the size each would ship), and
-post-training quantization against quantization-aware training by perplexity."""
+"""Evaluating model variants: perplexity, bits per byte (beside gzip and xz) and next-token
+accuracy on fixed held-out windows, generation samples side by side, BLEU and chrF through
+sacrebleu, comparison tables (one for pruned variants, one for quantized ones with bits per
+weight and the size each would ship), and post-training quantization against
+quantization-aware training by perplexity."""
 
+from llmlab.evaluate.bits_per_byte import (
+    bits_per_byte,
+    compressor_bits_per_byte,
+    predicted_bytes,
+    token_byte_lengths,
+)
 from llmlab.evaluate.compare import (
     VariantRow,
     check_plain,
@@ -27,9 +34,10 @@ from llmlab.evaluate.translation import TextScore, bleu, chrf
 from llmlab.evaluate.windows import held_out_windows
 
 __all__ = [
-    "QuantRow", "TextScore", "TokenScores", "Variant", "VariantRow", "bleu", "check_plain",
-    "chrf", "compare_variants", "comparison_table", "fake_quant_variant", "float_variant",
-    "generate_samples", "held_out_windows", "latency_seconds", "next_token_accuracy",
-    "perplexity", "ptq_against_qat", "quant_rows", "quant_table", "samples_table",
-    "score_tokens", "size_on_disk", "torch_save_bytes",
+    "QuantRow", "TextScore", "TokenScores", "Variant", "VariantRow", "bits_per_byte", "bleu",
+    "check_plain", "chrf", "compare_variants", "comparison_table", "compressor_bits_per_byte",
+    "fake_quant_variant", "float_variant", "generate_samples", "held_out_windows",
+    "latency_seconds", "next_token_accuracy", "perplexity", "predicted_bytes", "ptq_against_qat",
+    "quant_rows", "quant_table", "samples_table", "score_tokens", "size_on_disk",
+    "token_byte_lengths", "torch_save_bytes",
 ]  # fmt: skip
