@@ -31,6 +31,7 @@ from llmlab.bench import markdown_table
 from llmlab.distributed.launch import kill_process_tree
 from llmlab.train import CheckpointCorrupt, verify_checkpoint
 from llmlab.train.checkpoint import completed_checkpoints
+from llmlab.train.metrics import RESTART
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -83,11 +84,13 @@ def run_with_kills(cmd, out: Path, kills: int, rng: random.Random, log) -> tuple
 
 
 def losses(out: Path) -> dict[int, list[float]]:
-    """Every loss logged for each step (a resumed run logs the steps after its checkpoint again)."""
+    """Every loss logged for each step (a resumed run logs the steps after its checkpoint again,
+    after a restart record)."""
     by_step: dict[int, list[float]] = {}
     for line in (out / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
-        by_step.setdefault(row["step"], []).append(row["loss"])
+        if row.get("event") != RESTART:
+            by_step.setdefault(row["step"], []).append(row["loss"])
     return by_step
 
 

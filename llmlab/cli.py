@@ -2,8 +2,10 @@
 
 import argparse
 import json
+import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from llmlab import env
@@ -89,16 +91,21 @@ def course(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         find_notebooks(args.solutions, args.only)
     except ValueError as error:
         parser.error(str(error))  # exits with status 2
-    runs = run_course(args.solutions, args.out, args.profile, args.only or None)
+    _check_out_dir(args.out, parser, holds="the executed notebooks")
+    runs = run_course(args.solutions, args.out, args.profile, args.only)
     print()
     print(format_table(runs))
     return 0 if all(run.ok for run in runs) else 1
 
 
-def make_labs(solutions: Path, labs: Path) -> int:
+def make_labs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from llmlab.course.generate import generate_labs
 
-    for path in generate_labs(solutions, labs):
+    try:
+        written = generate_labs(args.solutions, args.labs)
+    except ValueError as error:  # no solutions folder, or no lab notebooks in it
+        parser.error(str(error))
+    for path in written:
         print(f"wrote {path}")
     return 0
 
@@ -155,8 +162,6 @@ def plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.gpus % args.gpus_per_node:
         parser.error(f"--gpus {args.gpus} is not whole nodes of --gpus-per-node "
                      f"{args.gpus_per_node}: give a multiple of it")  # fmt: skip
-    if not args.tokens > 0:
-        parser.error(f"--tokens must be a positive number of tokens, got {args.tokens:g}")
     try:
         cluster = Cluster(args.gpu, args.gpus_per_node, args.gpus // args.gpus_per_node,
                           args.inside_node, args.between_nodes, args.price)  # fmt: skip
@@ -176,12 +181,18 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from llmlab.course import profile
     from llmlab.distributed import process_group
     from llmlab.distributed.data_parallel import STRATEGIES
-    from llmlab.train import CheckpointError, EarlierRun
+    from llmlab.train import CheckpointError, EarlierRun, RunFolderBusy
+    from llmlab.train.metrics import format_perplexity
 
     if args.parallel not in STRATEGIES:  # checked here: importing torch for choices= is slow
         parser.error(f"--parallel {args.parallel}: use one of {', '.join(STRATEGIES)}")
+    if args.checkpoint_every and args.out is None:
+        # An error, not a note: a long run believed to be checkpointed would be lost to a kill.
+        parser.error(f"--checkpoint-every {args.checkpoint_every} saves checkpoints into --out, "
+                     "and there is none: give --out DIR (or drop --checkpoint-every)")  # fmt: skip
     try:
-        name = profile(args.profile).name
+        # Lab 03's rule, as `llmlab doctor` prints it: full only on a GPU with room for its recipe.
+        name = profile(args.profile, lab=3).name
     except ValueError as error:  # an unknown profile
         parser.error(str(error))
     if args.out is not None:
@@ -190,14 +201,17 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         problem = None
         try:
             result = _train_lab03(name, args, info)
+        except RunFolderBusy as error:
+            problem = str(error)
         except (CheckpointError, EarlierRun) as error:
-            problem = _one_line(error)
+            problem = f"{_one_line(error)}. Use another --out, or --fresh to start again in it"
         if problem:  # raised here, once the trainer (and its DDP wrapper) is gone
-            parser.error(f"{problem}. Use another --out, or --fresh to start again in it")
+            parser.error(problem)
         if info.is_main:
             print(
                 f"{result.final_step} steps on {info.world_size} process(es), profile {name}: "
-                f"validation loss {result.val_loss:.3f}, perplexity {result.perplexity:.1f}"
+                f"validation loss {result.val_loss:.3f}, "
+                f"perplexity {format_perplexity(result.perplexity)}"
             )
     return 0
 
@@ -222,9 +236,11 @@ def _train_lab03(name: str, args: argparse.Namespace, info):
     return trainer.fit(resume=args.out is not None, fresh=args.fresh)
 
 
-def _check_out_dir(out: Path, parser: argparse.ArgumentParser) -> None:
+def _check_out_dir(
+    out: Path, parser: argparse.ArgumentParser, holds: str = "the metrics and checkpoints"
+) -> None:
     if out.exists() and not out.is_dir():
-        parser.error(f"--out {out} is a file: give a folder for the metrics and checkpoints")
+        parser.error(f"--out {out} is a file: give a folder for {holds}")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -239,11 +255,29 @@ def _one_line(error: Exception) -> str:
     return " ".join(line.strip() for line in str(error).splitlines()[:2])
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+def _number(kind: type, allowed: Callable[[float], bool], says: str) -> Callable[[str], float]:
+    """An argparse type: kind(text) if `allowed`, else argparse's one-line error naming the
+    flag and the value ("argument --gpus: must be ..., got 'x'") and exit status 2."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:  # "two", or "1e9" for an integer
+            value = None
+        if value is None or not allowed(value):  # NaN fails every comparison
+            raise argparse.ArgumentTypeError(f"must be {says}, got {text!r}")
+        return value
+
+    return parse
+
+
+MAX_GPUS = 2**20  # more than any cluster: a larger count is a typo (and takes long to search)
+_positive = _number(int, lambda n: n >= 1, "a positive integer")
+_count_or_zero = _number(int, lambda n: n >= 0, "0 or a positive integer")
+_gpu_count = _number(int, lambda n: 1 <= n <= MAX_GPUS, f"a number of GPUs from 1 to {MAX_GPUS}")
+_positive_real = _number(float, lambda x: 0 < x < math.inf, "a positive finite number")
+_share = _number(float, lambda x: 0 < x <= 1, "a share of the peak, above 0 and at most 1")
+_price = _number(float, lambda x: 0 <= x < math.inf, "a finite number >= 0")
 
 
 def _add_memory_parser(commands) -> argparse.ArgumentParser:
@@ -259,8 +293,8 @@ def _add_memory_parser(commands) -> argparse.ArgumentParser:
                    help="sgd, sgd-momentum, adam, adamw (default) or adam-8bit")
     p.add_argument("--fused", action="store_true", help="a fused optimizer (no scratch buffer)")
     p.add_argument("--batch", type=_positive, default=1, help="micro-batch, sequences per GPU")
-    # 0 means "the model's context" and "no LoRA"; llmlab.memory rejects negative numbers.
-    p.add_argument("--seq", type=int, default=0,
+    # 0 means "the model's context" and "no LoRA"; llmlab.memory checks them against the model.
+    p.add_argument("--seq", type=_count_or_zero, default=0,
                    help="tokens per sequence (0, the default: the model's context)")
     p.add_argument("--accumulation", type=_positive, default=1, help="gradient accumulation")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
@@ -268,10 +302,11 @@ def _add_memory_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--pure", action="store_true", help="16-bit everything, no fp32 master")
     p.add_argument("--fp32-grads", action="store_true",
                    help="torch.autocast's fp32 weights and gradients (18 bytes/param with Adam)")
-    p.add_argument("--gpus", type=_positive, default=1, help="all GPUs")
+    p.add_argument("--gpus", type=_gpu_count, default=1, help="all GPUs")
     p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage")
-    p.add_argument("--tp", type=_positive, default=1, help="tensor-parallel degree")
-    p.add_argument("--lora-rank", type=int, default=0,
+    p.add_argument("--tp", type=_positive, default=1,
+                   help="tensor-parallel degree (it divides the attention heads)")
+    p.add_argument("--lora-rank", type=_count_or_zero, default=0,
                    help="train LoRA adapters of this rank only (0, the default: no LoRA)")
     p.add_argument("--weights-4bit", default="",
                    help="nf4 or gptq: frozen base weights in 4 bits (with --lora-rank: QLoRA)")
@@ -286,14 +321,17 @@ def _add_plan_parser(commands) -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--model", required=True, help="a preset: llama-7b, llama-70b, ...")
     p.add_argument("--gpu", default="h100", help="h100 (default), h200, a100, a100-40gb, ...")
-    p.add_argument("--gpus", type=_positive, required=True, help="all GPUs")
+    p.add_argument("--gpus", type=_gpu_count, required=True, help="all GPUs")
     p.add_argument("--gpus-per-node", type=_positive, default=8)
-    p.add_argument("--tokens", type=float, required=True, help="tokens to train, e.g. 2e12")
-    p.add_argument("--batch-tokens", type=float, default=4e6, help="global batch in tokens")
-    p.add_argument("--seq", type=int, default=0, help="tokens per sequence (0: the context)")
-    p.add_argument("--efficiency", type=float, default=None,
+    p.add_argument("--tokens", type=_positive_real, required=True,
+                   help="tokens to train, e.g. 2e12")
+    p.add_argument("--batch-tokens", type=_positive_real, default=4e6,
+                   help="global batch in tokens")
+    p.add_argument("--seq", type=_count_or_zero, default=0,
+                   help="tokens per sequence (0: the context)")
+    p.add_argument("--efficiency", type=_share, default=None,
                    help="share of the bf16 peak compute reaches (default 0.6)")
-    p.add_argument("--price", type=float, default=3.0,
+    p.add_argument("--price", type=_price, default=3.0,
                    help="$ per GPU-hour (default 3.0, an on-demand H100; prices vary)")
     p.add_argument("--inside-node", default="nvlink4", help="nvlink4, nvlink3, pcie4, pcie5")
     p.add_argument("--between-nodes", default="ib-ndr", help="ib-ndr, ib-hdr, roce-400")
@@ -310,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p_course = commands.add_parser("course", help="run the solution notebooks headless")
     p_course.add_argument("--profile", default="auto", help="smoke, full or auto (default)")
-    p_course.add_argument("--only", nargs="*", default=[], help="lab prefixes, e.g. 00 03")
+    p_course.add_argument("--only", nargs="+", default=None, help="lab prefixes, e.g. 00 03")
     p_course.add_argument("--solutions", type=Path, default=Path("solutions"))
     p_course.add_argument("--out", type=Path, default=Path("build"))
 
@@ -323,21 +361,24 @@ def main(argv: list[str] | None = None) -> int:
         "llmlab train` the N processes train together with DDP, or with --parallel zero1/fsdp "
         "(gloo on CPUs, NCCL on GPUs).",
     )
-    p_train.add_argument("--profile", default="auto", help="smoke, full or auto (default)")
+    p_train.add_argument("--profile", default="auto",
+                         help="smoke, full or auto (default: Lab 03's choice, as llmlab doctor "
+                         "prints it)")
     p_train.add_argument("--steps", type=_positive, default=None,
                          help="train this many steps (the recipe's warm-up scales with them)")
     p_train.add_argument("--out", type=Path, default=None,
-                         help="metrics and checkpoints go here; a run there is resumed")
+                         help="metrics and checkpoints go here; a run there is resumed (one run "
+                         "at a time: a second one is refused)")
     p_train.add_argument("--checkpoint-every", type=_positive, default=None, metavar="N",
-                         help="save a checkpoint every N steps (default: the recipe's, 100), "
-                         "so a killed run resumes from the last one")
+                         help="save a checkpoint into --out every N steps (default: the "
+                         "recipe's, 100), so a killed run resumes from the last one")
     p_train.add_argument("--parallel", default="ddp",
                          help="how the processes share the model under torchrun: ddp "
                          "(replicated), zero1 (optimizer states sharded), fsdp (all sharded, "
                          "checkpoints in shards); ignored in one process")
     p_train.add_argument("--fresh", action="store_true",
-                         help="start again at step 1 in an --out that holds an earlier run "
-                         "(its metrics are appended to, its checkpoints set aside)")
+                         help="start again at step 1 in an --out that holds an earlier run's "
+                         "checkpoints (they are set aside, the metrics appended to)")
 
     p_labs = commands.add_parser("make-labs", help="regenerate labs/ from solutions/")
     p_labs.add_argument("--solutions", type=Path, default=Path("solutions"))
@@ -354,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         return estimate_memory(args, p_memory)
     if args.command == "plan":
         return plan(args, p_plan)
-    return make_labs(args.solutions, args.labs)
+    return make_labs(args, p_labs)
 
 
 if __name__ == "__main__":

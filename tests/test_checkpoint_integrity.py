@@ -1,8 +1,10 @@
 """Checkpoints you can trust: damage is detected before anything loads, a damaged newest checkpoint
-falls back to an older intact one, pruning keeps the last intact one, debris of killed saves and
-prunes is swept, and a damaged best.json is rewritten instead of crashing a save."""
+(or one of another model) falls back to an older intact one, pruning keeps the last intact one,
+debris of killed saves and prunes is swept, and a damaged best.json is rewritten instead of
+crashing a save."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -100,6 +102,22 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_intact_one(tmp_path
     assert len(skipped) == 1
     assert "step_0000004" in skipped[0] and "model.safetensors" in skipped[0]
     assert newest_verified_checkpoint(tmp_path / "nothing here") == (None, [])
+
+
+def test_a_newest_checkpoint_of_another_model_is_passed_over_like_a_damaged_one(tmp_path):
+    save(tmp_path, 2)
+    save_checkpoint(tmp_path, 4, tiny_gpt2(width=64), {})
+    assert newest_verified_checkpoint(tmp_path)[0] == tmp_path / "step_0000004"  # it is intact
+    path, skipped = newest_verified_checkpoint(tmp_path, tiny_gpt2())
+    assert path == tmp_path / "step_0000002"
+    (reason,) = skipped
+    assert re.fullmatch(r"skipped checkpoint step_0000004: saved from a different model "
+                        r"\(config.n_embd: checkpoint 64, model 32; \d+ more differences\)",
+                        reason)  # fmt: skip
+    path, skipped = newest_verified_checkpoint(tmp_path, tiny_gpt2(width=16))  # fits neither
+    assert path is None
+    assert [reason.split(": saved")[0] for reason in skipped] == [
+        "skipped checkpoint step_0000004", "skipped checkpoint step_0000002"]  # fmt: skip
 
 
 def test_pruning_does_not_count_a_damaged_checkpoint_so_the_older_intact_one_stays(tmp_path):

@@ -3,10 +3,12 @@
 
 import statistics
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from fake_clock import ManualClock
 
 from llmlab import bench
 from llmlab.course.checks import ExerciseFailed
@@ -119,9 +121,12 @@ def test_honest_time_accepts_one_synchronize_after_the_warm_up(capsys):
     assert "PASSED" in capsys.readouterr().out
 
 
-def test_the_fallback_timer_is_llmlabs_and_times_real_work():
-    seconds = check.time_fn_median(lambda: time.sleep(0.002), warmup=1, repeats=3)
-    assert 0.002 <= seconds < 0.5
+def test_the_fallback_timer_is_llmlabs_median_of_the_timed_calls(monkeypatch):
+    clock = ManualClock()  # llmlab's timer reads it; each call below moves it by its duration
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=clock))
+    durations = iter([9.0, 0.001, 0.004, 0.002])  # a slow warm-up call, then three timed calls
+    seconds = check.time_fn_median(lambda: clock.sleep(next(durations)), warmup=1, repeats=3)
+    assert seconds == pytest.approx(0.002)  # the median, in seconds, without the warm-up
 
 
 # ---------------------------------------------------------------- Exercise 2: measured TFLOP/s

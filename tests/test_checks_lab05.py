@@ -137,13 +137,13 @@ def _step(model, cluster, p, *, recompute=True, half=True, shard=True, dp_link=T
     activations = p.micro_batch * seq * shape.d_model * 2
     layers = math.ceil(shape.n_layer / p.pp)
     count = (6 if p.checkpointing and recompute else 4) * layers * p.accumulation
-    total = count * ring(activations, p.tp, cluster.link_for(1, p.tp))
+    total = count * ring(activations, p.tp, cluster.link_for("tp", p))
     if p.pp > 1 and pipeline:
-        over = link(cluster.link_for(p.tp, p.pp))
+        over = link(cluster.link_for("pp", p))
         message = activations / (p.tp if shard else 1)
         total += 2 * (p.accumulation + p.pp - 1) * (over.latency + message / over.bandwidth)
     parameters = count_parameters(shape.replace(n_layer=layers)).total / p.tp
-    where = cluster.link_for(p.tp * p.pp, p.dp) if dp_link else cluster.inside_node
+    where = cluster.link_for("dp", p) if dp_link else cluster.inside_node
     for kind, nbytes in dp_collectives(parameters, p.zero, p.accumulation):
         total += ring(nbytes, p.dp, where) / (2 if kind != "all_reduce" and half else 1)
     return total
@@ -206,8 +206,15 @@ def first_listed(runs, budget, deadline):
                 None)  # fmt: skip
 
 
-def test_cheapest_run_accepts_a_loop(capsys):
-    check.exercise_cheapest_run(cheapest_right)
+def cheapest_last_of_ties(runs, budget, deadline):
+    allowed = [r for r in runs if r.fit == "yes" and r.days <= deadline and r.cost <= budget]
+    return max(allowed, key=lambda r: (-r.cost, id(r)), default=None)
+
+
+@pytest.mark.parametrize("answer", [cheapest_right, cheapest_last_of_ties])
+def test_cheapest_run_accepts_a_loop_whichever_tie_it_keeps(answer, capsys):
+    # DP inside a node hides all its traffic: ZeRO-2 and ZeRO-3 can cost the same to the cent.
+    check.exercise_cheapest_run(answer)
     assert "PASSED" in capsys.readouterr().out
 
 

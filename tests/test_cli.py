@@ -146,15 +146,41 @@ def solutions(tmp_path):
         (["--profile", "huge"], "unknown profile 'huge'"),
         (["--only", "99"], "no notebook in"),
         (["--solutions", "no-such-folder"], "no-such-folder: no such folder"),
+        (["--only", ""], "--only '': an empty prefix names no lab"),  # "" would start them all
+        (["--only", "00", " "], "an empty prefix names no lab"),
+        (["--only"], "argument --only: expected at least one argument"),
+        (["--out", "README.md"], "--out README.md is a file: give a folder for the executed"),
     ],
-    ids=["unknown-profile", "unknown-lab", "missing-solutions"],
+    ids=["unknown-profile", "unknown-lab", "missing-solutions", "empty-lab", "blank-lab",
+         "only-nothing", "out-is-a-file"],
 )
-def test_course_rejects_bad_arguments_in_one_line(solutions, capsys, arguments, words):
+def test_course_rejects_bad_arguments_in_one_line(solutions, capsys, arguments, words,
+                                                   monkeypatch):  # fmt: skip
+    monkeypatch.chdir(solutions.parent)
+    (solutions.parent / "README.md").write_text("a file, not a folder")
     with pytest.raises(SystemExit) as caught:
         cli.main(["course", "--solutions", str(solutions), "--out", str(solutions), *arguments])
     assert caught.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("llmlab course: error:") and words in error
+
+
+@pytest.mark.parametrize("folder", ["no-such-folder", "empty"])
+def test_make_labs_without_solutions_says_so_and_exits_2(tmp_path, capsys, folder):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["make-labs", "--solutions", str(tmp_path / folder),
+                  "--labs", str(tmp_path / "labs")])  # fmt: skip
+    assert caught.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("llmlab make-labs: error:") and str(tmp_path / folder) in error
+    assert not (tmp_path / "labs").exists()  # nothing written
+
+
+def test_make_labs_writes_a_lab_per_solution(solutions, tmp_path, capsys):
+    labs = tmp_path / "labs"
+    assert cli.main(["make-labs", "--solutions", str(solutions), "--labs", str(labs)]) == 0
+    assert capsys.readouterr().out == f"wrote {labs / '00_env.ipynb'}\n"
 
 
 def test_course_leaves_auto_to_each_labs_rule(solutions, capsys, monkeypatch):

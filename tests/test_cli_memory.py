@@ -48,17 +48,25 @@ def test_zero_is_the_documented_default_and_accepted(option, capsys):
         (["--dtype", "fp8"], "unknown dtype 'fp8'"),
         (["--optimizer", "lion"], "unknown optimizer 'lion'"),
         (["--batch", "0"], "must be a positive integer"),
-        (["--batch", "two"], "invalid _positive value"),
+        (["--batch", "two"], "argument --batch: must be a positive integer, got 'two'"),
         (["--zero", "4"], "invalid choice: 4"),
         (["--gpus", "6", "--tp", "4"], "not a multiple of tensor_parallel"),
         (["--seq", "8192"], "longer than the model's context 4096"),
         (["--weights-4bit", "nf4"], "set lora_rank"),
-        (["--seq", "-1"], "seq must be a non-negative integer, got -1"),
-        (["--lora-rank", "-4"], "lora_rank must be a non-negative integer, got -4"),
+        (["--seq", "-1"], "argument --seq: must be 0 or a positive integer, got '-1'"),
+        (["--lora-rank", "-4"], "argument --lora-rank: must be 0 or a positive integer, got '-4'"),
+        (["--lora-rank", "1e9"], "argument --lora-rank: must be 0 or a positive integer"),
+        (["--lora-rank", "1000000000"], "lora_rank=1000000000 is more than 4096, the smallest"),
+        (["--lora-rank", "4097"], "a LoRA update of that rank is already a full one"),
+        (["--gpus", "1000000000", "--tp", "1000000000"], "must be a number of GPUs from 1 to"),
+        (["--gpus", "1048576", "--tp", "1048576"], "more than the model's 32 attention heads"),
+        (["--gpus", "24", "--tp", "12"], "does not divide the model's 32 attention heads"),
+        (["--gpus", "nan"], "argument --gpus: must be a number of GPUs from 1 to 1048576"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_clear_message(extra, words, capsys):
     with pytest.raises(SystemExit) as caught:
         cli.main([*COMMAND, *extra])
     assert caught.value.code == 2
-    assert words in capsys.readouterr().err
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # one line, after the usage
+    assert error.startswith("llmlab estimate-memory: error:") and words in error

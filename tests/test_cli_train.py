@@ -1,20 +1,24 @@
 """`llmlab train`: under torchrun two CPU processes train together (DDP over gloo), rank 0 writes
 the metrics and checkpoints, a second call resumes the run in the same folder, and every run ends;
-alone, a finished run says so, an earlier run is not restarted silently, and bad arguments are
-one-line errors with exit code 2."""
+alone, a finished run says so, a folder without checkpoints starts again without asking, a folder
+another run holds is refused naming it, `auto` follows Lab 03's rule, a diverged run's perplexity
+stays readable, and bad arguments are one-line errors with exit code 2."""
 
 import json
-import re
+import os
 import shutil
 import subprocess
 import sys
 
 import psutil
 import pytest
+from fake_machines import L4, T4
 from train_fakes import RandomWindows, tiny_gpt2, token_stream
 
+from llmlab import cli, env
 from llmlab.cli import main
-from llmlab.train import TrainConfig, Trainer
+from llmlab.train import TrainConfig, Trainer, TrainResult, read_metrics
+from llmlab.train.run_folder import RunLock
 
 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
@@ -32,10 +36,9 @@ def test_two_processes_train_and_a_second_call_resumes(tmp_path):
     second = torchrun("--steps", "4", "--out", str(tmp_path))
     assert second.returncode == 0, second.stderr[-2000:]
     assert "4 steps on 2 process(es)" in second.stdout
-    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").open()]
-    assert steps == [2, 4]  # each run logs its last step; the resumed run appends
-    tokens = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["tokens_seen"]
-    assert tokens == 4 * 2 * 8 * 128  # steps x processes x micro-batch x sequence
+    rows = read_metrics(tmp_path)
+    assert [row["step"] for row in rows] == [2, 4]  # each run logs its last step; the resumed one
+    assert rows[-1]["tokens_seen"] == 4 * 2 * 8 * 128  # steps x processes x micro-batch x sequence
 
 
 def torchrun_until(timeout: float, *args: str) -> subprocess.CompletedProcess | None:
@@ -92,27 +95,86 @@ def test_a_finished_run_says_it_is_complete_and_exits_0(tmp_path, capsys):
     assert "2 steps on 1 process(es), profile smoke: validation loss" in out
 
 
-def test_an_earlier_run_without_checkpoints_needs_fresh(tmp_path, capsys):
+def test_a_folder_without_checkpoints_starts_again_without_asking(tmp_path, capsys):
+    """What a torchrun restart or a requeued job meets after a kill before the first checkpoint."""
     assert train("--steps", "1", "--out", str(tmp_path)) == 0
     shutil.rmtree(tmp_path / "checkpoints")
     capsys.readouterr()
-    with pytest.raises(SystemExit) as stopped:
-        train("--steps", "1", "--out", str(tmp_path))
-    assert stopped.value.code == 2
-    assert "holds an earlier run (metrics.jsonl, metrics.csv)" in one_error_line(capsys)
-    assert train("--steps", "1", "--out", str(tmp_path), "--fresh") == 0
-    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2  # appended
+    assert train("--steps", "1", "--out", str(tmp_path)) == 0
+    assert "starting at step 1" in capsys.readouterr().out
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
+    assert [record.get("event") for record in records] == [None, "restart", None]
+    assert [row["step"] for row in read_metrics(tmp_path)] == [1]
 
 
 def test_another_models_checkpoint_is_a_one_line_error(tmp_path, capsys):
     other = TrainConfig(max_steps=1, micro_batch_size=2, seq_len=16, dtype="fp32", device="cpu",
                         out_dir=tmp_path, progress=False)  # fmt: skip
     Trainer(tiny_gpt2(), other, RandomWindows(token_stream(), 2)).fit()
+    capsys.readouterr()
     with pytest.raises(SystemExit) as stopped:
         train("--steps", "2", "--out", str(tmp_path))
     assert stopped.value.code == 2
-    assert re.search(r"step_0000001 was saved from a different model.*--fresh",
-                     one_error_line(capsys))  # fmt: skip
+    out = capsys.readouterr()
+    assert "skipped checkpoint step_0000001: saved from a different model (config." in out.out
+    assert "Traceback" not in out.err
+    (line,) = [line for line in out.err.splitlines() if "error:" in line]
+    assert "holds checkpoints but none this run can resume from" in line and "--fresh" in line
+
+
+def test_a_folder_another_run_holds_is_refused_naming_it(tmp_path, capsys):
+    held = RunLock(tmp_path)
+    held.acquire()  # what a live run holds (test_train_run_folder.py: one in another process)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            train("--steps", "1", "--out", str(tmp_path))
+    finally:
+        held.release()
+    assert stopped.value.code == 2
+    line = one_error_line(capsys)
+    assert f"is in use by another run (pid {os.getpid()} on host" in line
+    assert "--fresh" not in line  # starting again would not help: the other run is live
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+@pytest.fixture
+def faked_training(monkeypatch):
+    """`llmlab train` with the training replaced: what it chose, and the result it gets back."""
+    monkeypatch.delenv("LLMLAB_PROFILE", raising=False)
+    chosen = {"val_loss": 3.0}
+
+    def fake_train(name, args, info):
+        chosen["profile"] = name
+        return TrainResult([], 2, chosen["val_loss"], None)
+
+    monkeypatch.setattr(cli, "_train_lab03", fake_train)
+    return chosen
+
+
+@pytest.mark.parametrize(("gpu", "expected"), [(T4, "smoke"), (L4, "full")], ids=["16GB", "24GB"])
+def test_auto_follows_lab_03s_rule_as_the_doctor_does(faked_training, monkeypatch, gpu, expected):
+    monkeypatch.setattr(env, "visible_gpus", lambda: [gpu])
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert main(["train", "--profile", "auto"]) == 0
+    assert faked_training["profile"] == expected  # a 16 GB T4 is too small for Lab 03's full
+
+
+@pytest.mark.parametrize(
+    ("val_loss", "printed"),
+    [(3.0, "perplexity 20.1"), (504.0, "perplexity 7.66e+218"), (800.0, "perplexity inf")],
+)  # fmt: skip
+def test_the_perplexity_is_printed_readably(faked_training, capsys, val_loss, printed):
+    faked_training["val_loss"] = val_loss
+    assert train() == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"validation loss {val_loss:.3f}, {printed}")
+
+
+def test_checkpoint_every_without_out_is_an_error(faked_training, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        train("--checkpoint-every", "5")
+    assert stopped.value.code == 2
+    assert "--checkpoint-every 5 saves checkpoints into --out" in one_error_line(capsys)
+    assert "profile" not in faked_training  # refused before any training
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@ final weights equal those of a run that was never interrupted, bit for bit (CPU,
 
 Invariants: the restarted group continues from the last checkpoint that verifies (step 4), never
 from a half-written one; each rank gets back its own data position and RNG state (rank 1 draws other
-windows, and its own dropout masks), so a resume that mixed them up changes the losses.
+windows, and its own dropout masks), so a resume that mixed them up changes the losses; a kill
+before the first checkpoint restarts the run from step 1, not refused as an earlier run's folder.
 """
 
 import json
@@ -21,6 +22,7 @@ from safetensors.torch import load_file
 
 from llmlab.distributed.groups import _restart_store
 from llmlab.distributed.launch import free_port
+from llmlab.train import read_metrics
 
 WORKER = Path(__file__).with_name("elastic_worker.py")
 SLOW = pytest.mark.slow  # each run: a torchrun of 2 workers, 15-40 s on 2 busy cores
@@ -38,8 +40,14 @@ def elastic_run(out_dir: Path, **kill: int) -> str:
 
 
 def losses_by_step(out_dir: Path) -> list[tuple[int, float]]:
-    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").open()]
-    return [(row["step"], row["loss"]) for row in rows]
+    """The run's losses as they stand (llmlab.train.read_metrics)."""
+    return [(row["step"], row["loss"]) for row in read_metrics(out_dir)]
+
+
+def logged(out_dir: Path) -> list[int | str]:
+    """Every record of metrics.jsonl: a step's number, or "restart N" (goes on after step N)."""
+    records = [json.loads(line) for line in (out_dir / "metrics.jsonl").open()]
+    return [f"restart {r['step']}" if r.get("event") else r["step"] for r in records]
 
 
 def final_weights(out_dir: Path) -> dict[str, torch.Tensor]:
@@ -54,23 +62,35 @@ def straight(tmp_path_factory) -> Path:
     return out_dir
 
 
-def assert_same_run(out_dir: Path, reference: Path, logged_before_kill: int) -> None:
+def assert_same_run(out_dir: Path, reference: Path, logged_before_kill: int, resumed: int) -> None:
     expected = losses_by_step(reference)
     assert [step for step, _ in expected] == list(range(1, 9))
-    # The first attempt logged steps 1..logged_before_kill, the restarted one 5-8 (appended).
-    assert losses_by_step(out_dir) == expected[:logged_before_kill] + expected[4:]
+    # The first attempt logged steps 1..logged_before_kill, the restarted one the steps after
+    # `resumed` (appended after a restart record).
+    first, second = range(1, logged_before_kill + 1), range(resumed + 1, 9)
+    assert logged(out_dir) == [*first, f"restart {resumed}", *second]
+    assert losses_by_step(out_dir) == expected
     weights, reference_weights = final_weights(out_dir), final_weights(reference)
     assert weights.keys() == reference_weights.keys()
     assert all(torch.equal(weights[name], reference_weights[name]) for name in weights)
 
 
 @SLOW
-def test_a_killed_worker_is_restarted_and_resumes_bit_for_bit(straight, tmp_path):
-    # Rank 1 (not the one that writes checkpoints) dies after step 6: step 4 is the newest.
-    output = elastic_run(tmp_path, KILL_RANK=1, KILL_AFTER_STEP=6)
+@pytest.mark.parametrize(
+    ("kill_after", "resumed", "says"),
+    [(6, 4, "resumed from step 4"), (2, 0, "starting at step 1")],
+    ids=["after-a-checkpoint", "before-the-first-checkpoint"],
+)  # fmt: skip
+def test_a_killed_worker_is_restarted_and_resumes_bit_for_bit(
+    straight, tmp_path, kill_after, resumed, says
+):
+    # Rank 1 (not the one that writes checkpoints) dies after step `kill_after`. The run goes on
+    # from the newest checkpoint (step 4), or from step 1 where there is none yet: a folder with
+    # nothing to lose is not refused as an earlier run's.
+    output = elastic_run(tmp_path, KILL_RANK=1, KILL_AFTER_STEP=kill_after)
     assert "rank 1: SIGKILL" in output
-    assert "resumed from step 4" in output
-    assert_same_run(tmp_path, straight, logged_before_kill=6)
+    assert says in output
+    assert_same_run(tmp_path, straight, logged_before_kill=kill_after, resumed=resumed)
 
 
 @SLOW
@@ -80,7 +100,7 @@ def test_a_kill_inside_a_save_leaves_that_checkpoint_unused(straight, tmp_path):
     assert "rank 0: SIGKILL" in output
     assert "left by an interrupted save" in output  # the torn temporary folder was swept
     assert "resumed from step 4" in output
-    assert_same_run(tmp_path, straight, logged_before_kill=8)
+    assert_same_run(tmp_path, straight, logged_before_kill=8, resumed=4)
 
 
 def test_only_a_restarted_attempt_gets_a_store_of_its_own(monkeypatch):

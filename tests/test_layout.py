@@ -2,8 +2,15 @@
 
 import pytest
 
-from llmlab.distributed.layout import choose_layouts, gpu_memory_gb, layout_table
-from llmlab.memory import TrainingSetup
+from llmlab.distributed.layout import (
+    choose_layouts,
+    crosses_nodes,
+    gpu_memory_gb,
+    layout_table,
+    stage_estimate,
+)
+from llmlab.memory import TrainingSetup, estimate_memory
+from llmlab.models import ModelShape
 
 GPT2_STEP = TrainingSetup(batch=8, seq=1024)
 LLAMA_STEP = TrainingSetup(batch=1, seq=4096, checkpointing=True)
@@ -82,3 +89,37 @@ def test_gpu_memory_by_name_or_number():
     assert gpu_memory_gb("H200") == 141 and gpu_memory_gb("a100 40gb") == 40
     assert gpu_memory_gb("NVIDIA H100 80GB HBM3") == 80  # a device name, as torch reports it
     assert gpu_memory_gb(24) == 24.0
+
+
+def test_a_pipeline_is_planned_by_its_most_loaded_stage_each_with_its_own_items():
+    # 4 GPT-2 blocks of width 64 on 2 stages; the last holds the head of a 1000-token vocabulary.
+    shape = ModelShape("gpt2", n_layer=4, d_model=64, n_head=4, vocab_size=1000, context=128)
+    setup = TrainingSetup(batch=1, seq=128, checkpointing=True, grad_accumulation=8)
+    plan = stage_estimate(shape, setup, dp=1, tp=1, pp=2, zero=0)
+    # By hand (tests/test_memory_estimate.py): the last stage's items, each for one micro-batch,
+    # not the whole pipe's 2, and its head charged to it, not to the first stage.
+    assert plan.items["head activations"] == 128 * (64 * 2 + 64 * 2 + 1000 * 4)
+    assert plan.items["loss buffers"] == 2 * 128 * 1000 * 4
+    assert plan.items["block in backward"] == 128 * 2048
+    assert plan.items["block activations"] == 128 * 2 * 64 * 2
+    stages = [estimate_memory(shape, setup, pipeline_stage=i, pipeline_stages=2) for i in (0, 1)]
+    assert plan == max(stages, key=lambda stage: stage.total) == stages[1]
+
+
+@pytest.mark.parametrize("dp, tp, pp, gpus_per_node, crossing", [
+    (2, 4, 2, 8, {"tp": False, "dp": False, "pp": True}),  # 2 nodes: a stage is a node
+    (4, 4, 1, 8, {"tp": False, "dp": True, "pp": False}),
+    (1, 8, 2, 8, {"tp": False, "dp": False, "pp": True}),
+    (3, 4, 1, 6, {"tp": True, "dp": True, "pp": False}),  # ranks 4-7 straddle nodes 0 and 1
+    (8, 1, 1, 8, {"tp": False, "dp": False, "pp": False}),  # one node
+])  # fmt: skip
+def test_which_groups_cross_nodes(dp, tp, pp, gpus_per_node, crossing):
+    assert {dim: crosses_nodes(dim, dp, tp, pp, gpus_per_node) for dim in crossing} == crossing
+
+
+@pytest.mark.parametrize("model, pp", [("llama-7b", 4), ("gpt2-350m", 8), ("llama-70b", 16)])
+def test_no_middle_stage_is_more_loaded_than_the_first_or_the_last(model, pp):
+    setup = LLAMA_STEP.replace(seq=1024, grad_accumulation=32)
+    every = [estimate_memory(model, setup.replace(gpus=8, tensor_parallel=8), pipeline_stage=i,
+                             pipeline_stages=pp).total for i in range(pp)]  # fmt: skip
+    assert stage_estimate(model, setup, dp=1, tp=8, pp=pp, zero=0).total == max(every)

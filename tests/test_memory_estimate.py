@@ -6,8 +6,8 @@ import math
 import pytest
 
 from llmlab import memory
-from llmlab.memory import GB, TrainingSetup, estimate_memory, model_states
-from llmlab.models import PRESETS, count_parameters, preset
+from llmlab.memory import GB, TrainingSetup, estimate_memory, model_states, tensor_parallel_problem
+from llmlab.models import PRESETS, ModelShape, count_parameters, preset
 
 MIXED_ADAM = TrainingSetup(dtype="fp16", optimizer="adam")  # the ZeRO paper's set-up
 
@@ -143,7 +143,12 @@ SETUPS = [
 @pytest.mark.parametrize("setup", SETUPS, ids=range(len(SETUPS)))
 @pytest.mark.parametrize("name", PRESETS)
 def test_no_figure_is_ever_negative_or_nan(name, setup):
-    estimate = estimate_memory(name, setup.replace(seq=min(setup.seq, PRESETS[name].context)))
+    setup = setup.replace(seq=min(setup.seq, PRESETS[name].context))
+    if tensor_parallel_problem(name, setup.tensor_parallel):  # tiny's 4 heads do not split 8 ways
+        with pytest.raises(ValueError, match="tensor parallel degree"):
+            estimate_memory(name, setup)
+        return
+    estimate = estimate_memory(name, setup)
     assert all(math.isfinite(v) and v > 0 for v in estimate.items.values())
     assert estimate.items["weights"] + estimate.items.get("optimizer states", 0) <= estimate.peak
     assert estimate.peak <= sum(estimate.items.values()) and math.isfinite(estimate.total)
@@ -212,3 +217,59 @@ def test_lora_under_autocast_keeps_frozen_weights_in_fp32_with_16_bit_copies():
     assert qlora.items["16-bit weight copies"] == 2 * (adapters + head)
     plain = estimate_memory("tiny", dtype="bf16", lora_rank=8)  # 16-bit weights: no copies
     assert "16-bit weight copies" not in plain.items
+
+
+# A small GPT-2 in 2 pipeline stages of 2 blocks: width 64, 4 heads, 1000 tokens, 128 positions.
+SMALL = ModelShape("gpt2", n_layer=4, d_model=64, n_head=4, vocab_size=1000, context=128)
+SMALL_BLOCK = 12 * 64 * 64 + 13 * 64  # 49,984 parameters
+SMALL_STEP = TrainingSetup(batch=1, seq=128, checkpointing=True, grad_accumulation=8)
+
+
+def test_each_pipeline_stage_holds_its_own_parameters_and_micro_batches():
+    first, last = (estimate_memory(SMALL, SMALL_STEP, pipeline_stage=i, pipeline_stages=2)
+                   for i in (0, 1))  # fmt: skip
+    bf16 = 2
+    # The first stage: 2 blocks, the token and position embeddings; 1F1B keeps 2 micro-batches
+    # in flight, each 128 tokens x 2 blocks x their 64-wide input (activation checkpointing).
+    assert first.items["weights"] == (2 * SMALL_BLOCK + (1000 + 128) * 64) * bf16
+    assert first.items["block activations"] == 2 * 128 * 2 * 64 * bf16
+    assert "head activations" not in first.items and "loss buffers" not in first.items
+    # The last stage: 2 blocks, the final LayerNorm and (a copy of) the tied LM head; 1 in flight.
+    assert last.items["weights"] == (2 * SMALL_BLOCK + 2 * 64 + 1000 * 64) * bf16
+    assert last.items["block activations"] == 1 * 128 * 2 * 64 * bf16
+    # Head: the final norm's input, the head's input and fp32 log-probabilities, per token.
+    assert last.items["head activations"] == 128 * (64 * bf16 + 64 * bf16 + 1000 * 4)
+    assert last.items["loss buffers"] == 2 * 128 * 1000 * 4
+    # One micro-batch's backward at a time: one block recomputed, 2048 bytes a token in GPT-2.
+    per_token = 2 * 64 * bf16 + 64 * bf16 + 3 * 64 * bf16 + 64 * bf16 + 64 * bf16 + 2 * 256 * bf16
+    assert per_token == 2048
+    for stage in (first, last):
+        assert stage.items["block in backward"] == 128 * per_token
+    assert (first.pipeline_stage, last.pipeline_stage, last.pipeline_stages) == (0, 1, 2)
+    assert "stage 1 of 0-1" in last.table().splitlines()[0]
+
+
+def test_one_pipeline_stage_is_the_whole_model():
+    assert estimate_memory(SMALL, SMALL_STEP) == estimate_memory(
+        SMALL, SMALL_STEP, pipeline_stage=0, pipeline_stages=1)
+
+
+@pytest.mark.parametrize("stage, stages, words", [
+    (0, 5, "pipeline_stages must be 1 to the model's 4 layers"),
+    (0, 0, "pipeline_stages must be 1"),
+    (2, 2, "pipeline_stage must be 0 to 1"), (-1, 2, "pipeline_stage must be 0 to 1"),
+])  # fmt: skip
+def test_a_stage_outside_the_pipeline_is_refused(stage, stages, words):
+    with pytest.raises(ValueError, match=words):
+        estimate_memory(SMALL, SMALL_STEP, pipeline_stage=stage, pipeline_stages=stages)
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"tensor_parallel": 8, "gpus": 8}, "more than the model's 4 attention heads"),
+    ({"tensor_parallel": 3, "gpus": 3}, "does not divide the model's 4 attention heads"),
+    ({"lora_rank": 65}, "lora_rank=65 is more than 64, the smallest side"),
+])  # fmt: skip
+def test_numbers_the_model_cannot_take_are_refused(changes, words):
+    with pytest.raises(ValueError, match=words):
+        estimate_memory(SMALL, SMALL_STEP.replace(**changes))
+    assert estimate_memory(SMALL, SMALL_STEP.replace(lora_rank=64)).items["weights"] > 0

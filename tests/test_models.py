@@ -41,6 +41,20 @@ def test_tied_embeddings_are_counted_once():
     assert counts.embedding == (8192 + 256) * 256  # tokens and positions
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_pipeline_stages_hold_the_embeddings_first_and_the_head_last(tied):
+    shape = models.preset("tiny", tied_embeddings=tied)  # 4 blocks, width 256, 8192 tokens
+    block, vocabulary, positions = models.block_parameters(shape), 8192 * 256, 256 * 256
+    final_norm = 2 * 256  # LayerNorm: a scale and a shift
+    first = models.stage_parameters(shape, 2, first=True, last=False)
+    last = models.stage_parameters(shape, 2, first=False, last=True)
+    assert first == 2 * block + vocabulary + positions
+    assert last == 2 * block + final_norm + vocabulary  # a tied head too: a copy on its stage
+    whole = models.stage_parameters(shape, 4, first=True, last=True)
+    assert whole == models.count_parameters(shape).total  # one stage: the tied matrix once
+    assert first + last == whole + (vocabulary if tied else 0)
+
+
 def test_block_parameters_of_a_gpt2_block_are_12_d_squared_plus_13_d():
     d = 768
     assert models.block_parameters(models.preset("gpt2-124m")) == 12 * d * d + 13 * d

@@ -1,6 +1,7 @@
 """llmlab.prune on tiny random GPT-2 and Llama models: masks identical to torch.nn.utils.prune
 (ties and tensors of different sizes included), masks that survive AdamW, the cubic schedule,
-reports, saving, and the errors for bad input."""
+reports, saving (with checksums: a damaged mask file or model folder is refused), and the errors
+for bad input (NaN weights included)."""
 
 import math
 
@@ -18,6 +19,7 @@ from llmlab.prune import (
     global_masks,
     layerwise_masks,
     load_masks,
+    load_pruned,
     make_permanent,
     mask_sparsity,
     masked_weights,
@@ -284,8 +286,48 @@ def test_a_saved_pruned_model_reloads_with_from_pretrained(tmp_path, family):
     ids = torch.randint(0, GPT2.vocab_size, (2, 12))
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
+        torch.testing.assert_close(load_pruned(folder).eval()(ids).logits, model(ids).logits)
     assert sparsity_report(loaded)[-1].sparsity == pytest.approx(0.5, abs=1e-4)
     assert [p.name for p in tmp_path.iterdir()] == ["pruned"]  # no temporary left behind
+
+
+def flip_byte(path, at=0.5):
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * at)] ^= 0x01  # in the tensors' bytes (the header is a small start)
+    path.write_bytes(data)
+
+
+def test_a_damaged_pruned_model_is_refused(tmp_path):
+    model = build_model(GPT2).eval()
+    apply_masks(model, global_masks(model, 0.5))
+    folder = save_pruned(model, tmp_path / "pruned")
+    flip_byte(folder / "model.safetensors")
+    with pytest.raises(ValueError, match="pruned model .* is damaged: model.safetensors differs "
+                       "from the sha256 .*llmlab.prune.save_pruned$"):  # fmt: skip
+        load_pruned(folder)
+
+
+def test_a_damaged_mask_file_is_refused(tmp_path):
+    masks = global_masks(build_model(GPT2), 0.5)
+    path = save_masks(masks, tmp_path / "masks.safetensors")
+    flip_byte(path, at=0.9)  # a 0/1 byte of a mask: one weight pruned or kept the other way
+    with pytest.raises(ValueError, match="mask file .* is damaged: masks.safetensors differs "
+                       "from the sha256 .*llmlab.prune.save_masks$"):  # fmt: skip
+        load_masks(path, build_model(GPT2))
+    (tmp_path / "masks.safetensors.sha256").unlink()
+    with pytest.raises(ValueError, match="masks.safetensors.sha256 is missing"):
+        load_masks(path, build_model(GPT2))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_magnitude_masks_refuse_a_non_finite_weight_by_name(bad):
+    model = build_model(GPT2)
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_fc.weight[3, 5] = bad
+    for masks in (layerwise_masks, global_masks):
+        with pytest.raises(ValueError, match=r"transformer.h.1.mlp.c_fc.weight holds 1 NaN or "
+                           r"inf value\(s\), the first at index \(3, 5\)"):  # fmt: skip
+            masks(model, 0.5)
 
 
 def test_mask_files_round_trip_and_refuse_another_model(tmp_path):

@@ -1,5 +1,7 @@
-"""MLP-neuron removal (the smaller model equals the masked one and reloads with from_pretrained)
-and Wanda (|W| * ||X||, compared within each output) on tiny random GPT-2 and Llama models."""
+"""MLP-neuron removal (the smaller model equals the masked one and reloads with from_pretrained;
+stale, out-of-range or repeated indices are refused) and Wanda (|W| * ||X||, compared within each
+output, int(sparsity * inputs) pruned per output as the paper's code does; NaN weights or inputs
+and token ids beyond the vocabulary refused) on tiny random GPT-2 and Llama models."""
 
 import copy
 
@@ -14,6 +16,7 @@ from llmlab.prune import (
     input_norms,
     kept_neurons,
     layerwise_masks,
+    masked_weights,
     neuron_masks,
     neuron_scores,
     prunable_weights,
@@ -75,6 +78,24 @@ def test_neuron_removal_refuses_removing_every_neuron_or_uneven_widths():
         remove_mlp_neurons(model, [kept[0], kept[1][:-1]])
 
 
+def test_neuron_removal_refuses_indices_the_model_does_not_have():
+    model = build_model(GPT2)
+    kept = kept_neurons(model, 0.5)
+    assert kept[0].max() >= 128  # so the stale indices below reach past the new width
+    remove_mlp_neurons(model, kept)
+    before = copy.deepcopy(model.state_dict())
+    stale = r"block 0: kept neuron \d+ does not exist, the MLP has 128 neurons .*removing twice"
+    with pytest.raises(ValueError, match=stale + r".*kept_neurons\(model, sparsity\)"):
+        remove_mlp_neurons(model, kept)  # the same indices again, on the model they shrank
+    with pytest.raises(ValueError, match="block 0: kept neuron -1 does not exist"):
+        remove_mlp_neurons(model, [torch.tensor([-1, 2]), torch.tensor([0, 1])])
+    with pytest.raises(ValueError, match="block 1: a kept neuron index appears twice"):
+        remove_mlp_neurons(model, [torch.tensor([0, 1]), torch.tensor([3, 3])])
+    after = model.state_dict()  # every refusal left the model as it was
+    assert all(torch.equal(after[name], value) for name, value in before.items())
+    assert model.config.n_inner == 128
+
+
 def test_wanda_mask_weighs_magnitude_by_the_input_norm():
     torch.manual_seed(0)
     weight = torch.randn(6, 8)  # a Linear: (outputs, inputs)
@@ -104,6 +125,50 @@ def test_input_norms_are_the_norms_of_what_each_layer_reads():
         first = model.transformer.h[0].ln_1(embedded)  # what block 0's q/k/v projection reads
     expected = first.reshape(-1, GPT2.d_model).norm(dim=0)
     torch.testing.assert_close(norms["transformer.h.0.attn.c_attn.weight"], expected)
+
+
+def test_wanda_prunes_as_many_per_output_as_the_papers_code():
+    """The paper's code (Sun et al., lib/prune.py): sort each output's scores, prune the first
+    int(inputs * sparsity), rounded down; at 60% of 128 inputs that is 76, not round()'s 77."""
+    generator = torch.Generator().manual_seed(0)
+    weight, norms = torch.randn(8, 128, generator=generator), torch.rand(128, generator=generator)
+    for sparsity in (0.6, 0.7, 0.5, 0.29):  # 0.29 * 100 is 28.999...: int() gives 28, too
+        columns = 100 if sparsity == 0.29 else 128
+        w, n = weight[:, :columns], norms[:columns]
+        scores = w.abs() * n
+        papers = torch.ones_like(w, dtype=torch.bool)
+        papers.scatter_(1, torch.sort(scores, dim=-1, stable=True)[1][:, : int(columns * sparsity)],
+                        False)  # fmt: skip
+        assert torch.equal(wanda_mask(w, n, dim=1, sparsity=sparsity), papers), sparsity
+    assert (~wanda_mask(weight, norms, dim=1, sparsity=0.6)).sum(1).tolist() == [76] * 8
+
+
+def test_wanda_refuses_non_finite_numbers_and_ids_beyond_the_vocabulary():
+    half = GPT2.vocab_size // 2  # batch 1's ids are not in batch 0
+    batches = [torch.randint(0, half, (2, 16)), torch.randint(half, 2 * half, (2, 16))]
+    model = build_model(GPT2)
+    with torch.no_grad():
+        model.transformer.h[1].attn.c_proj.weight[0, 2] = torch.nan
+    with pytest.raises(ValueError, match=r"transformer.h.1.attn.c_proj.weight holds 1 NaN or inf"):
+        wanda_prune(model, 0.5, batches)
+    assert not masked_weights(model)  # refused before any block was pruned
+    model = build_model(GPT2)
+    with torch.no_grad():  # finite, but its LayerNorm overflows: block 0 reads NaN
+        model.transformer.wte.weight[batches[1][0, 3]] = 3e38
+    with pytest.raises(ValueError, match="the input of transformer.h.0.attn.c_attn.weight on "
+                       "calibration batch 1 holds"):  # fmt: skip
+        wanda_prune(model, 0.5, batches)
+    model = build_model(GPT2)
+    with pytest.raises(ValueError, match=r"calibration batch 1 holds token id 256, outside this "
+                       r"model's vocabulary of 256 \(ids 0 to 255\)"):  # fmt: skip
+        wanda_prune(model, 0.5, [batches[0], torch.full((2, 16), GPT2.vocab_size)])
+    weight = torch.randn(4, 8)
+    with pytest.raises(ValueError, match="the input norms holds 1 NaN"):
+        wanda_mask(weight, torch.tensor([1.0] * 7 + [torch.nan]), dim=1, sparsity=0.5)
+    weight[2, 2] = -torch.inf
+    with pytest.raises(ValueError, match=r"the weight holds 1 NaN or inf value\(s\), the first at "
+                       r"index \(2, 2\) \(-inf\)"):  # fmt: skip
+        wanda_mask(weight, torch.ones(8), dim=1, sparsity=0.5)
 
 
 @pytest.mark.parametrize("family", SHAPES)

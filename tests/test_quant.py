@@ -1,6 +1,6 @@
 """llmlab.quant formats, NF4, error, RTN and size accounting: exact grids on hand-made weights,
-the error ordering tensor > channel > group, the NF4 values against bitsandbytes' table, and
-the errors for bad input."""
+the error ordering tensor > channel > group, the NF4 values equal to bitsandbytes' table, and
+the errors for bad input (NaN or inf weights refused by every format)."""
 
 import pytest
 import torch
@@ -9,6 +9,8 @@ from llmlab.quant import (
     bits_per_weight,
     code_range,
     fake_quantize,
+    format_errors,
+    fp8_quantize,
     nf4_codebook,
     nf4_dequantize,
     nf4_quantize,
@@ -87,10 +89,9 @@ def test_nf4_codebook():
     assert (values > 0).sum() == 8 and (values < 0).sum() == 7
     # symmetric-ish: each negative value's mirror is near a positive one (a step is ~0.1)
     assert (-values[:7, None] - values[None, 8:]).abs().amin(1).max() < 0.05
-    # the table bitsandbytes ships (functional.py, get_4bit_type("nf4")), a few of its values
-    for index, value in [(1, -0.6961928009986877), (6, -0.09105003625154495),
-                         (8, 0.07958029955625534), (14, 0.7229568362236023)]:  # fmt: skip
-        assert values[index].item() == pytest.approx(value, abs=1e-6)
+    # the table bitsandbytes ships (functional.py, get_4bit_type("nf4")), bit for bit
+    functional = pytest.importorskip("bitsandbytes.functional")
+    assert torch.equal(values, functional.get_4bit_type("nf4", device="cpu"))
 
 
 def test_nf4_beats_absmax_int4_on_normal_weights():
@@ -115,6 +116,28 @@ def test_bits_per_weight_counts_scales_and_zeros():
 def test_bad_bits(bits):
     with pytest.raises((ValueError, TypeError), match="bits must be"):
         quantize(torch.randn(4, 8), bits)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize(
+    "quantizer",
+    [
+        lambda w: rtn(w, 4, 32),
+        lambda w: quantize(w, 8, symmetric=True, granularity="channel"),
+        lambda w: nf4_quantize(w, block_size=64),
+        lambda w: fp8_quantize(w, "e4m3"),
+        lambda w: format_errors(w),
+    ],
+    ids=["rtn", "int8 per channel", "nf4", "fp8", "format_errors"],
+)
+def test_a_non_finite_weight_is_refused_naming_where_it_is(quantizer, bad):
+    """Not quietly spread: one NaN used to turn its whole RTN group into NaN, and NF4 mapped it
+    to a valid code."""
+    weight = torch.randn(4, 64)
+    weight[2, 17] = bad
+    with pytest.raises(ValueError, match=r"holds 1 NaN or inf value\(s\), the first at index "
+                       rf"\(2, 17\) \({bad}\)"):  # fmt: skip
+        quantizer(weight)
 
 
 def test_bad_group_size_and_shape():

@@ -1,10 +1,12 @@
 """Reference GPTQ against RTN on a random Linear with correlated calibration inputs: a lower
 output error at the same bits and group size, RTN exactly when the Hessian is diagonal (no
 error feedback possible), the same result for any lazy-batch block size, dead input columns,
-and the errors for bad input."""
+and the errors for bad input (NaN or inf in the weight or the calibration inputs, a damping that
+cannot invert the Hessian: llmlab's message, never linalg's)."""
 
 import importlib
 import inspect
+import math
 
 import pytest
 import torch
@@ -104,6 +106,31 @@ def test_bad_input(layer):
         gptq(linear.weight, hessian([inputs[:, :64]]))
     with pytest.raises(ValueError, match="bits must be from 2 to 8"):
         gptq_linear(linear, [inputs], bits=16)
+
+
+def test_non_finite_numbers_and_bad_damping_get_a_clear_error(layer):
+    linear, inputs = layer
+    poisoned = inputs.clone()
+    poisoned[5, 7] = torch.nan
+    with pytest.raises(ValueError, match=r"calibration input 1 holds 1 NaN or inf value\(s\), "
+                       r"the first at index \(5, 7\)"):  # fmt: skip
+        gptq_linear(linear, [inputs, poisoned])
+    h = hessian([inputs])
+    overflowed = h.clone()
+    overflowed[3, 3] = torch.inf
+    with pytest.raises(ValueError, match="the Hessian .* holds 1 NaN or inf"):
+        gptq(linear.weight, overflowed)
+    weight = linear.weight.detach().clone()
+    weight[0, 9] = torch.nan
+    with pytest.raises(ValueError, match=r"the weight to quantize holds 1 NaN or inf value\(s\)"):
+        gptq(weight, h)
+    for damp in (-0.1, math.nan, math.inf, "0.01"):
+        with pytest.raises(ValueError, match="damp must be a number >= 0"):
+            gptq(linear.weight, h, damp=damp)
+    few = hessian([inputs[:8]])  # 8 tokens for 256 features: H has rank 8
+    with pytest.raises(ValueError, match="cannot be inverted .* raise damp"):
+        gptq(linear.weight, few, damp=0)
+    gptq(linear.weight, few, damp=0.01)  # the damping is what makes it invertible
 
 
 def test_without_error_feedback_gptq_is_no_better_than_rtn(layer):

@@ -1,14 +1,18 @@
 """GPTQ by library against the course's reference: on the same layer and calibration inputs the
 reference's output error is within 5% of GPTQModel's (and RTN's is not); GPTQModel's and
-transformers' checkpoints save, reload and compute like a GPTQ model of the float one; bad
-input (no calibration, a checkpoint without its config, a GPU kernel on a CPU) is refused or
-falls back with a clear message."""
+transformers' checkpoints save, reload and compute like a GPTQ model of the float one; a
+checkpoint llmlab saved carries checksums and a damaged one is refused; one made elsewhere (no
+checksums) loads, and its damaged config, tensors or file are refused by structure checks; bad
+input (no calibration, NaN inputs, a checkpoint without its config, a GPU kernel on a CPU) is
+refused or falls back with a clear message."""
 
 import json
+import shutil
 import warnings
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from llmlab.models import ModelShape, build_model
 from llmlab.quant import gptq, hessian, quantize_model, rtn
@@ -115,9 +119,108 @@ def test_transformers_gptqconfig_checkpoint_reloads(float_folder, tmp_path):
     settings = check_gptq_checkpoint(folder)
     assert (settings["bits"], settings["group_size"]) == (4, 64)
     assert settings.get("dataset") is None  # the calibration tokens are not written out
+    assert "  model.safetensors\n" in (folder / "checksums.sha256").read_text()
     loaded = load_gptq_checkpoint(folder).eval()
     with torch.no_grad():
         assert torch.isfinite(loaded(calibration(seed=2, count=1)[0]).logits).all()
+
+
+@pytest.fixture(scope="module")
+def gptq_folder(float_folder, tmp_path_factory):
+    """A GPTQModel checkpoint saved by llmlab (about 5 s)."""
+    folder = tmp_path_factory.mktemp("gptq") / "checkpoint"
+    return gptqmodel_quantize(float_folder, folder, calibration(), group_size=64)
+
+
+def damaged_copy(gptq_folder, tmp_path, keep_checksums=True):
+    copy = tmp_path / "copy"
+    shutil.copytree(gptq_folder, copy)
+    if not keep_checksums:  # as a checkpoint made elsewhere comes
+        (copy / "checksums.sha256").unlink(missing_ok=True)
+    return copy
+
+
+def flip_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # inside the packed codes: one code changes
+    path.write_bytes(data)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "config edited"])
+def test_a_damaged_checkpoint_saved_by_llmlab_is_refused(gptq_folder, tmp_path, damage):
+    listed = (gptq_folder / "checksums.sha256").read_text()
+    assert all(f"  {name}\n" in listed for name in ("model.safetensors", "config.json",
+                                                    "quantize_config.json"))  # fmt: skip
+    folder = damaged_copy(gptq_folder, tmp_path)
+    weights = folder / "model.safetensors"
+    if damage == "flipped byte":
+        flip_byte(weights)
+    elif damage == "truncated":
+        weights.write_bytes(weights.read_bytes()[:-1000])
+    else:
+        config = (folder / "config.json").read_text()
+        (folder / "config.json").write_text(config.replace('"group_size": 64', '"group_size": 32'))
+    file = "config.json" if damage == "config edited" else "model.safetensors"
+    with pytest.raises(ValueError, match=f"GPTQ checkpoint .* is damaged: {file} differs from the "
+                       r"sha256 recorded when it was saved .*library.gptqmodel_quantize\)"):
+        load_gptq_checkpoint(folder)
+
+
+def set_config(folder, **changes):
+    """Edit the quantization settings in both configs GPTQModel reads."""
+    for name in ("config.json", "quantize_config.json"):
+        config = json.loads((folder / name).read_text())
+        settings = config["quantization_config"] if name == "config.json" else config
+        for key, value in changes.items():
+            settings.pop(key) if value is None else settings.__setitem__(key, value)
+        (folder / name).write_text(json.dumps(config))
+
+
+def g_idx_out_of_range(folder):
+    tensors = load_file(folder / "model.safetensors")
+    tensors["transformer.h.1.mlp.c_fc.g_idx"][5] = 7
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+DAMAGES = {
+    "bits not a width": (lambda f: set_config(f, bits="four"),
+                         r"config.json gives bits 'four', where GPTQ checkpoints have one of"),
+    "bits lost": (lambda f: set_config(f, bits=None), "config.json gives bits None"),
+    "bits changed": (lambda f: set_config(f, bits=3),
+                     r"model.safetensors holds transformer.h.0.attn.c_attn.qweight of shape "
+                     r"\(16, 384\), where 128 x 384 weights at the config's 3 bits and group "
+                     r"size 64 need \(12, 384\)"),
+    "group size changed": (lambda f: set_config(f, group_size=32),
+                           r"c_attn.qzeros of shape \(2, 48\), .* need \(4, 48\)"),
+    "group size zero": (lambda f: set_config(f, group_size=0), "gives group_size 0"),
+    "config not JSON": (lambda f: (f / "quantize_config.json").write_text('{"bits": 4,'),
+                        "quantize_config.json cannot be read"),
+    "g_idx out of range": (g_idx_out_of_range,
+                           "transformer.h.1.mlp.c_fc.g_idx with groups 0 to 7, where the layer "
+                           "has groups 0 to 1"),
+    "truncated": (lambda f: (f / "model.safetensors").write_bytes(
+                      (f / "model.safetensors").read_bytes()[:-1000]),
+                  "model.safetensors cannot be read .*incomplete metadata"),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_checkpoint_made_elsewhere_loads_after_structure_checks(gptq_folder, tmp_path):
+    folder = damaged_copy(gptq_folder, tmp_path, keep_checksums=False)
+    flip_byte(folder / "model.safetensors")  # no checksums: what no structure check can see
+    assert kernel_names(load_gptq_checkpoint(folder))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_checkpoint_made_elsewhere_gets_llmlabs_message(gptq_folder, tmp_path, damage):
+    folder = damaged_copy(gptq_folder, tmp_path, keep_checksums=False)
+    apply, message = DAMAGES[damage]
+    apply(folder)
+    with pytest.raises(ValueError, match=f"GPTQ checkpoint .* is damaged: .*{message}.*Quantize "
+                       "the float model again"):  # fmt: skip
+        load_gptq_checkpoint(folder)
 
 
 def test_a_checkpoint_without_its_quantization_config_is_refused(float_folder, tmp_path):
@@ -134,6 +237,17 @@ def test_a_checkpoint_without_its_quantization_config_is_refused(float_folder, t
         check_gptq_checkpoint(tmp_path / "nothing")
     with pytest.raises(ValueError, match="bf16 or fp16 on a CPU"):
         load_gptq_checkpoint(float_folder, dtype=torch.float32)
+
+
+def test_library_gptq_refuses_non_finite_numbers():
+    weight = torch.randn(8, 64)
+    inputs = [torch.randn(32, 64), torch.randn(32, 64)]
+    inputs[1][4, 2] = torch.nan
+    with pytest.raises(ValueError, match=r"calibration input 1 holds 1 NaN or inf .*\(4, 2\)"):
+        library_gptq_layer(weight, inputs, group_size=64)
+    weight[1, 1] = torch.inf
+    with pytest.raises(ValueError, match="the weight to quantize holds 1 NaN or inf"):
+        library_gptq_layer(weight, inputs[:1], group_size=64)
 
 
 def test_calibration_must_hold_at_least_one_window():

@@ -1,7 +1,9 @@
 """Calibration capture and whole-model quantization on tiny GPT-2 and Llama models with a
 random-token stream: recorded inputs are the layers' real inputs, hooks never stay behind,
 GPTQ's output error is below RTN's at 4 bits, blocks are calibrated sequentially, weights are
-written back in each layer's own layout, sizes count scales and zeros, bad input is refused."""
+written back in each layer's own layout, sizes count scales and zeros, bad input is refused
+(token ids beyond the vocabulary, NaN or inf weights or activations: a clear error, the model
+unchanged)."""
 
 import pytest
 import torch
@@ -61,8 +63,8 @@ def test_record_inputs_are_the_layers_real_inputs():
 def test_hooks_are_removed_even_when_the_forward_fails():
     model = build_model(SHAPES["gpt2"])
     layer = model.transformer.h[0].attn.c_attn
-    with pytest.raises(IndexError):
-        record_inputs(model, ["transformer.h.0.attn.c_attn"], [torch.full((1, 8), VOCAB)])
+    with pytest.raises(IndexError):  # more positions than the model has: its forward fails
+        record_inputs(model, ["transformer.h.0.attn.c_attn"], [torch.zeros(1, SEQ + 1).long()])
     assert not layer._forward_pre_hooks
     record_inputs(model, ["transformer.h.0.attn.c_attn"], calibration(count=1))
     assert not layer._forward_pre_hooks
@@ -82,6 +84,40 @@ def test_record_inputs_refuses_bad_input():
         record_inputs(model, ["transformer.h.9.attn"], calibration(count=1))
     with pytest.raises(TypeError, match="not a Linear or Conv1D"):
         record_inputs(model, ["transformer.ln_f"], calibration(count=1))
+
+
+@pytest.mark.parametrize("method", ["rtn", "gptq"])
+def test_non_finite_weights_are_refused_before_anything_changes(method):
+    model = build_model(SHAPES["gpt2"])
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_fc.weight[7, 3] = torch.nan
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"transformer.h.1.mlp.c_fc.weight holds 1 NaN or inf "
+                       r"value\(s\), the first at index \(7, 3\)"):  # fmt: skip
+        quantize_model(model, method, calibration(), group_size=32)
+    # unchanged: block 0 was not quantized before the refusal
+    torch.testing.assert_close(dict(model.state_dict()), before, rtol=0, atol=0, equal_nan=True)
+
+
+def test_calibration_ids_beyond_the_vocabulary_or_activations_that_overflow_are_refused():
+    model = build_model(SHAPES["gpt2"])
+    batches = calibration(count=2)
+    batches[1][2, 5] = VOCAB
+    with pytest.raises(ValueError, match=r"calibration batch 1 holds token id 512, outside this "
+                       r"model's vocabulary of 512 \(ids 0 to 511\): were the batches made with "
+                       "another tokenizer"):  # fmt: skip
+        quantize_model(model, "gptq", batches, group_size=32)
+    batches[1][2, 5] = -1
+    with pytest.raises(ValueError, match="holds token id -1"):
+        quantize_model(model, "gptq", batches, group_size=32)
+    with pytest.raises(ValueError, match="calibration batch 0 holds torch.float32 values"):
+        quantize_model(model, "gptq", [calibration(count=1)[0].float()], group_size=32)
+    batches = calibration(count=1)
+    with torch.no_grad():  # finite, but the LayerNorm of this token overflows to NaN
+        model.transformer.wte.weight[batches[0][0, 0]] = 3e38
+    with pytest.raises(ValueError, match="the input of transformer.h.0.attn.c_attn on calibration "
+                       "batch 0 holds"):  # fmt: skip
+        quantize_model(model, "gptq", batches, group_size=32)
 
 
 def test_block_i_is_calibrated_on_the_quantized_blocks_before_it():

@@ -1,11 +1,16 @@
 """Packed codes and the shipped file of a fake-quantized model: two 4-bit codes per byte (a hand
 example), packing round-trips at 2, 4 and 8 bits with padding, the file holds what the model
-computes with and weighs what ModelQuantization counts, and bad input is refused."""
+computes with and weighs what ModelQuantization counts, and bad input is refused: a damaged file
+(its checksum), an edited bit width (the tensors' shapes), a file of another kind."""
+
+import json
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
+from llmlab.data.checksums import checksums_beside, write_checksums
 from llmlab.models import ModelShape, build_model
 from llmlab.quant import code_range, quantize, quantize_model
 from llmlab.quant.model import matrix
@@ -54,6 +59,50 @@ def test_bad_input_is_refused(tmp_path):
         pack_codes(torch.zeros(2, 8), 3)
     with pytest.raises(ValueError, match="from 0 to 15"):
         pack_codes(torch.tensor([[16]]), 4)
-    save_file({"w": torch.zeros(2)}, tmp_path / "plain.safetensors")
+    plain = tmp_path / "plain.safetensors"
+    save_file({"w": torch.zeros(2)}, plain)
+    with pytest.raises(ValueError, match="plain.safetensors.sha256 is missing"):
+        load_packed(plain)  # no checksum: never read
+    write_checksums(checksums_beside(plain), [plain.name])
     with pytest.raises(ValueError, match="not written by save_packed"):
-        load_packed(tmp_path / "plain.safetensors")
+        load_packed(plain)
+
+
+def packed_file(tmp_path):
+    model = build_model(SHAPE).eval()
+    return save_packed(model, quantize_model(model, "rtn", bits=4, group_size=32),
+                       tmp_path / "model.safetensors")  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "checksum lost"])
+def test_a_damaged_packed_file_is_refused(tmp_path, damage):
+    path = packed_file(tmp_path)
+    data = bytearray(path.read_bytes())
+    if damage == "flipped byte":
+        data[len(data) // 3] ^= 0x10  # inside the tensors: a code or a scale changes
+        path.write_bytes(data)
+    elif damage == "truncated":
+        path.write_bytes(data[:-100])
+    else:
+        checksums_beside(path).unlink()
+    problem = "sha256 is missing" if damage == "checksum lost" else "differs from the sha256"
+    with pytest.raises(ValueError, match=f"packed model .* is damaged: model.safetensors.*{problem}"
+                       ".*llmlab.quant.save_packed$"):  # fmt: skip
+        load_packed(path)
+
+
+@pytest.mark.parametrize("bits", [2, 8])
+def test_an_edited_bit_width_is_refused_by_the_tensor_shapes(tmp_path, bits):
+    """A consistent file (its checksum recorded again) whose layout says `bits` for 4-bit codes."""
+    path = packed_file(tmp_path)
+    with safe_open(str(path), framework="pt") as file:
+        layouts = json.loads(file.metadata()["quantized_layers"])
+        tensors = {key: file.get_tensor(key) for key in file.keys()}
+    for layout in layouts.values():
+        layout["bits"] = bits
+    save_file(tensors, path, metadata={"quantized_layers": json.dumps(layouts)})
+    write_checksums(checksums_beside(path), [path.name])
+    need = rf"need \(192, {64 * bits // 8}\)"  # c_attn: 192 rows of 64 columns
+    with pytest.raises(ValueError, match=rf"c_attn.qweight of shape \(192, 32\), where {bits}-bit "
+                       f"codes of 64 columns in groups of 32 {need}"):  # fmt: skip
+        load_packed(path)

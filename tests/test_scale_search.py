@@ -60,14 +60,30 @@ def test_cli_plan_prints_the_best_layouts(capsys):
 @pytest.mark.parametrize("change, message", [
     (["--gpus", "500"], "whole nodes"), (["--gpu", "z80"], "unknown GPU"),
     (["--model", "llama-9000"], "unknown model preset"), (["--tokens", "0"], "positive"),
+    (["--tokens", "inf"], "argument --tokens: must be a positive finite number, got 'inf'"),
+    (["--tokens", "1e400"], "argument --tokens: must be a positive finite number"),
+    (["--batch-tokens", "nan"], "argument --batch-tokens: must be a positive finite number"),
+    (["--seq", "-5"], "argument --seq: must be 0 or a positive integer, got '-5'"),
+    (["--seq", "8192"], "longer than the model's context 4096"),
+    (["--gpus", "0"], "argument --gpus: must be a number of GPUs from 1 to 1048576, got '0'"),
+    (["--gpus", "2000000"], "argument --gpus: must be a number of GPUs from 1 to 1048576"),
+    (["--gpus-per-node", "-8"], "argument --gpus-per-node: must be a positive integer"),
+    (["--efficiency", "0"], "argument --efficiency: must be a share of the peak"),
+    (["--efficiency", "nan"], "argument --efficiency: must be a share of the peak"),
+    (["--price", "-1"], "argument --price: must be a finite number >= 0, got '-1'"),
+    (["--price", "inf"], "argument --price: must be a finite number >= 0"),
+    (["--limit", "0"], "argument --limit: must be a positive integer"),
+    # Not "more GPUs": 977 sequences cannot feed the thousands of replicas of a million GPUs.
+    (["--gpus", "1000000"], "a batch of 977 sequences is too small for 1000000 GPUs"),
 ])  # fmt: skip
 def test_cli_plan_bad_input(change, message, capsys):
-    argv = PLAN.copy()
+    argv = [*PLAN, *change] if change[0] not in PLAN else PLAN.copy()
     argv[argv.index(change[0]) + 1] = change[1]
     with pytest.raises(SystemExit) as exit_info:
         cli.main(argv)
     assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # one line, after the usage
+    assert error.startswith("llmlab plan: error:") and message in error
 
 
 def test_strong_scaling_to_16k_gpus_loses_efficiency():

@@ -1,8 +1,12 @@
 """The simulator against Narayanan et al. 2021 (Megatron-LM at scale) and Llama 3 405B."""
 
+import itertools
+
 import pytest
 
-from llmlab.models import count_parameters
+from llmlab.distributed.mesh import RankGrid
+from llmlab.models import block_parameters, count_parameters
+from llmlab.scale.collectives import send_seconds
 from llmlab.scale.published import (
     LLAMA3_405B_RUN,
     MEGATRON_TABLE2_175B,
@@ -117,3 +121,51 @@ def test_bad_input_is_refused(changes, message):
 def test_a_bad_cluster_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Cluster(**kwargs)
+
+
+@pytest.mark.parametrize("gpus_per_node, nodes", [(8, 1), (8, 2), (8, 4), (4, 4), (6, 2), (2, 8)])
+def test_the_planner_prices_each_group_over_the_link_the_mesh_gives_it(gpus_per_node, nodes):
+    world = gpus_per_node * nodes
+    cluster = Cluster("h100", gpus_per_node, nodes)
+    degrees = [d for d in range(1, world + 1) if world % d == 0]
+    for tp, pp in itertools.product(degrees, degrees):
+        if world % (tp * pp):
+            continue
+        parallel = Parallel(world // (tp * pp), tp, pp)
+        grid = RankGrid(dp=parallel.dp, tp=tp, pp=pp)
+        for dim in ("tp", "dp", "pp"):
+            spans = any(len({rank // gpus_per_node for rank in group}) > 1
+                        for group in grid.groups(dim))  # fmt: skip
+            want = cluster.between_nodes if spans else cluster.inside_node
+            assert cluster.link_for(dim, parallel) == want, (dim, parallel)
+
+
+def test_a_pipeline_across_two_nodes_is_priced_over_infiniband():
+    # 2 nodes of 8, DP 2 x TP 4 x PP 2: the mesh puts rank 0's pipeline partner, rank 8, on the
+    # other node and its data-parallel partner, rank 4, on its own.
+    grid = RankGrid(dp=2, tp=4, pp=2)
+    assert grid.group_of(0, "pp") == [0, 8] and grid.group_of(0, "dp") == [0, 4]
+    cluster, layout = Cluster("h100", 8, 2), Parallel(2, 4, 2, accumulation=8)
+    prediction = simulate("llama-7b", cluster, layout)
+    message = 1 * 4096 * 4096 * 2 / 4  # a micro-batch's bf16 activations, a quarter per TP rank
+    slots = 2 * (8 + 2 - 1)
+    assert prediction.pp_s == pytest.approx(slots * send_seconds(message, "ib-ndr"))
+    nvlink_only = simulate("llama-7b", Cluster("h100", 8, 2, between_nodes="nvlink4"), layout)
+    assert prediction.dp_total_s == nvlink_only.dp_total_s  # DP stays inside a node
+
+
+def test_the_1t_layout_is_planned_by_its_first_stage():
+    # Narayanan et al.'s 1T model, TP 8 x PP 64 x DP 6, micro-batch 1 of 2048 tokens, checkpointing.
+    run = NARAYANAN_RUNS[1]
+    prediction = simulate(run.model, megatron_cluster(run), megatron_layout(run), run.tokens)
+    shape, d = run.model, run.model.d_model
+    # The first stage: 2 blocks and the token and position embeddings, split over 8 GPUs, at 18
+    # bytes a parameter as backward starts (bf16 weights and gradients, fp32 master weights, two
+    # fp32 Adam moments, DDP's bf16 buckets), and 64 micro-batches in flight, each keeping each
+    # block's 2048 x 25,600 bf16 input.
+    parameters = (2 * block_parameters(shape) + (51200 + 2048) * d) / 8
+    activations = 64 * 2048 * 2 * d * 2
+    expected = 18 * parameters + activations + 0.5e9  # + the CUDA context
+    assert prediction.memory.total == pytest.approx(expected)
+    assert prediction.memory.total / 1e9 == pytest.approx(52.4, abs=0.05)  # was 75.9, "tight"
+    assert prediction.memory.pipeline_stage == 0 and prediction.fit == "yes"

@@ -1,8 +1,11 @@
-"""Straggler detection: the pure rule on made-up times; real ranks, one slowed on purpose."""
+"""Straggler detection: the pure rule on made-up times; real ranks, one slowed on purpose on
+a fake clock (the real-time demonstration is Lab 05's)."""
 
 import math
+from functools import partial
 
 import pytest
+from fake_clock import ManualClock
 
 from llmlab.distributed import launch
 from llmlab.distributed.stragglers import (
@@ -83,20 +86,19 @@ def test_gather_gives_every_rank_all_times_in_rank_order():
     assert results == [pytest.approx([0.1, 0.2, 0.3])] * 3
 
 
-NOISE_PROOF = 2.0  # flag only a rank 3x slower than the median
-
-
 def test_a_rank_slowed_on_purpose_is_the_only_one_flagged_on_every_rank():
-    # +0.3 s per step against ~50 ms of work: about 7x the median. The threshold (3x the median)
-    # stays far above the noise of 3 ranks sharing 2 busy cores (< 10 % measured, CI is busier).
-    results = launch(straggler_demo, nprocs=3, args=(2, 0.3, 5, NOISE_PROOF), timeout_s=60)
-    assert [[s.rank for s in flagged] for flagged in results] == [[2]] * 3
-    assert results[0][0].seconds >= 0.3
+    # Every step's work reads as 50 ms on the fake clock; rank 2 sleeps 0.3 s more on it.
+    clock = ManualClock(tick=0.05)
+    demo = partial(straggler_demo, clock=clock, sleep=clock.sleep)
+    results = launch(demo, nprocs=3, args=(2, 0.3, 5), timeout_s=60)
+    slowed = Straggler(rank=2, seconds=pytest.approx(0.35), median_seconds=pytest.approx(0.05))
+    assert results == [[slowed]] * 3
 
 
 def test_the_same_run_without_slowing_flags_nobody():
-    flagged = launch(straggler_demo, nprocs=3, args=(None, 0.3, 5, NOISE_PROOF), timeout_s=60)
-    assert flagged == [[]] * 3
+    clock = ManualClock(tick=0.05)
+    demo = partial(straggler_demo, clock=clock, sleep=clock.sleep)
+    assert launch(demo, nprocs=3, args=(None, 0.3, 5), timeout_s=60) == [[]] * 3
 
 
 def test_a_slow_rank_outside_the_group_is_refused():

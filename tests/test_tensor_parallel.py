@@ -188,6 +188,27 @@ def test_bad_input_is_named():
         tensor_parallel_plan(nn.Linear(2, 2))
 
 
+def _forward_of_an_odd_length(family: str) -> str:
+    shape = preset("tiny", vocab_size=256, context=32) if family == "gpt2" else _tiny_llama()
+    model = apply_tensor_parallel(build_model(shape), device_mesh(tp=2)["tp"],
+                                  sequence_parallel=True)  # fmt: skip
+    with pytest.raises(ValueError) as error:
+        model(torch.zeros(2, 15, dtype=torch.long))
+    return str(error.value)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_sequence_parallel_refuses_a_length_the_ranks_do_not_divide_before_communicating(family):
+    # Before, gloo's all-gather got slices of 8 and 7 positions and aborted the process.
+    messages = launch(_forward_of_an_odd_length, nprocs=2, args=(family,), timeout_s=60)
+    assert messages == ["sequence parallelism splits the 15 positions of each sequence over 2 "
+                        "tensor-parallel ranks: use a sequence length that 2 divides (e.g. 14 "
+                        "or 16), or sequence_parallel=False"] * 2  # fmt: skip
+    with pytest.raises(LaunchError, match=r"(?s)rank \d raised.*ValueError: .* the 31 positions"):
+        launch(partial(train_tensor_parallel, steps=1, seq=31, tp=2, sequence_parallel=True),
+               nprocs=2, timeout_s=60)  # fmt: skip
+
+
 def _local_weight_bytes():
     model = apply_tensor_parallel(build_model(SMOKE_SHAPE), device_mesh(tp=2)["tp"])
     return tp_module.local_parameter_bytes(model)

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 from train_fakes import RandomWindows, tiny_gpt2, token_stream
 
-from llmlab.train import CheckpointMismatch, TrainConfig, Trainer
+from llmlab.train import CheckpointMismatch, TrainConfig, Trainer, read_metrics
 
 WORKER = Path(__file__).with_name("ddp_resume_worker.py")
 
@@ -28,8 +28,8 @@ def torchrun_worker(out_dir: Path, kill_at: int = 0) -> subprocess.CompletedProc
 
 
 def losses_by_step(out_dir: Path) -> list[tuple[int, float]]:
-    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").open()]
-    return [(row["step"], row["loss"]) for row in rows]
+    """The run's losses as they stand (llmlab.train.read_metrics)."""
+    return [(row["step"], row["loss"]) for row in read_metrics(out_dir)]
 
 
 def final_weights(out_dir: Path) -> dict[str, torch.Tensor]:
@@ -49,8 +49,13 @@ def test_a_killed_two_process_run_resumes_bit_for_bit(tmp_path):
 
     expected = losses_by_step(straight)
     assert [step for step, _ in expected] == list(range(1, 9))
-    # The killed run logged steps 1-7, the resumed one 5-8 (appended): compare every step exactly.
-    assert losses_by_step(killed) == expected[:7] + expected[4:]
+    # The killed run logged steps 1-7, the resumed one 5-8 after a restart record (appended).
+    records = [json.loads(line) for line in (killed / "metrics.jsonl").open()]
+    assert [(r["step"], r.get("event")) for r in records] == (
+        [(step, None) for step in range(1, 8)] + [(4, "restart")]
+        + [(step, None) for step in range(5, 9)]
+    )  # fmt: skip
+    assert losses_by_step(killed) == expected  # every step exactly
     weights, reference = final_weights(killed), final_weights(straight)
     assert weights.keys() == reference.keys()
     assert all(torch.equal(weights[name], reference[name]) for name in reference)

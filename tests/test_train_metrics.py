@@ -1,9 +1,15 @@
 """Per-step device readings: memory in GB (10^9 bytes, the course's unit), CPU utilisation on a
 CPU, and GPU utilisation, memory, power and temperature through NVML (faked here: this machine
-has no GPU); MFU on a CPU from a measured matmul peak; every rank's readings side by side."""
+has no GPU); MFU on a CPU from a measured matmul peak; every rank's readings side by side; restart
+records, and the reader that keeps, at each step, the record of the attempt that went on; a
+readable perplexity however large the loss."""
 
 import csv
+import dataclasses
+import json
+import math
 import types
+from pathlib import Path
 
 import psutil
 import pytest
@@ -19,8 +25,11 @@ from llmlab.train.metrics import (
     MetricsWriter,
     StepMetrics,
     flag_stragglers,
+    format_perplexity,
     gather_rank_readings,
     measured_peak_flops,
+    perplexity_of,
+    read_metrics,
 )
 
 GPU_FIELDS = ("gpu_util", "gpu_memory_gb", "gpu_power_w", "gpu_temperature_c")
@@ -158,3 +167,48 @@ def test_a_metrics_csv_with_the_same_columns_is_appended_to(tmp_path):
     with open(tmp_path / "metrics.csv", newline="") as file:
         assert [row["step"] for row in csv.DictReader(file)] == ["1", "2"]
     assert not list(tmp_path.glob("metrics.before-*"))
+
+
+def _attempt(out_dir, steps, restart_after: int | None = None) -> None:
+    """One attempt's records, as a run writes them: a restart record first when it appends."""
+    writer = MetricsWriter(out_dir)
+    assert writer.continues_history == (restart_after is not None)
+    if restart_after is not None:
+        checkpoint = Path(f"step_{restart_after:07d}") if restart_after else None
+        writer.write_restart(restart_after, checkpoint)
+    for step in steps:
+        writer.write(dataclasses.replace(_metrics(step), loss=float(10 * len(steps) + step)))
+    writer.close()
+
+
+def test_read_metrics_keeps_for_each_step_the_record_of_the_attempt_that_went_on(tmp_path):
+    _attempt(tmp_path, range(1, 7))  # killed after step 6; its newest checkpoint is step 4
+    _attempt(tmp_path, range(5, 9), restart_after=4)
+    first, second = [(s, 60.0 + s) for s in range(1, 5)], [(s, 40.0 + s) for s in range(5, 9)]
+    assert [(r["step"], r["loss"]) for r in read_metrics(tmp_path)] == first + second
+    _attempt(tmp_path, [1, 2], restart_after=0)  # started again from step 1 (fresh=True)
+    assert [(r["step"], r["loss"]) for r in read_metrics(tmp_path)] == [(1, 21.0), (2, 22.0)]
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
+    assert len(lines) == 6 + 1 + 4 + 1 + 2  # every record stays in the file
+    assert lines[6]["event"] == "restart" and lines[6]["checkpoint"] == "step_0000004"
+    with open(tmp_path / "metrics.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert [(row["step"], row["event"]) for row in rows if row["event"]] == [
+        ("4", "restart"), ("0", "restart")]  # fmt: skip
+    assert len(rows) == len(lines)
+
+
+def test_read_metrics_names_the_file_and_line_of_a_damaged_record(tmp_path):
+    _attempt(tmp_path, [1])
+    with open(tmp_path / "metrics.jsonl", "a") as file:
+        file.write('{"step": 2, "lo\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl line 2 is not a JSON record"):
+        read_metrics(tmp_path)
+
+
+def test_perplexity_is_readable_however_large_the_loss():
+    assert format_perplexity(perplexity_of(3.0)) == "20.1"  # as before below a million
+    assert format_perplexity(perplexity_of(13.8)) == "984609.1"
+    assert format_perplexity(perplexity_of(504.0)) == "7.66e+218"  # not 219 digits
+    assert perplexity_of(800.0) == math.inf and format_perplexity(math.inf) == "inf"
+    assert perplexity_of(None) is None

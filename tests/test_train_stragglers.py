@@ -1,41 +1,46 @@
 """Per-rank readings in a real 3-process DDP run (gloo): every rank's data time and memory reach
-rank 0's metrics.jsonl, and a rank slowed on purpose in its data path is the one flagged."""
+rank 0's metrics.jsonl, and a rank slowed on purpose in its data path is the one flagged. The
+trainer reads a fake clock, so the times are exact on any machine, however busy."""
 
 import json
-import time
+from types import SimpleNamespace
 
 import pytest
 import torch.distributed as dist
+from fake_clock import ManualClock
 from train_fakes import FixedRows, global_rows, tiny_gpt2
 
 from llmlab.distributed import launch
-from llmlab.train import TrainConfig, Trainer
+from llmlab.train import TrainConfig, Trainer, loop
 from llmlab.train.metrics import RANK_READINGS
 
 NPROCS, STEPS, SLEEP_S = 3, 4, 0.4
 
 
 class SlowRows(FixedRows):
-    """FixedRows that sleeps in every fetch: a slow disk or data loader on one host."""
+    """FixedRows whose every fetch takes `sleep_s` more on `clock`: a slow disk or data loader on
+    one host."""
 
-    def __init__(self, *args, sleep_s: float, **kwargs):
+    def __init__(self, *args, clock: ManualClock, sleep_s: float, **kwargs):
         super().__init__(*args, **kwargs)
-        self.sleep_s = sleep_s
+        self.clock, self.sleep_s = clock, sleep_s
 
     def next_batch(self):
-        time.sleep(self.sleep_s)
+        self.clock.sleep(self.sleep_s)
         return super().next_batch()
 
 
 def train_rank(out_dir: str, slow_rank: int | None, parallel: str = "ddp") -> None:
     rank = dist.get_rank()
+    # Each reading of the trainer's clock moves it 1 ms on. This rank is a forked process: the
+    # patch goes with it.
+    clock = ManualClock(tick=0.001)
+    loop.time = SimpleNamespace(perf_counter=clock)
     sleep_s = SLEEP_S if rank == slow_rank else 0.0
-    source = SlowRows(global_rows(12), 4, rank=rank, world_size=NPROCS, sleep_s=sleep_s)
-    # 1.0: flag a rank that made the step twice as long as the others' pace. The slowed rank
-    # adds 0.4 s to steps of 15-90 ms of work (2 busy cores): 4-25x. Unslowed fetches take
-    # ~0.1 ms: a false flag needs one to stall for longer than all the rest of its step (5 ms
-    # in a 15 ms step was the worst seen). Every 2nd step is logged: not the first, whose
-    # one-off costs (FSDP's lazy set-up: 0.3-0.7 s) would dilute any slowdown.
+    source = SlowRows(global_rows(12), 4, rank=rank, world_size=NPROCS, clock=clock,
+                      sleep_s=sleep_s)  # fmt: skip
+    # 1.0: flag a rank that made the step twice as long as the others' pace. Every 2nd step is
+    # logged: not the first, whose one-off costs would dilute a slowdown on a real clock.
     config = TrainConfig(max_steps=STEPS, micro_batch_size=4, seq_len=16, dtype="fp32",
                          device="cpu", warmup_steps=1, log_interval=2, eval_interval=100,
                          progress=False, out_dir=out_dir, straggler_threshold=1.0,

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import nbformat
 
+from llmlab.course.runner import find_notebooks
+
 BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION(?::\s*(?P<hint>.*\S))?\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 DEFAULT_HINT = "write your solution here"
@@ -105,10 +107,12 @@ def render(notebook: nbformat.NotebookNode) -> str:
 
 
 def generate_labs(solutions: Path, labs: Path) -> list[Path]:
-    """Write labs/NN_*.ipynb for every solutions/NN_*.ipynb; returns the files written."""
+    """Write labs/NN_*.ipynb for every solutions/NN_*.ipynb; returns the files written.
+    A missing `solutions` folder, or one without lab notebooks, is a ValueError."""
+    notebooks = find_notebooks(solutions)
     labs.mkdir(parents=True, exist_ok=True)
     written = []
-    for path in sorted(solutions.glob("[0-9][0-9]_*.ipynb")):
+    for path in notebooks:
         lab = make_lab(nbformat.read(path, as_version=4), name=path.name)
         target = labs / path.name
         target.write_text(render(lab), encoding="utf-8")

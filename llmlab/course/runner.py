@@ -88,6 +88,9 @@ def find_notebooks(solutions: Path, only: list[str] | None = None) -> list[Path]
     notebooks = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
     if not notebooks:
         raise ValueError(f"{solutions} holds no lab notebooks (named like 00_environment.ipynb)")
+    if any(not prefix.strip() for prefix in only or []):  # "" starts every name: all labs
+        raise ValueError(f"--only {' '.join(map(repr, only))}: an empty prefix names no lab; "
+                         "give lab numbers such as 00 03")  # fmt: skip
     unmatched = [p for p in only or [] if not any(nb.name.startswith(p) for nb in notebooks)]
     if unmatched:
         prefixes, labs = ", ".join(map(repr, unmatched)), ", ".join(nb.stem for nb in notebooks)

@@ -50,6 +50,21 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """Yield a new, empty temporary folder beside `path` to fill; it takes the place of `path`
+    on success (see replace_folder) and is deleted on error: never half a folder at `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_sibling(path)
+    tmp.mkdir()
+    try:
+        yield tmp
+        replace_folder(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already after a successful rename
+
+
 def write_atomically(path: str | Path, data: bytes) -> None:
     with atomic_file(path) as tmp:
         tmp.write_bytes(data)

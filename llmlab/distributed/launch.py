@@ -8,12 +8,17 @@ Two ways, for two uses:
   the way training jobs are launched.
 
 Both show every rank's output prefixed with its rank, stop every rank when one fails or hangs,
-and raise `LaunchError` naming the rank that caused it.
+and raise `LaunchError` naming the rank that caused it. No process of a job outlives it: not the
+processes a rank started, and not the ranks when the launching process (a notebook kernel) is
+killed.
 """
 
 import contextlib
+import ctypes
+import functools
 import os
 import pickle
+import secrets
 import selectors
 import signal
 import socket
@@ -55,8 +60,28 @@ def _check_nprocs(nprocs: int) -> None:
         raise ValueError(f"nprocs must be a positive integer, got {nprocs!r}")
 
 
-def _rank_main(fn, args, rank, nprocs, port, backend, timeout_s, threads, out_fd, result) -> None:
+_PR_SET_PDEATHSIG = 1  # prctl's option number, from <linux/prctl.h>
+# Looked up once, here: a child between fork and exec must not load symbols (a lock another
+# thread of the parent held at the fork would never be released in the child).
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
+
+
+def _die_with_parent(parent_pid: int, signum: int) -> None:
+    """In a child process: have Linux send it `signum` when `parent_pid` (its parent) dies, so a
+    killed notebook kernel leaves nothing running. Elsewhere, nothing."""
+    if _PRCTL is None:
+        return
+    _PRCTL(_PR_SET_PDEATHSIG, signum)
+    if os.getppid() != parent_pid:  # the parent died before the request was made
+        os.kill(os.getpid(), signum)
+
+
+def _rank_main(
+    fn, args, rank, nprocs, port, backend, timeout_s, threads, out_fd, result, parent_pid
+) -> None:
     """The body of one forked rank: redirect output, join the group, run, report, leave."""
+    os.setpgid(0, 0)  # a process group of its own: stopping it stops what it started too
+    _die_with_parent(parent_pid, signal.SIGKILL)
     os.dup2(out_fd, 1)  # C++ (gloo, NCCL) writes to file descriptors 1 and 2, not sys.stdout
     os.dup2(out_fd, 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the rank
@@ -84,15 +109,17 @@ def _rank_main(fn, args, rank, nprocs, port, backend, timeout_s, threads, out_fd
 
 
 class _Lines:
-    """Collects one rank's output bytes and prints whole lines with the rank in front."""
+    """Collects a process's output bytes, prints whole lines with `prefix` in front and keeps
+    them (without it) in `lines`."""
 
-    def __init__(self, rank: int):
-        self.prefix, self.partial = f"[rank {rank}] ", b""
+    def __init__(self, prefix: str = ""):
+        self.prefix, self.partial, self.lines = prefix, b"", []
 
     def feed(self, data: bytes) -> None:
         *lines, self.partial = (self.partial + data).split(b"\n")
         for line in lines:
-            print(self.prefix + line.decode(errors="replace"), flush=True)
+            self.lines.append(line.decode(errors="replace") + "\n")
+            print(self.prefix + self.lines[-1], end="", flush=True)
 
     def close(self) -> None:
         if self.partial:
@@ -137,7 +164,7 @@ def launch(
         process = context.Process(
             target=_rank_main, name=f"rank {rank}", daemon=True,
             args=(fn, args, rank, nprocs, port, backend, timeout_s, threads, out_write,
-                  result_write),
+                  result_write, os.getpid()),
         )  # fmt: skip
         process.start()
         os.close(out_write)  # the parent keeps only the reading ends
@@ -146,12 +173,18 @@ def launch(
     try:
         return _supervise(ranks, timeout_s)
     finally:
-        for process, out_read, result_read in ranks:
-            if process.is_alive():
-                process.kill()
-            process.join()
+        for _, out_read, result_read in ranks:
             os.close(out_read)
             result_read.close()
+
+
+def _stop_rank(process) -> None:
+    """SIGKILL a rank and every process it started (its process group), then reap it."""
+    # Before the rank is reaped its pid, the group's id, cannot be reused by another process.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.kill()  # in case it was stopped before it made its group
+    process.join()
 
 
 def _supervise(ranks: list, timeout_s: float) -> list:
@@ -159,62 +192,73 @@ def _supervise(ranks: list, timeout_s: float) -> list:
     selector = selectors.DefaultSelector()
     printers = {}
     for rank, (process, out_read, result_read) in enumerate(ranks):
-        printers[rank] = _Lines(rank)
+        printers[rank] = _Lines(f"[rank {rank}] ")
         selector.register(out_read, selectors.EVENT_READ, ("output", rank))
         selector.register(result_read, selectors.EVENT_READ, ("result", rank))
         selector.register(process.sentinel, selectors.EVENT_READ, ("exit", rank))
     results: dict[int, object] = {}
     failure: str | None = None
     deadline = time.monotonic() + timeout_s
+    stop_at = deadline  # a failure brings it forward: the others get GRACE_S to end on their own
     exited: set[int] = set()
+    finished: set[int] = set()  # ranks whose function returned or raised
     died = False  # the failure is a rank killed by a signal
-    while len(exited) < len(ranks):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            waiting = [r for r in range(len(ranks)) if r not in exited]
-            failure = failure or (
-                f"rank(s) {waiting} did not finish within {timeout_s:g} s: a rank waiting in a "
-                "collective that another rank never reaches hangs until then"
-            )
-            break
-        for key, _ in selector.select(timeout=min(remaining, 0.5)):
-            kind, rank = key.data
-            process, out_read, result_read = ranks[rank]
-            if kind == "output":
-                data = os.read(out_read, 1 << 16)
-                if data:
-                    printers[rank].feed(data)
-                else:
-                    selector.unregister(out_read)
-            elif kind == "result":
-                try:
-                    status, value = pickle.loads(result_read.recv_bytes())
-                except EOFError:
+    try:
+        while len(exited) < len(ranks):
+            remaining = stop_at - time.monotonic()
+            if remaining <= 0:
+                break
+            for key, _ in selector.select(timeout=min(remaining, 0.5)):
+                kind, rank = key.data
+                process, out_read, result_read = ranks[rank]
+                if kind == "output":
+                    data = os.read(out_read, 1 << 16)
+                    if data:
+                        printers[rank].feed(data)
+                    else:
+                        selector.unregister(out_read)
+                elif kind == "result":
+                    try:
+                        status, value = pickle.loads(result_read.recv_bytes())
+                    except EOFError:
+                        selector.unregister(result_read)
+                        continue
                     selector.unregister(result_read)
-                    continue
-                selector.unregister(result_read)
-                if status == "ok":
-                    results[rank] = value
-                elif failure is None:
-                    failure = f"rank {rank} raised an error:\n{value}"
-                    deadline = min(deadline, time.monotonic() + GRACE_S)
-            else:
-                selector.unregister(process.sentinel)
-                exited.add(rank)
-                process.join()
-                # A rank killed by a signal is the cause; a partner's error in a collective
-                # (often "connection reset") may reach us first, and is only its consequence.
-                killed = process.exitcode is not None and process.exitcode < 0
-                if rank not in results and (failure is None or killed and not died):
-                    died = killed
-                    failure = (
-                        f"rank {rank} {_describe_exit(process.exitcode)} before it finished; "
-                        "the other ranks were stopped"
-                    )
-                    deadline = min(deadline, time.monotonic() + GRACE_S)
+                    finished.add(rank)
+                    if status == "ok":
+                        results[rank] = value
+                    elif failure is None:
+                        failure = f"rank {rank} raised an error:\n{value}"
+                        stop_at = min(stop_at, time.monotonic() + GRACE_S)
+                else:
+                    selector.unregister(process.sentinel)
+                    exited.add(rank)
+                    _stop_rank(process)  # what it started goes with it
+                    # A rank killed by a signal is the cause; a partner's error in a collective
+                    # (often "connection reset") may reach us first, and is only its consequence.
+                    killed = process.exitcode is not None and process.exitcode < 0
+                    if rank not in results and (failure is None or killed and not died):
+                        died = killed
+                        failure = (
+                            f"rank {rank} {_describe_exit(process.exitcode)} before it finished"
+                        )
+                        stop_at = min(stop_at, time.monotonic() + GRACE_S)
+    finally:
+        for rank, (process, _, _) in enumerate(ranks):
+            if rank not in exited:
+                _stop_rank(process)
     for rank, (_, out_read, _) in enumerate(ranks):
         _drain(out_read, printers[rank])
     selector.close()
+    # A rank that returned may still wait in the group's last barrier: it is not the one that hung.
+    running = sorted(set(range(len(ranks))) - finished - exited)
+    if running and stop_at == deadline:
+        failure = (f"{failure}\n" if failure else "") + (
+            f"rank(s) {running} did not finish within {timeout_s:g} s: a rank waiting in a "
+            "collective that another rank never reaches hangs until then"
+        )
+    elif running:
+        failure += f"\nrank(s) {running}, still running {GRACE_S:g} s later, were stopped"
     if failure is not None:
         raise LaunchError(failure)
     return [results[rank] for rank in range(len(ranks))]
@@ -353,14 +397,17 @@ def run_script(
     `["--max-restarts", "1"]` for an elastic restart).
 
     torchrun prefixes each line with the rank that printed it (`[default0]:`); DeepSpeed's
-    launcher does not. The process tree is stopped if it runs past `timeout_s`; a failure raises
-    `LaunchError` with the output's end.
+    launcher does not. A failure raises `LaunchError` with the output's end; so does running past
+    `timeout_s`, naming the ranks still running then. Either way, every process of the job (the
+    launcher, the ranks and what they started) is stopped before it returns, and the launcher is
+    stopped if this process dies.
     """
     if launcher not in SCRIPT_LAUNCHERS:
         raise ValueError(f"launcher {launcher!r}: use one of {SCRIPT_LAUNCHERS}")
     if not module and not Path(script).is_file():
         raise FileNotFoundError(f"no script at {script}: write it first (e.g. with %%writefile)")
-    child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}
+    tag = secrets.token_hex(8)
+    child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), JOB_TAG: tag, **(env or {})}
     with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as logs:
         if launcher == "torchrun":
             command = torchrun_command(script, nprocs, script_args, module, log_dir=logs,
@@ -373,17 +420,34 @@ def run_script(
                                         master_port=free_port())  # fmt: skip
             if not torch.cuda.is_available():
                 child_env.setdefault("DS_ACCELERATOR", "cpu")  # named: no "no GPU found" warning
+        # SIGTERM, not SIGKILL: torchrun and DeepSpeed's launcher stop their ranks on SIGTERM.
+        die_with_us = functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM)
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   env=child_env)  # fmt: skip
-        lines = _stream(process, timeout_s)
-    output = "".join(lines)
+                                   env=child_env, preexec_fn=die_with_us)  # fmt: skip
+        printer = _Lines()
+        try:
+            finished = _stream(process.stdout.fileno(), printer, timeout_s)
+            if finished:
+                process.wait()  # its exit status, before _stop_job could reap it
+            running = [] if finished else _ranks_of(_job_processes(tag), process.pid)
+        finally:
+            _stop_job(tag)  # a rank's child outlives a rank that failed; all of them past the time
+            _drain(process.stdout.fileno(), printer)
+            process.stdout.close()
+            process.wait()
+    tail = "".join(printer.lines[-25:])
+    if not finished:
+        still = f"rank(s) {running} still running" if running else "none of its ranks running"
+        raise LaunchError(
+            f"{launcher} ({' '.join(command[3:])}) did not finish within {timeout_s:g} s, "
+            f"{still}; every process of the job was stopped.\nIts last lines:\n{tail}"
+        )
     if process.returncode != 0:
-        tail = "".join(lines[-25:])
         raise LaunchError(
             f"{launcher} {_describe_exit(process.returncode)} ({' '.join(command[3:])}).\n"
             f"Its last lines ({_FAILURE_HINTS[launcher]}):\n{tail}"
         )
-    return output
+    return "".join(printer.lines)
 
 
 def kill_process_tree(pid: int, wait_s: float = 30) -> None:
@@ -399,33 +463,44 @@ def kill_process_tree(pid: int, wait_s: float = 30) -> None:
         psutil.wait_procs(tree, timeout=wait_s)
 
 
-def _stream(process: subprocess.Popen, timeout_s: float) -> list[str]:
-    """Print a child's output line by line as it comes; kill its process tree past the time."""
-    lines: list[str] = []
+# An environment variable every process of a run_script job inherits: it finds them all, even
+# those whose parent died (they are re-parented) or that started sessions of their own.
+JOB_TAG = "LLMLAB_JOB"
+
+
+def _job_processes(tag: str) -> list[psutil.Process]:
+    """The live processes whose environment carries `tag` (a zombie's environment reads empty)."""
+    return [process for process in psutil.process_iter(["environ"])
+            if (process.info["environ"] or {}).get(JOB_TAG) == tag]  # fmt: skip
+
+
+def _ranks_of(processes: list[psutil.Process], launcher_pid: int) -> list[int]:
+    """The ranks among `processes`: the launchers give each rank its RANK variable."""
+    ranks = {process.info["environ"].get("RANK") for process in processes
+             if process.pid != launcher_pid}  # fmt: skip
+    return sorted(int(rank) for rank in ranks if rank is not None and rank.isdigit())
+
+
+def _stop_job(tag: str) -> None:
+    """SIGKILL every process of the job, again until none is left (one may start another)."""
+    while processes := _job_processes(tag):
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        # Short: a killed orphan stays a zombie until its new parent reaps it; the scan skips it.
+        psutil.wait_procs(processes, timeout=1)
+
+
+def _stream(fd: int, printer: _Lines, timeout_s: float) -> bool:
+    """Print a child's output line by line as it comes, until the child closes it (True) or
+    `timeout_s` passes (False)."""
     deadline = time.monotonic() + timeout_s
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    partial = b""
-    while True:
-        if time.monotonic() > deadline:
-            kill_process_tree(process.pid)
-            process.wait()
-            lines.append(f"(stopped: still running after {timeout_s:g} s)\n")
-            break
-        if not selector.select(timeout=0.5):
-            continue
-        data = os.read(process.stdout.fileno(), 1 << 16)
-        if not data:
-            break
-        *done, partial = (partial + data).split(b"\n")
-        for line in done:
-            text = line.decode(errors="replace") + "\n"
-            lines.append(text)
-            print(text, end="", flush=True)
-    if partial:
-        lines.append(partial.decode(errors="replace") + "\n")
-        print(lines[-1], end="", flush=True)
-    selector.close()
-    process.stdout.close()
-    process.wait()
-    return lines
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while (remaining := deadline - time.monotonic()) > 0:
+            if selector.select(timeout=min(remaining, 0.5)):
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    return True
+                printer.feed(data)
+    return False

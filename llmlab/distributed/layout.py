@@ -15,19 +15,47 @@ planned memory per GPU fits, and ranks them by one stated rule, simplest communi
 
 Ties go to fewer model splits, then a lower ZeRO stage, then more free memory. This is a first
 cut on memory alone; Lab 05 adds time (an alpha-beta communication model) on top.
+
+Ranks are numbered in one order, RANK_ORDER, for the planner's links and for the device mesh
+(llmlab.distributed.mesh) alike: tensor parallel fastest, then data parallel, pipeline slowest.
 """
 
-import math
 from dataclasses import dataclass
 
 from llmlab.bench import GPU_SPECS, resolve_gpu_spec
 from llmlab.env import GB
-from llmlab.memory import MemoryEstimate, TrainingSetup, estimate_memory, fits
+from llmlab.memory import (
+    MemoryEstimate,
+    TrainingSetup,
+    estimate_memory,
+    fits,
+    tensor_parallel_problem,
+)
 from llmlab.models import ModelShape, as_shape
 
 INSIDE_NODE = ("nvlink", "pcie")
 BETWEEN_NODES = ("infiniband", "ethernet")
 LINK = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}
+# The rank grid's axes, slowest to fastest: Megatron-LM's and torchtitan's order. TP talks after
+# every layer, so its ranks are neighbours on one node; a pipeline stage is a block of whole nodes.
+RANK_ORDER = ("pp", "dp", "tp")
+
+
+def rank_strides(dp: int, tp: int, pp: int) -> dict[str, int]:
+    """How many ranks apart neighbours along each axis are: tp 1, dp tp, pp dp x tp."""
+    sizes, strides, stride = {"dp": dp, "tp": tp, "pp": pp}, {}, 1
+    for dim in reversed(RANK_ORDER):
+        strides[dim] = stride
+        stride *= sizes[dim]
+    return strides
+
+
+def crosses_nodes(dim: str, dp: int, tp: int, pp: int, gpus_per_node: int) -> bool:
+    """Whether some `dim` group ("dp", "tp" or "pp") has ranks on two nodes, ranks filling node
+    0 first, then node 1. Each group lies in a run of stride x size consecutive ranks, and one of
+    them crosses exactly when those runs do not tile a node."""
+    size = {"dp": dp, "tp": tp, "pp": pp}[dim]
+    return size > 1 and gpus_per_node % (rank_strides(dp, tp, pp)[dim] * size) != 0
 
 
 @dataclass(frozen=True)
@@ -88,7 +116,8 @@ def choose_layouts(
                 estimate = stage_estimate(shape, setup, dp, tp, pp, zero)
                 fit = fits(estimate, gpu_gb)
                 if fit != "no":
-                    reason = _reason(dp, tp, pp, zero, nodes, between_nodes)
+                    dp_crosses = crosses_nodes("dp", dp, tp, pp, gpus_per_node)
+                    reason = _reason(dp, tp, pp, zero, dp_crosses, between_nodes)
                     layouts.append(Layout(dp, tp, pp, zero, estimate, fit, reason))
     return sorted(layouts, key=lambda layout: _rank(layout, nodes, between_nodes))
 
@@ -106,10 +135,10 @@ def _check(gpu_gb: float, gpus_per_node: int, nodes: int, inside: str, between: 
 
 
 def _tensor_parallel_degrees(shape: ModelShape, gpus_per_node: int, inside: str) -> list[int]:
-    """TP only over NVLink, inside one node, and by a degree that divides the heads."""
+    """TP only over NVLink, inside one node, and by a degree the heads and the MLP split by."""
     if inside != "nvlink":
         return [1]
-    return [tp for tp in _divisors(gpus_per_node) if shape.n_head % tp == 0]
+    return [tp for tp in _divisors(gpus_per_node) if not tensor_parallel_problem(shape, tp)]
 
 
 def _pipeline_degrees(shape: ModelShape, nodes: int) -> list[int]:
@@ -122,13 +151,14 @@ def _divisors(n: int) -> list[int]:
 
 
 def stage_estimate(shape, setup, dp, tp, pp, zero) -> MemoryEstimate:
-    """The planner has no pipeline term, so a stage is planned as a model with 1/pp of the
-    layers (and, conservatively, the embeddings and head as well) that keeps pp micro-batches
-    of activations: what 1F1B's first stage holds in flight."""
-    stage = shape.replace(n_layer=math.ceil(shape.n_layer / pp))
-    return estimate_memory(
-        stage, setup.replace(zero=zero, gpus=dp * tp, tensor_parallel=tp, batch=setup.batch * pp)
-    )
+    """The memory of the most loaded of the pp pipeline stages (llmlab.memory plans each: the
+    first holds the embeddings and pp micro-batches in flight, the last the head and one)."""
+    setup = setup.replace(zero=zero, gpus=dp * tp, tensor_parallel=tp)
+    # A middle stage holds as many blocks as the first, fewer micro-batches and no embeddings
+    # or head: the most loaded stage is the first or the last.
+    stages = [estimate_memory(shape, setup, pipeline_stage=i, pipeline_stages=pp)
+              for i in sorted({0, pp - 1})]  # fmt: skip
+    return max(stages, key=lambda estimate: estimate.total)
 
 
 def _tier(layout: Layout, nodes: int, between: str) -> int:
@@ -149,7 +179,7 @@ def _rank(layout: Layout, nodes: int, between: str) -> tuple:
             layout.zero, layout.estimate.total)  # fmt: skip
 
 
-def _reason(dp: int, tp: int, pp: int, zero: int, nodes: int, between: str) -> str:
+def _reason(dp: int, tp: int, pp: int, zero: int, dp_crosses: bool, between: str) -> str:
     if tp > 1:
         reason = f"each layer split over {tp} GPUs of a node: fast only on NVLink"
     elif pp > 1:
@@ -160,7 +190,7 @@ def _reason(dp: int, tp: int, pp: int, zero: int, nodes: int, between: str) -> s
         reason = f"ZeRO-{zero} shards the optimizer's part: less memory, 1-1.5x DP's traffic"
     else:
         reason = "the whole model on every GPU: one gradient all-reduce per step"
-    if dp > 1 and nodes > 1 and pp < nodes and between == "ethernet":
+    if dp_crosses and between == "ethernet":
         reason += f"; data-parallel traffic crosses {LINK[between]}"
     return reason
 

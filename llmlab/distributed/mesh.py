@@ -4,7 +4,8 @@ With dp * tp * pp processes, lay the ranks out in a 3-D grid of shape (pp, dp, t
 parallel fastest: ranks 0..tp-1 form the first tensor-parallel group. Each kind of group is then a
 line through the grid along one axis. Tensor parallelism talks after every layer, so its ranks are
 neighbours (the GPUs of one machine, joined by NVLink); pipeline stages talk least, so they are
-farthest apart. Megatron-LM orders its groups the same way.
+farthest apart. Megatron-LM and torchtitan order their groups the same way, and so does the
+planner, which prices each group's link by it: the order is llmlab.distributed.layout's RANK_ORDER.
 
 `RankGrid` is plain arithmetic (no processes needed); `device_mesh` turns the same grid into a
 `torch.distributed.device_mesh.DeviceMesh` with named dimensions, which the DTensor-based
@@ -17,9 +18,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from llmlab.distributed.layout import RANK_ORDER, rank_strides
+from llmlab.memory import check_tensor_parallel
 from llmlab.models import ModelShape, as_shape
 
-DIMS = ("pp", "dp", "tp")  # the grid's axes, slowest to fastest
+DIMS = RANK_ORDER  # the grid's axes, slowest to fastest
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class RankGrid:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return (self.pp, self.dp, self.tp)
+        return tuple(getattr(self, dim) for dim in DIMS)
 
     def grid(self) -> torch.Tensor:
         """The ranks as a (pp, dp, tp) tensor: entry [i, j, k] is the rank at pp=i, dp=j, tp=k."""
@@ -61,16 +64,16 @@ class RankGrid:
     def coords(self, rank: int) -> dict[str, int]:
         """Where `rank` sits: {"pp": ..., "dp": ..., "tp": ...}."""
         self._check_rank(rank)
-        pp_i, rest = divmod(rank, self.dp * self.tp)
-        dp_i, tp_i = divmod(rest, self.tp)
-        return {"pp": pp_i, "dp": dp_i, "tp": tp_i}
+        strides = rank_strides(self.dp, self.tp, self.pp)
+        return {dim: rank // strides[dim] % getattr(self, dim) for dim in DIMS}
 
     def rank(self, pp: int = 0, dp: int = 0, tp: int = 0) -> int:
         """The rank at these coordinates."""
         for name, value in (("pp", pp), ("dp", dp), ("tp", tp)):
             if not 0 <= value < getattr(self, name):
                 raise ValueError(f"{name}={value} is outside 0..{getattr(self, name) - 1}")
-        return (pp * self.dp + dp) * self.tp + tp
+        strides = rank_strides(self.dp, self.tp, self.pp)
+        return pp * strides["pp"] + dp * strides["dp"] + tp * strides["tp"]
 
     def groups(self, dim: str) -> list[list[int]]:
         """Every group along `dim`: the ranks that differ only in that coordinate."""
@@ -111,23 +114,6 @@ class RankGrid:
     def _check_rank(self, rank: int) -> None:
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} is outside this grid's 0..{self.world_size - 1}")
-
-
-def check_tensor_parallel(model: str | ModelShape, tp: int) -> None:
-    """Tensor parallelism gives each rank whole attention heads and an equal slice of the MLP."""
-    shape = as_shape(model)
-    if tp > shape.n_head:
-        raise ValueError(
-            f"tensor parallel degree {tp} is more than the model's {shape.n_head} attention "
-            "heads: each rank needs at least one whole head; lower tp or use data parallel"
-        )
-    for what, count in (("attention heads", shape.n_head), ("key/value heads", shape.kv_heads),
-                        ("MLP width d_ff", shape.ff)):  # fmt: skip
-        if count % tp:
-            raise ValueError(
-                f"tensor parallel degree {tp} does not divide the model's {count} {what}: "
-                f"pick a tp that divides {count}"
-            )
 
 
 def device_mesh(dp: int = 1, tp: int = 1, pp: int = 1, device_type: str = "") -> DeviceMesh:

@@ -27,6 +27,7 @@ from llmlab.distributed.mesh import RankGrid, device_mesh
 from llmlab.distributed.tensor_parallel import (
     CollectiveBytes,
     apply_tensor_parallel,
+    check_sequence_split,
     gpt2_layout,
 )
 from llmlab.models import ModelShape, build_model
@@ -96,6 +97,8 @@ def train_tensor_parallel(
     `average_gradients=False` skips that average (to see the comparison catch it).
     """
     shape = shape or SMOKE_SHAPE
+    if sequence_parallel:
+        check_sequence_split(seq, tp)  # before any collective, on every rank alike
     grid = RankGrid.for_world(dist.get_world_size(), tp=tp)
     if batch % grid.dp:
         raise ValueError(f"a global batch of {batch} does not split over {grid.dp} "

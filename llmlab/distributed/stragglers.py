@@ -11,7 +11,7 @@ itself and could hide, but it moves the median of three or more ranks very littl
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -116,10 +116,13 @@ def straggler_demo(
     threshold: float = 0.2,
     size: int = 256,
     repeats: int = 50,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> list[Straggler]:
     """Run under `launch(straggler_demo, nprocs, args=(...))`: each rank does `steps` steps of a
     small matmul workload, `slow_rank` sleeps `extra_seconds` more per step on purpose, and every
-    rank returns the same flagged ranks (`slow_rank=None`: nobody is slowed).
+    rank returns the same flagged ranks (`slow_rank=None`: nobody is slowed). A step is timed
+    with `clock` and slowed with `sleep`: a test passes a fake pair, so its times are exact.
 
     Each step's time is gathered to all ranks, as a trainer would every step; a rank's time is
     the median over the steps, so one step disturbed by the operating system flags nobody. The
@@ -140,10 +143,10 @@ def straggler_demo(
         raise ValueError(f"steps must be at least 1, got {steps}")
     history = []
     for _ in range(steps):
-        start = time.perf_counter()
+        start = clock()
         _matmul_workload(size, repeats)
         if dist.get_rank() == slow_rank:
-            time.sleep(extra_seconds)
-        history.append(gather_step_times(time.perf_counter() - start))
+            sleep(extra_seconds)
+        history.append(gather_step_times(clock() - start))
     median_by_rank = [statistics.median(column) for column in zip(*history, strict=True)]
     return find_stragglers(median_by_rank, threshold)

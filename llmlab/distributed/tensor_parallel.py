@@ -223,7 +223,24 @@ def apply_tensor_parallel(
         # Llama's attention reshapes with -1 heads, so its local head count follows the weights.
     if sequence_parallel:
         parallelize_module(model, mesh, _sequence_slicing(model))
+        # prepend: before the hook above that slices the positions and then communicates
+        transformer_blocks(model)[0].register_forward_pre_hook(
+            lambda block, args: check_sequence_split(args[0].shape[1], tp), prepend=True
+        )
     return model
+
+
+def check_sequence_split(seq_len: int, tp: int) -> None:
+    """Sequence parallelism gives each of the `tp` ranks an equal slice of the positions: slices
+    of unequal sizes would reach the collectives, which gloo aborts on (SIGABRT) and NCCL may
+    hang on. Refuse them first, with the lengths that work."""
+    if seq_len % tp:
+        below, above = seq_len - seq_len % tp, seq_len - seq_len % tp + tp
+        raise ValueError(
+            f"sequence parallelism splits the {seq_len} positions of each sequence over {tp} "
+            f"tensor-parallel ranks: use a sequence length that {tp} divides (e.g. {below} or "
+            f"{above}), or sequence_parallel=False"
+        )
 
 
 def _sequence_slicing(model: nn.Module) -> dict[str, ParallelStyle]:

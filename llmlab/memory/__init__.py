@@ -12,10 +12,12 @@ from llmlab.memory.estimate import (
     TrainingSetup,
     block_activation_bytes,
     bytes_per_parameter,
+    check_tensor_parallel,
     estimate_memory,
     head_activation_bytes,
     layer_activations,
     model_states,
+    tensor_parallel_problem,
 )
 from llmlab.memory.gpus import GPU_SIZES_GB, fit_table, fits, gpus_with
 from llmlab.memory.measure import (
@@ -30,7 +32,8 @@ __all__ = [
     "CUDA_CONTEXT_BYTES", "DTYPE_BYTES", "GB", "GPU_SIZES_GB", "OPTIMIZER_STATES",
     "WEIGHT_BITS_4BIT", "MeasuredStep", "MemoryEstimate", "MemoryTracker", "Option",
     "OutOfMemoryWithAdvice", "TrainingSetup", "block_activation_bytes", "bytes_per_parameter",
-    "dry_run", "estimate_memory", "fit_table", "fits", "gpus_with", "head_activation_bytes",
-    "layer_activations", "make_optimizer", "measure", "measure_training_step", "memory_options",
-    "model_states", "oom_advice", "prepare", "training_step",
+    "check_tensor_parallel", "dry_run", "estimate_memory", "fit_table", "fits", "gpus_with",
+    "head_activation_bytes", "layer_activations", "make_optimizer", "measure",
+    "measure_training_step", "memory_options", "model_states", "oom_advice", "prepare",
+    "tensor_parallel_problem", "training_step",
 ]  # fmt: skip

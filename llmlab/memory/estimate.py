@@ -9,14 +9,19 @@ activations are gone by the optimizer step, so the peak is the largest of three 
 - the end of the backward pass: states + all gradients + the first block's activations;
 - the optimizer step: states + gradients + the optimizer's scratch buffer.
 
+A pipeline stage (`pipeline_stage` of `pipeline_stages`, 1F1B) holds its blocks, the embeddings if
+it is the first stage, the LM head and the loss if it is the last, and the activations of every
+micro-batch it has begun and not finished; each micro-batch's backward runs alone.
+
 Sizes are in bytes; "GB" in this course means 10^9 bytes, as in the papers it quotes.
 """
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from llmlab.env import GB  # the one definition of the unit
-from llmlab.models import ModelShape, as_shape, count_parameters
+from llmlab.models import ModelShape, as_shape, count_parameters, stage_parameters
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # States the optimizer keeps per parameter: SGD's momentum buffer, Adam's two moments.
@@ -270,6 +275,8 @@ class MemoryEstimate:
     peak_phase: str
     peak_items: tuple[str, ...]
     overhead: float = CUDA_CONTEXT_BYTES
+    pipeline_stage: int = 0  # which stage of the pipeline this is (from 0)
+    pipeline_stages: int = 1
 
     @property
     def peak(self) -> float:
@@ -289,36 +296,44 @@ class MemoryEstimate:
                  ("+ CUDA context (assumed)", self.overhead, ""),
                  ("total per GPU", self.total, "")]  # fmt: skip
         width = max(len(label) for label, _, _ in rows) + 2
-        lines = [f"{'per GPU':<{width}}{'GB':>9}  at peak"]
+        where = "per GPU"
+        if self.pipeline_stages > 1:
+            where += f", stage {self.pipeline_stage} of 0-{self.pipeline_stages - 1}"
+        lines = [f"{where:<{width}}{'GB':>9}  at peak"]
         for label, nbytes, mark in rows:
             lines.append(f"{label:<{width}}{nbytes / GB:>9.3f}  {mark}".rstrip())
         lines.insert(len(self.items) + 1, "-" * (width + 18))
         return "\n".join(lines)
 
 
-def _trainable_and_frozen(shape: ModelShape, setup: TrainingSetup) -> tuple[float, float]:
-    """Trainable parameters and bytes of frozen weights (LoRA freezes the base model)."""
-    total = count_parameters(shape).total
+def _trainable_and_frozen(
+    shape: ModelShape, setup: TrainingSetup, layers: int, first: bool, last: bool
+) -> tuple[float, float]:
+    """Trainable parameters and bytes of frozen weights (LoRA freezes the base model) of a
+    stage of `layers` blocks (the first and last hold the embeddings and the head)."""
+    total = stage_parameters(shape, layers, first, last)
     if not setup.lora_rank:
         return total, 0.0
     linears = block_linear_shapes(shape)
-    in_blocks = shape.n_layer * sum(i * o for i, o in linears)
-    adapters = shape.n_layer * sum(setup.lora_rank * (i + o) for i, o in linears)
+    in_blocks = layers * sum(i * o for i, o in linears)
+    adapters = layers * sum(setup.lora_rank * (i + o) for i, o in linears)
     # torch.autocast computes in 16 bits from fp32 weights: the frozen ones stay fp32 too.
     base = 4 if setup.mixed and setup.fp32_grads else DTYPE_BYTES[setup.dtype]
     block_bytes = WEIGHT_BITS_4BIT[setup.weights_4bit] / 8 if setup.weights_4bit else base
     return adapters, (total - in_blocks) * base + in_blocks * block_bytes
 
 
-def _frozen_weight_copies(shape: ModelShape, setup: TrainingSetup) -> float:
+def _frozen_weight_copies(
+    shape: ModelShape, setup: TrainingSetup, layers: int, last: bool
+) -> float:
     """LoRA under torch.autocast: the 16-bit copies of the frozen fp32 matrices that matmuls
-    use, which backward keeps to pass the gradient on: the LM head, and the block matrices
-    unless they are 4-bit (bitsandbytes dequantizes those per call and keeps nothing)."""
+    use, which backward keeps to pass the gradient on: the LM head (on the last stage), and the
+    block matrices unless they are 4-bit (bitsandbytes dequantizes those per call, keeps none)."""
     if not (setup.lora_rank and setup.mixed and setup.fp32_grads):
         return 0.0
-    matrices = shape.vocab_size * shape.d_model
+    matrices = shape.vocab_size * shape.d_model if last else 0
     if not setup.weights_4bit:
-        matrices += shape.n_layer * sum(i * o for i, o in block_linear_shapes(shape))
+        matrices += layers * sum(i * o for i, o in block_linear_shapes(shape))
     shards = setup.tensor_parallel * (setup.data_parallel if setup.zero == 3 else 1)
     return matrices * DTYPE_BYTES[setup.dtype] / shards  # sharded as the weights are
 
@@ -328,28 +343,40 @@ STATES = ("weights", "master weights", "optimizer states", "DDP gradient buckets
 
 
 def estimate_memory(
-    model: str | ModelShape, setup: TrainingSetup | None = None, **changes
+    model: str | ModelShape,
+    setup: TrainingSetup | None = None,
+    *,
+    pipeline_stage: int = 0,
+    pipeline_stages: int = 1,
+    **changes,
 ) -> MemoryEstimate:
     """Itemised bytes per GPU of a training step: `estimate_memory("llama-7b", batch=8, zero=3,
-    gpus=8)` or with a `TrainingSetup`. See the module docstring for the peak."""
+    gpus=8)` or with a `TrainingSetup`; of one pipeline stage when `pipeline_stages` > 1. See
+    the module docstring for the peak."""
     shape = as_shape(model)
     setup = (setup or TrainingSetup()).replace(**changes)
-    if setup.seq > shape.context:
-        raise ValueError(f"seq={setup.seq} is longer than the model's context {shape.context}")
+    _check_model_fits_setup(shape, setup)
+    _check_pipeline(shape, pipeline_stage, pipeline_stages)
+    first, last = pipeline_stage == 0, pipeline_stage == pipeline_stages - 1
+    layers = math.ceil(shape.n_layer / pipeline_stages)  # the most blocks a stage holds
+    # 1F1B: stage i starts the forwards of (stages - i) micro-batches before its first backward,
+    # with as many micro-batches per step as stages, or more, to keep the bubble small.
+    in_flight = pipeline_stages - pipeline_stage
     tokens = setup.batch * _seq(shape, setup)
     tp, dp = setup.tensor_parallel, setup.data_parallel
-    trainable, frozen = _trainable_and_frozen(shape, setup)
+    trainable, frozen = _trainable_and_frozen(shape, setup, layers, first, last)
     items = model_states(trainable, setup, frozen)
-    items["16-bit weight copies"] += _frozen_weight_copies(shape, setup)
+    items["16-bit weight copies"] += _frozen_weight_copies(shape, setup, layers, last)
     if dp > 1 and setup.zero <= 1:
         # DDP's reducer keeps its own flat copy of the gradients to all-reduce in buckets
         # (unless DistributedDataParallel(gradient_as_bucket_view=True)); PyTorch's ZeRO-1,
         # ZeroRedundancyOptimizer, runs on DDP and keeps it too.
         items["DDP gradient buckets"] = items["gradients"]
-    items["block activations"] = block_activation_bytes(shape, setup)
-    items["head activations"] = head_activation_bytes(shape, setup)
-    # The gradients of the fp32 log-probabilities and of the logits, as backward starts.
-    items["loss buffers"] = 2 * tokens * shape.vocab_size * 4 / tp
+    items["block activations"] = in_flight * block_activation_bytes(shape, setup, layers)
+    if last:  # the LM head and the loss run on the last stage, one micro-batch at a time
+        items["head activations"] = head_activation_bytes(shape, setup)
+        # The gradients of the fp32 log-probabilities and of the logits, as backward starts.
+        items["loss buffers"] = 2 * tokens * shape.vocab_size * 4 / tp
     # At the end of backward the first block's activations are still there (or recomputed).
     items["block in backward"] = block_activation_bytes(
         shape, setup.replace(checkpointing=False), layers=1
@@ -378,7 +405,51 @@ def estimate_memory(
     }  # fmt: skip
     present = {phase: tuple(n for n in names if n in items) for phase, names in phases.items()}
     peak_phase = max(present, key=lambda phase: sum(items[n] for n in present[phase]))
-    return MemoryEstimate(shape, setup, items, peak_phase, present[peak_phase])
+    return MemoryEstimate(shape, setup, items, peak_phase, present[peak_phase],
+                          pipeline_stage=pipeline_stage, pipeline_stages=pipeline_stages)
+
+
+def tensor_parallel_problem(model: str | ModelShape, tp: int) -> str:
+    """Why tensor parallelism of degree `tp` cannot split this model, or "" when it can: each
+    rank takes whole attention heads (and key/value heads) and an equal slice of the MLP."""
+    shape = as_shape(model)
+    if tp > shape.n_head:
+        return (f"tensor parallel degree {tp} is more than the model's {shape.n_head} attention "
+                "heads: each rank needs at least one whole head; lower tp or use data parallel")
+    for what, count in (("attention heads", shape.n_head), ("key/value heads", shape.kv_heads),
+                        ("MLP width d_ff", shape.ff)):  # fmt: skip
+        if count % tp:
+            return (f"tensor parallel degree {tp} does not divide the model's {count} {what}: "
+                    f"pick a tp that divides {count}")
+    return ""
+
+
+def check_tensor_parallel(model: str | ModelShape, tp: int) -> None:
+    """Raise tensor_parallel_problem's explanation, if there is one."""
+    problem = tensor_parallel_problem(model, tp)
+    if problem:
+        raise ValueError(problem)
+
+
+def _check_model_fits_setup(shape: ModelShape, setup: TrainingSetup) -> None:
+    """The numbers of the set-up that only make sense for some models."""
+    if setup.seq > shape.context:
+        raise ValueError(f"seq={setup.seq} is longer than the model's context {shape.context}")
+    check_tensor_parallel(shape, setup.tensor_parallel)
+    # A rank-r adapter of an (in, out) matrix is full rank once r reaches min(in, out).
+    smallest = min(min(matrix) for matrix in block_linear_shapes(shape))
+    if setup.lora_rank > smallest:
+        raise ValueError(f"lora_rank={setup.lora_rank} is more than {smallest}, the smallest "
+                         "side of the model's adapted matrices: a LoRA update of that rank is "
+                         "already a full one; use a rank such as 8-64")  # fmt: skip
+
+
+def _check_pipeline(shape: ModelShape, stage: int, stages: int) -> None:
+    if not isinstance(stages, int) or not 1 <= stages <= shape.n_layer:
+        raise ValueError(f"pipeline_stages must be 1 to the model's {shape.n_layer} layers "
+                         f"(every stage holds a block), got {stages!r}")  # fmt: skip
+    if not isinstance(stage, int) or not 0 <= stage < stages:
+        raise ValueError(f"pipeline_stage must be 0 to {stages - 1}, got {stage!r}")
 
 
 def _optimizer_scratch(trainable: float, setup: TrainingSetup) -> float:

@@ -10,6 +10,7 @@ from llmlab.models.counts import (
     count_parameters,
     measure_training_flops,
     parameter_table,
+    stage_parameters,
     training_flops_per_token,
 )
 from llmlab.models.presets import (
@@ -27,5 +28,6 @@ __all__ = [
     "ATTENTION", "PRESETS", "SMOKE_VOCAB", "FlopCounts", "LSTMLanguageModel", "ModelShape",
     "ParamCounts", "as_shape", "block_parameters", "build_model", "count_model_parameters",
     "count_parameters", "lstm_flops_per_token", "lstm_layer_parameters", "measure_training_flops",
-    "parameter_table", "preset", "training_flops_per_token", "transformer_blocks",
+    "parameter_table", "preset", "stage_parameters", "training_flops_per_token",
+    "transformer_blocks",
 ]  # fmt: skip

@@ -46,15 +46,36 @@ def block_parameters(shape: ModelShape) -> int:
 def count_parameters(model: str | ModelShape) -> ParamCounts:
     """Total, embedding and non-embedding parameters of a shape, by formula."""
     shape = as_shape(model)
-    d = shape.d_model
-    embedding = shape.vocab_size * d
-    if shape.family == "gpt2":
-        embedding += shape.context * d  # learned position embeddings
+    embedding = _input_embeddings(shape)
     if not shape.tied_embeddings:
-        embedding += shape.vocab_size * d  # a separate LM head matrix
-    final_norm = 2 * d if shape.family == "gpt2" else d
-    non_embedding = shape.n_layer * block_parameters(shape) + final_norm
+        embedding += shape.vocab_size * shape.d_model  # a separate LM head matrix
+    non_embedding = shape.n_layer * block_parameters(shape) + _final_norm(shape)
     return ParamCounts(embedding + non_embedding, embedding, non_embedding)
+
+
+def stage_parameters(model: str | ModelShape, layers: int, first: bool, last: bool) -> int:
+    """Parameters one pipeline stage holds: its `layers` blocks, the embeddings on the first
+    stage, the final norm and the LM head on the last. A tied head gets its own copy on the last
+    stage of a longer pipeline (Megatron-LM keeps one there and sums the two copies' gradients)."""
+    shape = as_shape(model)
+    total = layers * block_parameters(shape)
+    if first:
+        total += _input_embeddings(shape)
+    if last:
+        total += _final_norm(shape)
+        if not (first and shape.tied_embeddings):  # one stage holds a tied matrix once
+            total += shape.vocab_size * shape.d_model
+    return total
+
+
+def _input_embeddings(shape: ModelShape) -> int:
+    """The token embeddings, and GPT-2's learned position embeddings."""
+    positions = shape.context if shape.family == "gpt2" else 0
+    return (shape.vocab_size + positions) * shape.d_model
+
+
+def _final_norm(shape: ModelShape) -> int:
+    return 2 * shape.d_model if shape.family == "gpt2" else shape.d_model  # LayerNorm: + a shift
 
 
 def count_model_parameters(model: nn.Module) -> ParamCounts:

@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from llmlab.models.finite import require_finite
+
 
 @torch.no_grad()
 def observe_inputs(
@@ -18,11 +20,15 @@ def observe_inputs(
     """Run `model` on each batch of token ids (batch, seq), cut to its first `window` tokens if
     given, and call `on_input(name, x)` with each named module's input as (tokens, features).
     The model runs in eval mode (no dropout); its training mode comes back and the hooks are
-    removed even if a forward fails, so the model is left as it was."""
+    removed even if a forward fails, so the model is left as it was. Token ids outside the
+    vocabulary and NaN or inf inputs are refused with the batch and layer they are in."""
+    vocab = model.get_input_embeddings().num_embeddings
 
     def hook_for(name: str):
         def record(module, inputs):
             x = inputs[0].detach()
+            # `batch` is the loop variable below: the batch the model is running on
+            require_finite(x, f"the input of {name} on calibration batch {batch}")
             on_input(name, x.reshape(-1, x.shape[-1]))
 
         return record
@@ -32,9 +38,24 @@ def observe_inputs(
     model.eval()
     try:
         device = next(model.parameters()).device
-        for ids in batches:
+        for batch, ids in enumerate(batches):
+            check_token_ids(ids, vocab, batch)
             model(ids[:, :window].to(device))
     finally:
         model.train(was_training)
         for hook in hooks:
             hook.remove()
+
+
+def check_token_ids(ids: torch.Tensor, vocab: int, batch: int) -> None:
+    """Integer ids from 0 to vocab - 1, or a ValueError that says which batch is not."""
+    if ids.is_floating_point() or ids.is_complex():
+        raise ValueError(f"calibration batch {batch} holds {ids.dtype} values: token ids are "
+                         "integers (a tokenizer's output, or a token shard's windows)")  # fmt: skip
+    if ids.numel() and (ids.min() < 0 or ids.max() >= vocab):
+        wrong = ids.max() if ids.max() >= vocab else ids.min()
+        raise ValueError(
+            f"calibration batch {batch} holds token id {int(wrong)}, outside this model's "
+            f"vocabulary of {vocab} (ids 0 to {vocab - 1}): were the batches made with another "
+            "tokenizer? Take them from the corpus this model was trained on"
+        )

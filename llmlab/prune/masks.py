@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import nn
 
+from llmlab.models.finite import require_finite
 from llmlab.prune.keep import current_weight
 from llmlab.prune.targets import input_dim, prunable_weights
 
@@ -49,7 +50,8 @@ def _weights(model: nn.Module, names: Iterable[str] | None) -> dict[str, torch.T
             f"{missing[0]!r} is not a prunable matrix of this model: the names come from "
             "llmlab.prune.prunable_weights(model) (Linear and Conv1D weights, and embeddings)"
         )
-    return {name: current_weight(modules[name]) for name in names}
+    # NaN would never be pruned (topk ranks it above every number): refused, by name
+    return {name: require_finite(current_weight(modules[name]), name) for name in names}
 
 
 def layerwise_masks(

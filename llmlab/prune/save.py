@@ -1,6 +1,7 @@
-"""Saving a pruned model in Hugging Face format, and saving and loading its masks."""
+"""Saving a pruned model in Hugging Face format, and saving and loading its masks. Each carries
+the sha256 of its files (checksums.sha256 in the folder, masks.safetensors.sha256 beside a mask
+file), checked on load as checkpoints' are: a flipped bit would change which weights are pruned."""
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -8,7 +9,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from llmlab.data.atomic import atomic_file, replace_folder, temporary_sibling
+from llmlab.data.atomic import atomic_file, atomic_folder
+from llmlab.data.checksums import (
+    checksums_beside,
+    verify_checksums,
+    verify_folder,
+    write_checksums,
+    write_folder_checksums,
+)
 from llmlab.prune.keep import current_weight, fit_masks, masked_weights
 
 
@@ -26,30 +34,40 @@ def pruned_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def save_pruned(model: nn.Module, folder: str | Path, tokenizer=None) -> Path:
     """save_pretrained with the masks made permanent, so `from_pretrained` loads it as a plain
-    model (zeros included). Written under a temporary name and renamed: never half a model.
-    The model in memory keeps its masks, so training can go on."""
-    final = Path(folder)
-    temporary = temporary_sibling(final)
-    try:
+    model (zeros included), and the files' checksums. Written under a temporary name and renamed:
+    never half a model. The model in memory keeps its masks, so training can go on."""
+    with atomic_folder(folder) as temporary:
         model.save_pretrained(temporary, state_dict=pruned_state_dict(model))
         if tokenizer is not None:
             tokenizer.save_pretrained(temporary)
-        replace_folder(temporary, final)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)  # gone already after a successful rename
-    return final
+        write_folder_checksums(temporary)
+    return Path(folder)
+
+
+def load_pruned(folder: str | Path) -> nn.Module:
+    """A model saved by `save_pruned`, loaded with `from_pretrained` once its files verify."""
+    from transformers import AutoModelForCausalLM
+
+    verify_folder(folder, f"pruned model {folder}", "Save it again with llmlab.prune.save_pruned")
+    return AutoModelForCausalLM.from_pretrained(folder)  # safetensors; no remote code
 
 
 def save_masks(masks: Mapping[str, torch.Tensor], path: str | Path) -> Path:
-    """Keep-masks as safetensors, one byte per entry, under the names of the weights."""
+    """Keep-masks as safetensors, one byte per entry, under the names of the weights; their
+    sha256 beside them."""
+    path = Path(path)
     with atomic_file(path) as tmp:
         save_file({name: mask.to(torch.bool).contiguous() for name, mask in masks.items()}, tmp)
-    return Path(path)
+    write_checksums(checksums_beside(path), [path.name])
+    return path
 
 
 def load_masks(path: str | Path, model: nn.Module) -> dict[str, torch.Tensor]:
-    """Masks saved by `save_masks`, checked against `model`: a file made for another model is
-    refused with the name and shape that do not fit."""
+    """Masks saved by `save_masks`, after checking their sha256 and that they fit `model`: a file
+    made for another model is refused with the name and shape that do not fit."""
+    path = Path(path)
+    verify_checksums(checksums_beside(path), f"mask file {path}", "Save the masks again with "
+                     "llmlab.prune.save_masks", [path.name])  # fmt: skip
     masks = load_file(path)
     fit_masks(model, masks, source=str(path))
     return masks

@@ -110,6 +110,20 @@ def sliced(module: nn.Module, neuron_dim: int, keep: torch.Tensor) -> nn.Module:
     return smaller
 
 
+def check_neuron_indices(keep: torch.Tensor, width: int, block: int) -> None:
+    """Distinct indices of neurons from 0 to width - 1, or a ValueError that says why."""
+    if keep.numel() and (keep.min() < 0 or keep.max() >= width):
+        wrong = int(keep.max() if keep.max() >= width else keep.min())
+        raise ValueError(
+            f"block {block}: kept neuron {wrong} does not exist, the MLP has {width} neurons "
+            f"(0 to {width - 1}): were the indices chosen before this model was shrunk (removing "
+            "twice)? Choose them again on the model as it is now: kept_neurons(model, sparsity)"
+        )
+    if keep.unique().numel() != keep.numel():
+        raise ValueError(f"block {block}: a kept neuron index appears twice; each neuron is kept "
+                         "once (kept_neurons gives distinct indices)")  # fmt: skip
+
+
 def remove_mlp_neurons(model: nn.Module, kept: list[torch.Tensor]) -> nn.Module:
     """Slice every MLP down to its kept neurons, in place, and set the config's MLP width, so
     save_pretrained / from_pretrained give the smaller model. Masks on the MLP are folded in."""
@@ -121,6 +135,10 @@ def remove_mlp_neurons(model: nn.Module, kept: list[torch.Tensor]) -> nn.Module:
             f"need one index list per block ({len(blocks)}), all of one length (the config has "
             f"one MLP width), got {len(kept)} lists of lengths {sorted(widths)}"
         )
+    # every block's indices are checked before any is sliced: an error leaves the model as it was
+    for index, (block, keep) in enumerate(zip(blocks, kept, strict=True)):
+        output = block.mlp.get_submodule(layout.output)
+        check_neuron_indices(keep, output.weight.shape[input_dim(output)], index)
     for block, keep in zip(blocks, kept, strict=True):
         for name in layout.inputs:
             module = block.mlp.get_submodule(name)

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from llmlab.models.finite import require_finite, require_finite_parameters
 from llmlab.models.observe import observe_inputs
 from llmlab.prune.keep import apply_masks, current_weight
 from llmlab.prune.masks import check_sparsity
@@ -35,8 +36,11 @@ def input_norms(
 
 def wanda_mask(weight: torch.Tensor, norms: torch.Tensor, dim: int, sparsity: float):
     """Keep-mask: in each output (the weight's other dimension than `dim`), drop the
-    round(sparsity * inputs) lowest |W| * norms (norms along `dim`, the input features)."""
-    prune_count = round(check_sparsity(sparsity) * weight.shape[dim])
+    int(sparsity * inputs) lowest |W| * norms (norms along `dim`, the input features): rounded
+    down, as the paper's code does."""
+    prune_count = int(check_sparsity(sparsity) * weight.shape[dim])
+    require_finite(weight, "the weight")  # topk ranks NaN above every number: never pruned
+    require_finite(norms, "the input norms")
     shape = [1, 1]
     shape[dim] = -1
     scores = (weight.abs() * norms.view(shape)).movedim(dim, -1)  # one row per output
@@ -55,6 +59,7 @@ def wanda_prune(
     check_sparsity(sparsity)
     if not batches:
         raise ValueError("Wanda needs calibration batches of token ids: got none")
+    require_finite_parameters(model)
     weights = prunable_weights(model)
     masks = {}
     for block_name, _ in named_blocks(model):

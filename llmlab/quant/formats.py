@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.models.finite import require_finite
+
 MIN_BITS, MAX_BITS = 2, 8  # int codes stored in int8/uint8; 1 bit has no symmetric grid
 
 
@@ -107,6 +109,7 @@ def quantize(
     ("channel") or per group of `granularity` input columns."""
     check_bits(bits)
     rows, groups = group_count(weight, granularity)
+    require_finite(weight, "the weight to quantize")  # one NaN would make its whole group NaN
     grouped = weight.detach().float().reshape(rows, groups, -1)
     scale, zero = fit_grid(grouped, bits, symmetric)
     codes = to_codes(grouped, scale[..., None], zero[..., None], bits, symmetric)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.models.finite import require_finite
 from llmlab.quant.error import QuantError, quant_error
 from llmlab.quant.formats import fake_quantize
 
@@ -65,7 +66,7 @@ def fp8_quantize(x: torch.Tensor, name: str = "e4m3", granularity: str = "tensor
         )
     if granularity == "channel" and x.dim() != 2:
         raise ValueError(f"per-channel fp8 needs a 2-D tensor, got shape {tuple(x.shape)}")
-    x = x.detach().float()
+    x = require_finite(x, "the tensor to quantize").detach().float()  # NaN would spoil the scale
     absmax = x.abs().amax() if granularity == "tensor" else x.abs().amax(-1, keepdim=True)
     limit = torch.finfo(dtype).max
     scale = absmax / limit

@@ -10,11 +10,14 @@ exactly those weights, so the update of column i is: err = (w_i - q_i) / U[i, i]
 W[:, j] -= err * U[i, j] for every later column j.
 """
 
+import math
+import numbers
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 
+from llmlab.models.finite import require_finite
 from llmlab.quant.formats import Quantized, check_bits, fit_grid, group_count, to_codes
 
 
@@ -22,7 +25,8 @@ def hessian(inputs: Iterable[torch.Tensor]) -> torch.Tensor:
     """H = 2 X X^T / n over the n calibration tokens (inputs shaped (..., in_features)). The
     1/n only rescales H, which changes neither GPTQ's updates nor its relative damping."""
     total, count = None, 0
-    for x in inputs:
+    for index, x in enumerate(inputs):
+        require_finite(x, f"calibration input {index}")  # one NaN would make all of H NaN
         x = x.detach().reshape(-1, x.shape[-1]).double()  # float64: sums over many tokens
         total = x.T @ x if total is None else total + x.T @ x
         count += x.shape[0]
@@ -38,11 +42,22 @@ def inverse_hessian_factor(h: torch.Tensor, damp: float = 0.01) -> torch.Tensor:
     """Upper Cholesky factor U of (H + damp * mean(diag H) * I)^-1, with U^T U = that inverse.
     Damping keeps H invertible when calibration tokens are few or features correlated; a dead
     column (its input always 0) gets H[j, j] = 1 so that it does not make H singular."""
+    if isinstance(damp, bool) or not isinstance(damp, numbers.Real) or not 0 <= damp < math.inf:
+        raise ValueError(f"damp must be a number >= 0 (a fraction of H's mean diagonal added to "
+                         f"it; GPTQ uses 0.01), got {damp!r}")  # fmt: skip
+    require_finite(h, "the Hessian (from the calibration inputs)")
     h = h.clone()
     dead = h.diagonal() == 0
     h[dead, dead] = 1
     h.diagonal().add_(damp * h.diagonal().mean())
-    return torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    try:
+        return torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    except torch.linalg.LinAlgError:
+        raise ValueError(
+            f"the Hessian damped by {damp} of its mean diagonal cannot be inverted (too few or too "
+            "correlated calibration tokens for its size): raise damp (e.g. to 0.1) or give more "
+            "calibration tokens"
+        ) from None
 
 
 @torch.no_grad()
@@ -80,7 +95,7 @@ def gptq(
             f"block size {block_size} must be a multiple of the group size {group_size} "
             "(a group's grid is fit on its columns inside one block)"
         )
-    w = weight.detach().float().clone()
+    w = require_finite(weight, "the weight to quantize").detach().float().clone()
     w[:, h.diagonal() == 0] = 0  # no calibration input reaches these columns: nothing to keep
     scales, zeros = w.new_zeros(rows, groups), w.new_zeros(rows, groups)
     if act_order:

@@ -4,6 +4,10 @@ course's own model folder in, a quantized checkpoint folder out.
 
 GPTQModel prints a banner at import and logs (and draws progress bars) at INFO level on every
 step; `quiet=True` keeps a notebook's output to what the course prints itself.
+
+A checkpoint llmlab saves carries checksums.sha256 (the sha256 of each of its files), checked when
+it is loaded, as checkpoints' are; one made elsewhere has none, and loads after structure checks
+(its quantization config, the shapes and dtypes of each layer's tensors, g_idx in range).
 """
 
 import contextlib
@@ -21,6 +25,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from llmlab.data.atomic import atomic_folder
+from llmlab.data.checksums import (
+    FOLDER_CHECKSUMS,
+    DamagedFile,
+    verify_folder,
+    write_folder_checksums,
+)
+from llmlab.models.finite import require_finite
 from llmlab.quant.calibrate import check_batches
 
 # GPTQModel quantizes on the CPU with a pool of worker threads; one per core is its own advice.
@@ -42,6 +54,12 @@ KERNELS = {
 GPU_ONLY_KERNELS = ("marlin", "exllama_v2", "machete", "triton")
 # Loggers of GPTQModel's dependencies that log at INFO/WARNING on every load.
 NOISY_LOGGERS = ("tokenicer", "tokenicer.tokenicer", "accelerate.utils.modeling", "optimum")
+REMEDY = ("Quantize the float model again (llmlab.quant.library.gptqmodel_quantize), or copy the "
+          "checkpoint again from where it was made")  # fmt: skip
+GPTQ_BITS = (2, 3, 4, 8)  # the widths GPTQ checkpoints pack into int32 words
+# Each quantized layer's tensors and the dtypes GPTQ checkpoints store them in.
+GPTQ_TENSORS = {"qweight": ("I32",), "qzeros": ("I32",), "scales": ("F16", "BF16", "F32"),
+                "g_idx": ("I32",)}  # fmt: skip
 
 
 def import_gptqmodel(quiet: bool = True):
@@ -129,13 +147,14 @@ def library_gptq_layer(
     from gptqmodel.quantization.gptq import GPTQ
 
     copy = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-    copy.weight.data = weight.detach().float().clone()
+    copy.weight.data = require_finite(weight, "the weight to quantize").detach().float().clone()
     with _captured(True), _in_scratch_folder():
         config = QuantizeConfig(bits=bits, group_size=group_size, desc_act=act_order, sym=False)
         task = GPTQ(copy, config)
         task.quantizer.configure(perchannel=True)  # one grid per row (and group), as GPTQ does
         count = 0
         for x in inputs:
+            require_finite(x, f"calibration input {count}")
             task.add_batch(x.detach().float().reshape(1, -1, x.shape[-1]), None)
             count += 1
         if not count:
@@ -186,28 +205,110 @@ def gptqmodel_quantize(
         )  # fmt: skip
         model = gptqmodel.GPTQModel.load(str(model_folder), config, device="cpu")
         model.quantize(examples, batch_size=min(8, len(examples)))
-        model.save(str(out_folder))
+        with atomic_folder(out_folder) as temporary:  # never half a checkpoint at out_folder
+            model.save(str(temporary))
+            write_folder_checksums(temporary)
     return Path(out_folder)
 
 
 def check_gptq_checkpoint(folder: str | Path) -> dict:
     """The quantization settings a GPTQ checkpoint carries, or a clear error when it has none
-    (its quantize_config.json lost, or a plain float model)."""
+    (its quantize_config.json lost, or a plain float model). Every config that holds them
+    (config.json, quantize_config.json, which GPTQModel reads first) is checked, and the
+    checkpoint's tensors against it (check_gptq_tensors): DamagedFile if anything is off."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} holds no model (no config.json)")
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    settings = config.get("quantization_config")
-    if settings is None and (folder / "quantize_config.json").is_file():
-        settings = json.loads((folder / "quantize_config.json").read_text(encoding="utf-8"))
-    if not settings:
+    sources = {"config.json": _read_json(folder, "config.json").get("quantization_config")}
+    if (folder / "quantize_config.json").is_file():
+        sources["quantize_config.json"] = _read_json(folder, "quantize_config.json")
+    found = {source: settings for source, settings in sources.items() if settings}
+    if not found:
         raise ValueError(
             f"{folder} has no quantization config (neither quantization_config in config.json "
             "nor quantize_config.json): without bits, group size and format its int4 tensors "
             "cannot be read. Copy the file back from where it was quantized, or load the float "
             "model it came from"
         )
-    return settings
+    for source, settings in found.items():
+        problem = _settings_problem(settings)
+        if problem:
+            raise DamagedFile(f"GPTQ checkpoint {folder}", source, problem, REMEDY)
+        check_gptq_tensors(folder, settings["bits"], settings["group_size"])
+    return next(iter(found.values()))
+
+
+def _settings_problem(settings) -> str | None:
+    """What is wrong with a checkpoint's quantization settings (bits, group size), or None."""
+    if not isinstance(settings, dict):
+        return "holds no JSON object of quantization settings"
+    bits, group_size = settings.get("bits"), settings.get("group_size")
+    if isinstance(bits, bool) or bits not in GPTQ_BITS:
+        return f"gives bits {bits!r}, where GPTQ checkpoints have one of {GPTQ_BITS}"
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or not (
+        group_size == -1 or group_size > 0
+    ):
+        return f"gives group_size {group_size!r}, where GPTQ has a positive size or -1 (none)"
+    return None
+
+
+def _read_json(folder: Path, name: str) -> dict:
+    try:
+        loaded = json.loads((folder / name).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DamagedFile(f"GPTQ checkpoint {folder}", name, f"cannot be read ({error})",
+                          REMEDY) from None  # fmt: skip
+    if not isinstance(loaded, dict):
+        raise DamagedFile(f"GPTQ checkpoint {folder}", name, "holds no JSON object", REMEDY)
+    return loaded
+
+
+def check_gptq_tensors(folder: str | Path, bits: int, group_size: int) -> None:
+    """Check every quantized layer of a GPTQ checkpoint's safetensors files: its qweight, qzeros,
+    scales and g_idx are there, with GPTQ's dtypes and the shapes `bits` and `group_size` give,
+    and g_idx names existing groups. DamagedFile otherwise (a truncated file included)."""
+    from safetensors import SafetensorError, safe_open
+
+    folder = Path(folder)
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), "pt") as tensors:
+                keys = set(tensors.keys())
+                for layer in sorted(k.removesuffix(".qweight") for k in keys
+                                    if k.endswith(".qweight")):  # fmt: skip
+                    problem = _gptq_layer_problem(tensors, keys, layer, bits, group_size)
+                    if problem:
+                        raise DamagedFile(f"GPTQ checkpoint {folder}", path.name, problem, REMEDY)
+        except SafetensorError as error:
+            raise DamagedFile(f"GPTQ checkpoint {folder}", path.name,
+                              f"cannot be read ({error})", REMEDY) from None  # fmt: skip
+
+
+def _gptq_layer_problem(tensors, keys: set, layer: str, bits: int, group_size: int) -> str | None:
+    """What is wrong with one layer's tensors in an open safetensors file, or None."""
+    shapes = {}
+    for kind, dtypes in GPTQ_TENSORS.items():
+        if f"{layer}.{kind}" not in keys:
+            return f"has no {layer}.{kind}"
+        tensor = tensors.get_slice(f"{layer}.{kind}")
+        if tensor.get_dtype() not in dtypes:
+            return f"holds {layer}.{kind} as {tensor.get_dtype()}, where GPTQ has {dtypes[0]}"
+        shapes[kind] = tuple(tensor.get_shape())
+    in_features, out_features = shapes["g_idx"][0], shapes["scales"][-1]  # g_idx: a group a column
+    groups = -(-in_features // group_size) if group_size > 0 else 1
+    expected = {"qweight": (in_features * bits // 32, out_features),  # 32 // bits codes an int32
+                "qzeros": (groups, out_features * bits // 32),
+                "scales": (groups, out_features), "g_idx": (in_features,)}  # fmt: skip
+    for kind, shape in expected.items():
+        if shapes[kind] != shape:
+            return (f"holds {layer}.{kind} of shape {shapes[kind]}, where {in_features} x "
+                    f"{out_features} weights at the config's {bits} bits and group size "
+                    f"{group_size} need {shape}")
+    g_idx = tensors.get_tensor(f"{layer}.g_idx")
+    if g_idx.numel() and (g_idx.min() < 0 or g_idx.max() >= groups):
+        return (f"holds {layer}.g_idx with groups {int(g_idx.min())} to {int(g_idx.max())}, "
+                f"where the layer has groups 0 to {groups - 1}")
+    return None
 
 
 def pick_kernel(kernel: str) -> str:
@@ -233,7 +334,9 @@ def load_gptq_checkpoint(
     quiet: bool = True,
 ) -> nn.Module:
     """A GPTQ checkpoint loaded for inference through GPTQModel: the transformers model whose
-    Linear layers are GPTQModel's quantized ones, computing in `dtype` (bf16 or fp16).
+    Linear layers are GPTQModel's quantized ones, computing in `dtype` (bf16 or fp16). Its files
+    are checked first (their checksums if llmlab saved it, its config and tensors' shapes in any
+    case): a damaged checkpoint gives DamagedFile, not wrong logits.
 
     Not float32 on a CPU: there GPTQModel 7.6 picks its fused kernel (TorchFusedLinear), whose
     outputs for asymmetric checkpoints are wrong (a relative logit error of 0.56 on a tiny
@@ -243,6 +346,8 @@ def load_gptq_checkpoint(
             "load GPTQ checkpoints in bf16 or fp16 on a CPU: GPTQModel's float32 CPU kernel "
             "gives wrong outputs for asymmetric checkpoints (llmlab.quant.library explains)"
         )
+    if (Path(folder) / FOLDER_CHECKSUMS).is_file():  # saved by llmlab: every byte is checked
+        verify_folder(folder, f"GPTQ checkpoint {folder}", REMEDY)
     check_gptq_checkpoint(folder)
     gptqmodel = import_gptqmodel(quiet)
     backend = gptqmodel.BACKEND(pick_kernel(kernel))
@@ -323,5 +428,7 @@ def transformers_gptq_quantize(
             model_folder, quantization_config=config, device_map="cpu", dtype=torch.float32
         )
         model.config.quantization_config.dataset = None  # the calibration tensors: not JSON
-        model.save_pretrained(out_folder)
+        with atomic_folder(out_folder) as temporary:  # never half a checkpoint at out_folder
+            model.save_pretrained(temporary)
+            write_folder_checksums(temporary)
     return Path(out_folder)

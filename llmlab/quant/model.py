@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from llmlab.models.finite import require_finite_parameters
 from llmlab.prune.targets import PRUNABLE, named_blocks
 from llmlab.quant.calibrate import check_batches, record_inputs
 from llmlab.quant.formats import Quantized, check_bits
@@ -78,6 +79,7 @@ def quantize_model(
         batches = check_batches(batches if batches is not None else [], window)
     elif gptq_options:
         raise TypeError(f"RTN takes no GPTQ options, got {sorted(gptq_options)}")
+    require_finite_parameters(model)
     layers = {}
     for block_name, block in named_blocks(model):
         here = {name: module for name, module in block.named_modules(prefix=block_name)

@@ -1,7 +1,8 @@
 """What a quantized model would ship: int codes packed several to a byte (two 4-bit codes per
 byte), fp16 scales, packed zero points and the float rest, in one safetensors file. A
 fake-quantized model holds float weights in memory, so its own save_pretrained would be as large
-as the original; the size of this file is the size the quantization really buys.
+as the original; the size of this file is the size the quantization really buys. Its sha256 is
+recorded beside it (`model.safetensors.sha256`) and checked on load, as checkpoints' are.
 """
 
 import json
@@ -12,10 +13,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from llmlab.data.atomic import atomic_file
+from llmlab.data.checksums import DamagedFile, checksums_beside, verify_checksums, write_checksums
 from llmlab.quant.formats import Quantized, code_range
 from llmlab.quant.model import ModelQuantization
 
 PACKABLE_BITS = (2, 4, 8)  # widths that fill a byte exactly
+REMEDY = "Save it again from the quantized model with llmlab.quant.save_packed"
 
 
 def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
@@ -61,12 +65,18 @@ def save_packed(model: nn.Module, report: ModelQuantization, path: str | Path) -
         if name not in quantized:
             tensors[name] = parameter.detach().half().contiguous()
     path = Path(path)
-    save_file(tensors, path, metadata={"quantized_layers": json.dumps(layouts)})
+    with atomic_file(path) as tmp:
+        save_file(tensors, tmp, metadata={"quantized_layers": json.dumps(layouts)})
+    write_checksums(checksums_beside(path), [path.name])
     return path
 
 
 def load_packed(path: str | Path) -> tuple[dict[str, Quantized], dict[str, torch.Tensor]]:
-    """({layer name: Quantized}, {parameter name: fp16 tensor}) from a save_packed file."""
+    """({layer name: Quantized}, {parameter name: fp16 tensor}) from a save_packed file, after
+    checking its sha256 and that each layer's tensors have the shapes its layout gives."""
+    path = Path(path)
+    # before anything is read: a flipped bit would change codes and scales silently
+    verify_checksums(checksums_beside(path), f"packed model {path}", REMEDY, [path.name])
     with safe_open(str(path), framework="pt") as file:
         layouts = json.loads((file.metadata() or {}).get("quantized_layers", "null"))
         if layouts is None:
@@ -74,6 +84,9 @@ def load_packed(path: str | Path) -> tuple[dict[str, Quantized], dict[str, torch
         tensors = {key: file.get_tensor(key) for key in file.keys()}
     layers = {}
     for name, layout in layouts.items():
+        problem = layout_problem(name, layout, tensors)
+        if problem:
+            raise DamagedFile(f"packed model {path}", path.name, problem, REMEDY)
         bits, symmetric, columns = layout["bits"], layout["symmetric"], layout["in_features"]
         low, _ = code_range(bits, symmetric)
         codes = unpack_codes(tensors.pop(f"{name}.qweight"), bits, columns).to(torch.int16) + low
@@ -84,3 +97,25 @@ def load_packed(path: str | Path) -> tuple[dict[str, Quantized], dict[str, torch
         layers[name] = Quantized(codes.to(dtype), scales, zeros, bits, symmetric,
                                  layout["group_size"])  # fmt: skip
     return layers, tensors
+
+
+def layout_problem(name: str, layout: dict, tensors: dict[str, torch.Tensor]) -> str | None:
+    """What is wrong with one layer of a packed file (its bits, its tensors' shapes), or None."""
+    bits, group_size, columns = layout["bits"], layout["group_size"], layout["in_features"]
+    if bits not in PACKABLE_BITS or group_size <= 0 or columns % group_size:
+        return f"records {bits}-bit codes in groups of {group_size} of {columns} columns for {name}"
+    kinds = ("qweight", "scales") if layout["symmetric"] else ("qweight", "scales", "qzeros")
+    missing = [kind for kind in kinds if f"{name}.{kind}" not in tensors]
+    if missing:
+        return f"has no {name}.{missing[0]}"
+    rows, groups = tensors[f"{name}.qweight"].shape[0], columns // group_size
+    scale_rows = (rows, 1)  # a per-tensor grid has one row of scales
+    expected = {"qweight": [(rows, -(-columns * bits // 8))],
+                "scales": [(r, groups) for r in scale_rows],
+                "qzeros": [(r, -(-groups * bits // 8)) for r in scale_rows]}  # fmt: skip
+    for kind in kinds:
+        found, shapes = tuple(tensors[f"{name}.{kind}"].shape), expected[kind]
+        if found not in shapes:
+            return (f"holds {name}.{kind} of shape {found}, where {bits}-bit codes of {columns} "
+                    f"columns in groups of {group_size} need {' or '.join(map(str, shapes))}")
+    return None

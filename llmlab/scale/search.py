@@ -43,13 +43,14 @@ def search_layouts(
                          "sequence: give a larger batch_tokens")  # fmt: skip
     inside, between = _layout_links(cluster)
     extra = {} if efficiency is None else {"efficiency": efficiency}
-    predictions = []
+    predictions, replicas = [], set()
     for checkpointing in (False, True):
         for micro in MICRO_BATCHES:
             setup = TrainingSetup(batch=micro, seq=seq, checkpointing=checkpointing)
             layouts = choose_layouts(shape, gpu_spec(cluster.gpu).name, cluster.gpus_per_node,
                                      cluster.nodes, inside, between, setup)  # fmt: skip
             for layout in layouts:
+                replicas.add(layout.dp)
                 if layout.dp * micro > batch:  # every replica needs a micro-batch
                     continue
                 accumulation = max(1, round(batch / (layout.dp * micro)))
@@ -58,6 +59,11 @@ def search_layouts(
                 prediction = simulate(shape, cluster, parallel, tokens, **extra)
                 if prediction.fit != "no":
                     predictions.append(prediction)
+    if replicas and min(replicas) > batch:  # it is the batch that is too small, not the GPUs
+        raise ValueError(f"a batch of {batch} sequences is too small for {cluster.gpus} GPUs: "
+                         f"every layout that fits has {min(replicas)} or more data-parallel "
+                         "replicas, each needing a sequence; give a larger batch_tokens or fewer "
+                         "GPUs")  # fmt: skip
     # A tight fit (the last 10% of memory) ranks after every comfortable one.
     return sorted(predictions, key=lambda p: (p.fit != "yes", p.cost, p.memory.total))
 

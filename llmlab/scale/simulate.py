@@ -24,10 +24,16 @@ from dataclasses import dataclass
 
 from llmlab.bench import GPU_SPECS, GpuSpec, resolve_gpu_spec
 from llmlab.distributed.comm import ring_bytes
-from llmlab.distributed.layout import stage_estimate
+from llmlab.distributed.layout import crosses_nodes, stage_estimate
 from llmlab.distributed.pipeline import bubble_fraction
 from llmlab.distributed.tensor_parallel import tensor_parallel_bytes
-from llmlab.memory import DTYPE_BYTES, MemoryEstimate, TrainingSetup, fits
+from llmlab.memory import (
+    DTYPE_BYTES,
+    MemoryEstimate,
+    TrainingSetup,
+    check_tensor_parallel,
+    fits,
+)
 from llmlab.models import ModelShape, as_shape, count_parameters, training_flops_per_token
 from llmlab.scale.collectives import ring_seconds, send_seconds
 from llmlab.scale.links import link
@@ -75,14 +81,18 @@ class Cluster:
     def gpus(self) -> int:
         return self.gpus_per_node * self.nodes
 
-    def link_for(self, stride: int, size: int) -> str:
-        """The slowest link of a group of `size` ranks `stride` apart (ranks fill a node first)."""
-        return self.between_nodes if (size - 1) * stride >= self.gpus_per_node else self.inside_node
+    def link_for(self, dim: str, parallel: "Parallel") -> str:
+        """The link that `parallel`'s "tp", "dp" or "pp" groups are as slow as: the one between
+        nodes when a group has ranks on two (in the mesh's rank order, distributed.layout's)."""
+        p = parallel
+        crosses = crosses_nodes(dim, p.dp, p.tp, p.pp, self.gpus_per_node)
+        return self.between_nodes if crosses else self.inside_node
 
 
 @dataclass(frozen=True)
 class Parallel:
-    """A layout: ranks are numbered TP first, then PP, then DP (TP groups stay inside a node)."""
+    """A layout. Ranks are numbered as the device mesh numbers them: TP fastest, then DP, then
+    PP (llmlab.distributed.layout.RANK_ORDER), so TP groups stay inside a node."""
 
     dp: int
     tp: int = 1
@@ -200,8 +210,7 @@ def _check(shape, cluster, p, tokens, efficiency, overlap, achieved_tflops) -> N
     if p.gpus != cluster.gpus:
         raise ValueError(f"dp x tp x pp = {p.dp} x {p.tp} x {p.pp} = {p.gpus} GPUs, but the "
                          f"cluster has {cluster.gpus}: make the product equal")  # fmt: skip
-    if shape.n_head % p.tp:
-        raise ValueError(f"tp={p.tp} does not divide the {shape.n_head} attention heads")
+    check_tensor_parallel(shape, p.tp)
     if p.pp > shape.n_layer:
         raise ValueError(f"pp={p.pp} stages for {shape.n_layer} layers: at most one per layer")
     if not tokens > 0:
@@ -236,7 +245,7 @@ def _tp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> f
     all_reduces = per_layer * math.ceil(shape.n_layer / p.pp) * p.accumulation
     # Each ring all-reduce takes 2 (tp - 1) steps, one message each.
     messages = all_reduces * 2 * (p.tp - 1)
-    return link(cluster.link_for(1, p.tp)).seconds(tp_bytes(shape, p, seq), messages)
+    return link(cluster.link_for("tp", p)).seconds(tp_bytes(shape, p, seq), messages)
 
 
 def _pp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> float:
@@ -244,7 +253,7 @@ def _pp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> f
         return 0.0
     # Forward and backward time slots of the schedule; interleaving sends v times as often.
     slots = 2 * (p.accumulation * p.virtual_stages + p.pp - 1)
-    over = cluster.link_for(p.tp, p.pp)
+    over = cluster.link_for("pp", p)
     return slots * send_seconds(_activation_bytes(shape, p, seq) / p.tp, over)
 
 
@@ -268,6 +277,6 @@ def dp_bytes(parameters: float, dp: int, zero: int, accumulation: int = 1) -> fl
 
 def _dp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel) -> float:
     stage = count_parameters(shape.replace(n_layer=math.ceil(shape.n_layer / p.pp))).total
-    over = cluster.link_for(p.tp * p.pp, p.dp)
+    over = cluster.link_for("dp", p)
     return sum(ring_seconds(kind, n, p.dp, over)
                for kind, n in dp_collectives(stage / p.tp, p.zero, p.accumulation))  # fmt: skip

@@ -1,5 +1,6 @@
 """Training: the loop (loop.py), its settings (config.py), learning-rate schedules, the optimizer,
-checkpoints and metrics. `Trainer(model, TrainConfig(...), train_data, val_data).fit()`."""
+checkpoints and metrics (one live run per out_dir: run_folder.py).
+`Trainer(model, TrainConfig(...), train_data, val_data).fit()`."""
 
 from llmlab.train.checkpoint import (
     CheckpointCorrupt,
@@ -22,8 +23,9 @@ from llmlab.train.loop import (
     TrainResult,
     next_token_loss,
 )
-from llmlab.train.metrics import StepMetrics
+from llmlab.train.metrics import StepMetrics, read_metrics
 from llmlab.train.reshard import load_resharded
+from llmlab.train.run_folder import RunFolderBusy
 from llmlab.train.schedule import learning_rate, schedule_curve
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointMismatch",
     "EarlierRun",
+    "RunFolderBusy",
     "StepMetrics",
     "TrainConfig",
     "TrainResult",
@@ -44,6 +47,7 @@ __all__ = [
     "load_resharded",
     "newest_verified_checkpoint",
     "next_token_loss",
+    "read_metrics",
     "save_checkpoint",
     "schedule_curve",
     "sweep_stale_temporaries",

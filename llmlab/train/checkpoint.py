@@ -237,15 +237,27 @@ def verify_checkpoint(path: Path) -> None:
                                     "saved (changed or damaged since)")  # fmt: skip
 
 
-def newest_verified_checkpoint(root: Path) -> tuple[Path | None, list[str]]:
-    """The newest checkpoint under `root` that verifies (None if none does), and one line for
-    each newer checkpoint passed over, saying why."""
-    skipped = []
+def newest_verified_checkpoint(
+    root: Path, model: torch.nn.Module | None = None
+) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint under `root` that verifies and, given `model`, was saved from a model
+    like it (None if none is), and one line for each newer checkpoint passed over, saying why.
+
+    A checkpoint of another model is passed over as a damaged one is: the run goes on from the
+    older one that fits, instead of stopping at the newest."""
+    skipped, wanted = [], None if model is None else model_signature(model)
     for path in reversed(checkpoint_folders(Path(root))):
         try:
             verify_checkpoint(path)
         except CheckpointCorrupt as error:
             skipped.append(error.skip_line())
+            continue
+        saved = _read_meta(path)["signature"]
+        differences = [] if wanted is None else signature_differences(saved, wanted)
+        if differences:
+            more = f"; {len(differences) - 1} more differences" if len(differences) > 1 else ""
+            skipped.append(f"skipped checkpoint {path.name}: saved from a different model "
+                           f"({differences[0]}{more})")  # fmt: skip
             continue
         return path, skipped
     return None, skipped
@@ -254,8 +266,9 @@ def newest_verified_checkpoint(root: Path) -> tuple[Path | None, list[str]]:
 def sweep_stale_temporaries(root: Path) -> list[Path]:
     """Delete what interrupted saves and prunes left under `root`; returns what was removed.
 
-    Call it before a run starts writing: only one process writes checkpoints, so every
-    temporary found then belongs to a run that was killed.
+    Call it while holding the run folder's lock (llmlab.train.run_folder): only the run that
+    holds it writes checkpoints there, so every temporary found then was left by a writer that
+    is gone, never one still writing.
     """
     root = Path(root)
     return remove_temporaries(root) if root.is_dir() else []
@@ -357,7 +370,10 @@ def load_checkpoint(path: Path, model: torch.nn.Module) -> dict:
 
 def load_state(path: Path) -> dict:
     # weights_only: only tensors and plain containers are unpickled, never arbitrary objects.
-    return torch.load(Path(path) / "state.pt", weights_only=True)
+    # map_location: every tensor to the CPU, whatever device saved it, so a checkpoint written on
+    # a GPU loads where there is none. The RNG states must be CPU tensors anyway, and
+    # optimizer.load_state_dict moves each state to its parameter's device.
+    return torch.load(Path(path) / "state.pt", map_location="cpu", weights_only=True)
 
 
 def check_belongs_to(path: Path, model: torch.nn.Module) -> dict:
@@ -365,14 +381,17 @@ def check_belongs_to(path: Path, model: torch.nn.Module) -> dict:
     config, every tensor's full shape); return its meta.json. CheckpointCorrupt or
     CheckpointMismatch otherwise."""
     verify_checkpoint(path)  # before anything is read: damaged weights are refused, not loaded
-    meta_file = Path(path) / "meta.json"
-    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    meta = _read_meta(path)
     differences = signature_differences(meta["signature"], model_signature(model))
     if differences:
         listing = "\n  ".join(differences[:12])
         raise CheckpointMismatch(
             f"{path} was saved from a different model, so it cannot be loaded into this one:\n"
             f"  {listing}\nBuild the model with the checkpoint's configuration "
-            f"(see {meta_file}), or start a fresh run in another out_dir."
+            f"(see {Path(path) / 'meta.json'}), or start a fresh run in another out_dir."
         )
     return meta
+
+
+def _read_meta(path: Path) -> dict:
+    return json.loads((Path(path) / "meta.json").read_text(encoding="utf-8"))

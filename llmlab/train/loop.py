@@ -25,6 +25,7 @@ from llmlab.train.checkpoint import (
     SHARDED_DIR,
     CheckpointMismatch,
     capture_rng,
+    checkpoint_folders,
     is_sharded,
     load_checkpoint,
     newest_verified_checkpoint,
@@ -42,8 +43,10 @@ from llmlab.train.metrics import (
     flag_stragglers,
     gather_rank_readings,
     measured_peak_flops,
+    perplexity_of,
 )
 from llmlab.train.optim import build_optimizer
+from llmlab.train.run_folder import RunFolderBusy, RunLock
 from llmlab.train.schedule import learning_rate
 
 FIXED_DTYPES = {
@@ -96,7 +99,8 @@ class TrainingDiverged(RuntimeError):
 
 
 class EarlierRun(RuntimeError):
-    """out_dir holds an earlier run, and nothing said whether to continue it or start again."""
+    """out_dir holds an earlier run's checkpoints, and nothing said whether to continue it or to
+    start again."""
 
 
 @dataclass
@@ -108,7 +112,7 @@ class TrainResult:
 
     @property
     def perplexity(self) -> float | None:
-        return None if self.val_loss is None else math.exp(self.val_loss)
+        return perplexity_of(self.val_loss)
 
 
 def next_token_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor):
@@ -372,8 +376,9 @@ class Trainer:
         return True
 
     def _newest_verified(self) -> Path | None:
-        """The newest checkpoint whose files match their checksums; says which were skipped."""
-        checkpoint, skipped = newest_verified_checkpoint(self.checkpoint_dir)
+        """The newest checkpoint whose files match their checksums and that was saved from a model
+        like this one; says which were skipped."""
+        checkpoint, skipped = newest_verified_checkpoint(self.checkpoint_dir, self.model)
         for reason in skipped:
             self._say(reason)
         return checkpoint
@@ -384,56 +389,64 @@ class Trainer:
 
     # ------------------------------------------------------------------ the start of a run
 
-    def _earlier_run(self) -> list[str]:
-        """What an earlier run left in out_dir: its metrics and its checkpoints folder."""
-        out = self.config.out_dir
-        names = ["metrics.jsonl", "metrics.csv", "checkpoints"]
-        return [name for name in names if out is not None and (out / name).exists()]
-
-    def _start_problem(self, resume: bool, fresh: bool) -> str | None:
-        """Why this run must not start (rank 0 decides: it alone writes out_dir), else None."""
-        earlier = self._earlier_run()
-        if not earlier or fresh:
+    def _choose_start(self, resume: bool, fresh: bool) -> Path | None:
+        """The checkpoint to resume from (None: start at step 1), decided by rank 0 while it
+        holds out_dir's lock. EarlierRun when starting at step 1 could lose earlier checkpoints;
+        a folder without any has nothing to lose, so a run killed before its first checkpoint
+        starts again with the same command (a restarted torchrun worker, a requeued job)."""
+        for stale in sweep_stale_temporaries(self.checkpoint_dir):
+            print(f"removed {stale.name}, left by an interrupted save", flush=True)
+        if fresh:
+            self._set_aside_checkpoints()
             return None
-        listing = ", ".join(earlier)
+        found = self._newest_verified() if resume else None
+        if found is not None:
+            return found
+        if checkpoint_folders(self.checkpoint_dir):
+            raise EarlierRun(self._start_problem(resume))
+        if (self.config.out_dir / "metrics.jsonl").exists():
+            print(f"no checkpoint in {self.config.out_dir}: starting at step 1 (the metrics so "
+                  "far are kept, then a restart record)", flush=True)  # fmt: skip
+        return None
+
+    def _start_problem(self, resume: bool) -> str:
+        """Why this run does not start at step 1 in an out_dir that holds checkpoints."""
         if resume:
             return (
-                f"{self.config.out_dir} holds an earlier run ({listing}) but no checkpoint to "
-                "resume from: start again at step 1 with fresh=True (llmlab train --fresh; the "
-                "metrics are appended, old checkpoints set aside), or use another out_dir"
+                f"{self.checkpoint_dir} holds checkpoints but none this run can resume from "
+                "(the lines above say why): start again at step 1 with fresh=True (llmlab train "
+                "--fresh; they are set aside, the metrics appended to), or use another out_dir"
             )
         return (
-            f"{self.config.out_dir} holds an earlier run ({listing}): continue it with "
-            "resume=True, start again with fresh=True (its metrics are appended, its "
-            "checkpoints set aside), or use another out_dir"
+            f"{self.checkpoint_dir} holds an earlier run's checkpoints: continue it with "
+            "resume=True, start again with fresh=True (they are set aside, the metrics appended "
+            "to), or use another out_dir"
         )
 
     def _set_aside_checkpoints(self) -> None:
         """A fresh run in a used out_dir keeps the earlier checkpoints under another name."""
-        if self.checkpoint_dir is None or not self.checkpoint_dir.exists():
-            return
+        if not checkpoint_folders(self.checkpoint_dir):
+            return  # nothing to keep: no empty checkpoints-before-* folder
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         aside = self.checkpoint_dir.with_name(f"checkpoints-before-{stamp}")
         self.checkpoint_dir.rename(aside)
         print(f"starting fresh: the earlier checkpoints are now in {aside}", flush=True)
 
-    def _plan_start(self, resume: bool, fresh: bool) -> Path | None:
-        """The checkpoint to resume from (None: start at step 1). Rank 0 looks at out_dir and
-        the others follow, so every rank loads the same checkpoint or stops with the same error."""
+    def _plan_start(self, lock: RunLock | None, resume: bool, fresh: bool) -> Path | None:
+        """Rank 0 locks out_dir and chooses where to start; the others follow, so every rank
+        loads the same checkpoint or stops with the same error."""
         plan = [None, None]
-        if self.dist.is_main and self.config.out_dir is not None:
-            for stale in sweep_stale_temporaries(self.checkpoint_dir):
-                print(f"removed {stale.name}, left by an interrupted save", flush=True)
-            found = resume and not fresh and self._newest_verified()
-            problem = None if found else self._start_problem(resume, fresh)
-            if fresh and problem is None:
-                self._set_aside_checkpoints()
-            plan = [found or None, problem]
+        if lock is not None:
+            try:
+                lock.acquire()
+                plan = [self._choose_start(resume, fresh), None]
+            except (RunFolderBusy, EarlierRun) as problem:
+                plan = [None, problem]
         if self.dist.distributed:
             dist.broadcast_object_list(plan, src=0)
         checkpoint, problem = plan
         if problem is not None:
-            raise EarlierRun(problem)
+            raise problem
         return checkpoint
 
     # ------------------------------------------------------------------ the run
@@ -442,17 +455,30 @@ class Trainer:
         """Train until max_steps.
 
         resume=True first continues from the newest checkpoint in out_dir. An out_dir that holds
-        an earlier run is never restarted silently: without a checkpoint to resume, fresh=True
-        must say to start again at step 1 (the metrics are appended to, never truncated; the
-        earlier checkpoints are set aside, never overwritten).
+        an earlier run's checkpoints is never restarted silently: without one to resume,
+        fresh=True must say to start again at step 1 (the earlier checkpoints are set aside,
+        never overwritten). The metrics are appended to, never truncated: a restart record
+        marks where this run takes over (llmlab.train.metrics). One run at a time: rank 0 holds
+        out_dir's lock until the run ends, and a second run there is refused (RunFolderBusy).
         """
-        checkpoint = self._plan_start(resume, fresh)
-        if checkpoint is not None:
-            self.resume(checkpoint)
+        out_dir = self.config.out_dir
+        lock = RunLock(out_dir) if self.dist.is_main and out_dir is not None else None
+        try:
+            checkpoint = self._plan_start(lock, resume, fresh)
+            if checkpoint is not None:
+                self.resume(checkpoint)
+            if self.step >= self.config.max_steps:
+                return self._already_complete(checkpoint)
+            return self._train(checkpoint)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _train(self, resumed_from: Path | None) -> TrainResult:
         c = self.config
-        if self.step >= c.max_steps:
-            return self._already_complete(checkpoint)
         writer = MetricsWriter(c.out_dir if self.dist.is_main else None)
+        if writer.continues_history:  # an earlier attempt's records: say where this one goes on
+            writer.write_restart(self.step, resumed_from)
         tensorboard = self._tensorboard() if c.tensorboard and self.dist.is_main else None
         bar = tqdm(
             total=c.max_steps,

@@ -1,10 +1,17 @@
-"""Per-step training metrics, written as JSON lines and CSV as they come."""
+"""Per-step training metrics, written as JSON lines and CSV as they come, and read back.
+
+A run that appends to the records of an earlier attempt in its folder (restarted after a kill,
+resumed from a checkpoint, or started again with fresh=True) first writes a restart record:
+{"event": "restart", "step": N, ...}, the step it goes on after (0: from the start). The records
+of later steps above it were cut short with their attempt: `read_metrics` leaves them out.
+"""
 
 import csv
 import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -49,7 +56,23 @@ class StepMetrics:
 
     @property
     def perplexity(self) -> float | None:
-        return None if self.val_loss is None else math.exp(self.val_loss)
+        return perplexity_of(self.val_loss)
+
+
+def perplexity_of(loss: float | None) -> float | None:
+    """exp(loss), the perplexity of a mean cross-entropy; inf where a float cannot hold it."""
+    if loss is None:
+        return None
+    try:
+        return math.exp(loss)
+    except OverflowError:  # a loss above 709.78, from a run that diverged
+        return math.inf
+
+
+def format_perplexity(perplexity: float) -> str:
+    """One decimal below a million, else scientific notation: a diverged run's validation loss
+    of 504 has a perplexity of 219 digits."""
+    return f"{perplexity:.1f}" if perplexity < 1e6 else f"{perplexity:.2e}"
 
 
 class DeviceMonitor:
@@ -161,18 +184,25 @@ def _set_aside_other_columns(csv_path: Path, columns: list[str]) -> None:
           f"new rows go to a new {csv_path.name}", flush=True)  # fmt: skip
 
 
+RESTART = "restart"  # the event of a restart record
+
+
 class MetricsWriter:
     """Append each step's metrics to metrics.jsonl and metrics.csv in `out_dir` (if given)."""
 
     def __init__(self, out_dir: Path | None):
         self.history: list[StepMetrics] = []
         self._jsonl = self._csv = None
+        self.continues_history = False  # whether metrics.jsonl already holds an attempt's records
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
+            jsonl_path = out_dir / "metrics.jsonl"
+            self.continues_history = jsonl_path.exists() and jsonl_path.stat().st_size > 0
             # Always appended: a resumed or restarted run adds to the history, never erases it.
-            self._jsonl = open(out_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self._jsonl = open(jsonl_path, "a", encoding="utf-8")  # noqa: SIM115
             csv_path = out_dir / "metrics.csv"
-            columns = [f.name for f in fields(StepMetrics)]
+            # One column per StepMetrics field, and the event of a restart record.
+            columns = [f.name for f in fields(StepMetrics)] + ["event"]
             _set_aside_other_columns(csv_path, columns)
             new_csv = not csv_path.exists() or csv_path.stat().st_size == 0
             self._csv_file = open(csv_path, "a", newline="", encoding="utf-8")  # noqa: SIM115
@@ -182,13 +212,24 @@ class MetricsWriter:
 
     def write(self, metrics: StepMetrics) -> None:
         self.history.append(metrics)
+        row = asdict(metrics)
+        # A CSV cell holds one value: the per-rank lists go in as JSON text (json.loads reads
+        # them back), so both files keep one column per StepMetrics field.
+        self._append(row, {key: json.dumps(value) if isinstance(value, dict | list) else value
+                           for key, value in row.items()})  # fmt: skip
+
+    def write_restart(self, step: int, checkpoint: Path | None) -> None:
+        """The restart record: this run goes on after `step`, from `checkpoint` (0 and None: from
+        the start). Write it before the run's first step."""
+        record = {"event": RESTART, "step": step,
+                  "checkpoint": checkpoint.name if checkpoint else None,
+                  "time": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
+        self._append(record, {"step": step, "event": RESTART})
+
+    def _append(self, record: dict, csv_row: dict) -> None:
         if self._jsonl is not None:
-            row = asdict(metrics)
-            self._jsonl.write(json.dumps(row) + "\n")
-            # A CSV cell holds one value: the per-rank lists go in as JSON text (json.loads reads
-            # them back), so both files keep one column per StepMetrics field.
-            self._csv.writerow({key: json.dumps(value) if isinstance(value, dict | list) else value
-                                for key, value in row.items()})  # fmt: skip
+            self._jsonl.write(json.dumps(record) + "\n")
+            self._csv.writerow(csv_row)
             self._jsonl.flush()  # a crashed run keeps every step it logged
             self._csv_file.flush()
 
@@ -196,3 +237,27 @@ class MetricsWriter:
         if self._jsonl is not None:
             self._jsonl.close()
             self._csv_file.close()
+
+
+def read_metrics(out_dir: Path) -> list[dict]:
+    """The steps logged in `out_dir`'s metrics.jsonl as they stand: one record per step, oldest
+    first, as an uninterrupted run would have logged them.
+
+    At a restart record the records of steps after its step are dropped: their attempt was cut
+    short, and the steps were run again. Everything stays in the file; read it line by line for
+    every attempt's records.
+    """
+    path = Path(out_dir) / "metrics.jsonl"
+    kept = []
+    with open(path, encoding="utf-8") as file:
+        for number, line in enumerate(file, start=1):
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                raise ValueError(f"{path} line {number} is not a JSON record ({error}): "
+                                 "remove or repair that line") from None  # fmt: skip
+            if record.get("event") == RESTART:
+                kept = [earlier for earlier in kept if earlier["step"] <= record["step"]]
+            else:
+                kept.append(record)
+    return kept

@@ -24,10 +24,10 @@ from llmlab.course.checks import (
     real_number,
 )
 from llmlab.distributed import LaunchError, launch
-from llmlab.distributed.layout import choose_layouts
+from llmlab.distributed.layout import choose_layouts, stage_estimate
 from llmlab.distributed.tensor_parallel import CopyToTensorParallel, ReduceFromTensorParallel
 from llmlab.env import GB
-from llmlab.memory import TrainingSetup, estimate_memory
+from llmlab.memory import TrainingSetup
 from llmlab.models import preset
 
 WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
@@ -649,10 +649,9 @@ def _layout_hint(layout: dict, best, scenario: tuple, layouts: list) -> str | No
         return None
     chosen = next((c for c in layouts if (c.dp, c.tp, c.pp, c.zero) == (dp, tp, pp, zero)), None)
     if chosen is None:
-        planned = estimate_memory(model, LAYOUT_SETUP.replace(zero=zero, gpus=dp * tp,
-                                                              tensor_parallel=tp))  # fmt: skip
+        planned = stage_estimate(model, LAYOUT_SETUP, dp, tp, pp, zero)
         return (f"{dp=} {tp=} {pp=} ZeRO-{zero} does not fit: the planner needs about "
-                f"{planned.total / GB:.1f} GB per GPU (pipeline stages counted as whole models), "
+                f"{planned.total / GB:.1f} GB per GPU (on the most loaded pipeline stage), "
                 f"and a GPU has {gpu_gb:g} GB with 10% kept free.")
     if best.tp * best.pp < tp * pp:
         return (f"{chosen.describe()} fits, but so does {best.describe()} without splitting the "

@@ -204,13 +204,13 @@ def _parts(shape, cluster: Cluster, p: Parallel, *, recompute=True, half_phases=
     activations = p.micro_batch * seq * shape.d_model * 2  # bf16
     layers = math.ceil(shape.n_layer / p.pp)
     per_layer = 6 if (p.checkpointing and recompute) else 4
-    tp = per_layer * layers * p.accumulation * ring(activations, p.tp, cluster.link_for(1, p.tp))
+    tp = per_layer * layers * p.accumulation * ring(activations, p.tp, cluster.link_for("tp", p))
     pp = 0.0
     if p.pp > 1:
         message = activations / (p.tp if pp_shard else 1)
-        pp = 2 * (p.accumulation + p.pp - 1) * link(cluster.link_for(p.tp, p.pp)).seconds(message)
+        pp = 2 * (p.accumulation + p.pp - 1) * link(cluster.link_for("pp", p)).seconds(message)
     stage = count_parameters(shape.replace(n_layer=layers)).total / p.tp
-    over = cluster.link_for(p.tp * p.pp, p.dp) if dp_link else cluster.inside_node
+    over = cluster.link_for("dp", p) if dp_link else cluster.inside_node
     dp = sum(ring(n, p.dp, over) * (1 if kind == "all_reduce" or not half_phases else 0.5)
              for kind, n in dp_collectives(stage, p.zero, p.accumulation))  # fmt: skip
     return {"tp": tp, "pp": pp, "dp": dp}
@@ -357,7 +357,10 @@ def exercise_cheapest_run(cheapest_run: Callable) -> None:
             got = call(name, cheapest_run, order, budget, deadline)
             want = cheapest_run_reference(runs, budget, deadline)
             scenarios += 1
-            if got is want or (got is not None and want is not None and got == want):
+            # Layouts whose traffic all hides can cost the same to the cent: any of them is right.
+            ties = [r for r in runs if want is not None and r.cost == want.cost
+                    and cheapest_run_reference([r], budget, deadline) is r]  # fmt: skip
+            if got is want or got in ties:
                 continue
             raise ExerciseFailed(
                 f"{name}: {model}, {tokens:.0e} tokens, budget ${budget:,.0f}, deadline "
