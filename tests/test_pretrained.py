@@ -8,6 +8,7 @@ from train_fakes import tiny_gpt2
 from transformers import GPT2LMHeadModel
 
 from llmlab.course import pretrained
+from llmlab.data.checksums import write_folder_checksums
 from llmlab.train import TrainConfig
 
 
@@ -39,7 +40,7 @@ def test_a_missing_model_is_trained_with_the_recipe_then_saved(artifacts, monkey
     monkeypatch.setattr(pretrained, "lab03_config", two_steps)
     model, tokenizer = pretrained.trained_model("smoke", progress=False)
     assert (artifacts / "lab03-smoke-model" / "model.safetensors").is_file()
-    assert model.config.vocab_size == len(tokenizer) == 8192
+    assert model.config.vocab_size == len(tokenizer) == 2048
 
 
 def test_the_recipes_are_valid_configs():
@@ -62,11 +63,27 @@ def test_a_model_from_another_recipe_is_trained_again(artifacts, monkeypatch):
     changed = json.loads(stamp.read_text())
     changed["recipe"]["max_steps"] += 1
     stamp.write_text(json.dumps(changed))
+    write_folder_checksums(folder)  # saved whole, by another recipe
     pretrained.trained_model("smoke")
     stamp.unlink()  # a model saved before recipes were recorded
     pretrained.trained_model("smoke")
     assert len(trained) == 2
     assert "another recipe" in pretrained.why_train_again("smoke")
+
+
+def test_a_damaged_model_is_trained_again(artifacts, monkeypatch):
+    from test_train_interop import tiny_tokenizer
+
+    folder = pretrained.save_trained_model(tiny_gpt2(), tiny_tokenizer(), "smoke")
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0xFF  # a flipped byte in the last tensor
+    weights.write_bytes(bytes(data))
+    assert "is damaged: model.safetensors" in pretrained.why_train_again("smoke")
+    trained = []
+    monkeypatch.setattr(pretrained, "train_lab03_model", lambda *a, **k: trained.append(1))
+    pretrained.trained_model("smoke")
+    assert trained == [1]
 
 
 def test_two_labs_asking_at_once_train_one_model(artifacts, monkeypatch):
