@@ -19,7 +19,8 @@ from llmlab.evaluate.compare import (
     size_on_disk,
 )
 from llmlab.evaluate.next_token import TokenScores, next_token_accuracy, perplexity, score_tokens
-from llmlab.evaluate.qat import ptq_against_qat
+from llmlab.evaluate.paired import PairedRatio, paired_perplexity_ratio
+from llmlab.evaluate.qat import ptq_against_qat, qat_variants
 from llmlab.evaluate.quantized import (
     QuantRow,
     Variant,
@@ -34,10 +35,11 @@ from llmlab.evaluate.translation import TextScore, bleu, chrf
 from llmlab.evaluate.windows import held_out_windows
 
 __all__ = [
-    "QuantRow", "TextScore", "TokenScores", "Variant", "VariantRow", "bits_per_byte", "bleu",
-    "check_plain", "chrf", "compare_variants", "comparison_table", "compressor_bits_per_byte",
-    "fake_quant_variant", "float_variant", "generate_samples", "held_out_windows",
-    "latency_seconds", "next_token_accuracy", "perplexity", "predicted_bytes", "ptq_against_qat",
-    "quant_rows", "quant_table", "samples_table", "score_tokens", "size_on_disk",
-    "token_byte_lengths", "torch_save_bytes",
+    "PairedRatio", "QuantRow", "TextScore", "TokenScores", "Variant", "VariantRow",
+    "bits_per_byte", "bleu", "check_plain", "chrf", "compare_variants", "comparison_table",
+    "compressor_bits_per_byte", "fake_quant_variant", "float_variant", "generate_samples",
+    "held_out_windows", "latency_seconds", "next_token_accuracy", "paired_perplexity_ratio",
+    "perplexity", "predicted_bytes", "ptq_against_qat", "qat_variants", "quant_rows",
+    "quant_table", "samples_table", "score_tokens", "size_on_disk", "token_byte_lengths",
+    "torch_save_bytes",
 ]  # fmt: skip
