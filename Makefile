@@ -17,7 +17,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 PYTEST_WORKERS ?= 2
 TEST_THREADS ?= 1
 
-.PHONY: lab course test labs solutions doctor bench lint clean FORCE
+.PHONY: lab course test labs solutions doctor gpu-check bench lint clean FORCE
 
 # Always run: which Python made .venv, and whether the pins changed, are checks make cannot do.
 $(STAMP): FORCE
@@ -37,6 +37,9 @@ labs: $(STAMP)  ## regenerate labs/ from solutions/
 
 doctor: $(STAMP)
 	$(PY) -m llmlab doctor
+
+gpu-check: $(STAMP)  ## measure the course's GPU figures (about 8 minutes on an H100; no GPU: dry run)
+	$(PY) -m llmlab gpu-check
 
 bench: $(STAMP)  ## speed and memory benchmarks (tables, not tests)
 	for script in benchmarks/*.py; do $(PY) $$script || exit 1; done

@@ -23,7 +23,6 @@ from functools import partial
 import torch.distributed as dist
 
 from llmlab.distributed import launch
-from llmlab.distributed.comm import ring_bytes
 from llmlab.distributed.deepspeed_run import compare_deepspeed, deepspeed_available
 from llmlab.distributed.equivalence import (
     SMOKE_SHAPE,
@@ -34,8 +33,8 @@ from llmlab.distributed.equivalence import (
 from llmlab.distributed.model_parallel import token_batches, train_tensor_parallel
 from llmlab.distributed.pipeline import train_pipeline
 from llmlab.distributed.rank_memory import measure_rank_memory
-from llmlab.distributed.tensor_parallel import tensor_parallel_bytes
 from llmlab.memory import TrainingSetup, estimate_memory, measure
+from llmlab.scale.comm_cost import ring_bytes, tensor_parallel_bytes
 
 MB = 1e6  # the course's MB: 10^6 bytes
 

@@ -263,12 +263,25 @@ def find_gpu_spec(device_name: str) -> GpuSpec | None:
     return None
 
 
+# Short names people type (`llmlab plan --gpu h100`), for every function that takes a GPU's name.
+GPU_ALIASES = {"h100": "H100 SXM", "h200": "H200", "a100": "A100 SXM 80GB",
+               "a100-40gb": "A100 40GB"}  # fmt: skip
+
+
 def resolve_gpu_spec(gpu: str | GpuSpec | None) -> GpuSpec | None:
-    """A spec given as itself, by its name in the table ("H100 SXM") or by a device name."""
+    """A spec given as itself, by a short alias ("h100"), by its name in the table ("H100 SXM")
+    or by a device name ("NVIDIA H100 80GB HBM3"); None for a GPU not in the table."""
     if gpu is None or isinstance(gpu, GpuSpec):
         return gpu
+    name = gpu.strip().lower()
     by_name = {spec.name.lower(): spec for spec in GPU_SPECS}
-    return by_name.get(gpu.strip().lower()) or find_gpu_spec(gpu)
+    return by_name.get(GPU_ALIASES.get(name, name).lower()) or find_gpu_spec(gpu)
+
+
+def gpu_names(dtype: str | None = None) -> list[str]:
+    """What `resolve_gpu_spec` knows by name: the aliases, then the table's names (only the GPUs
+    with a `dtype` peak, when one is given), for error messages."""
+    return [*GPU_ALIASES, *(spec.name for spec in GPU_SPECS if dtype is None or spec.tflops[dtype])]
 
 
 def peak_tflops(gpu: str | GpuSpec | None, dtype: str) -> float | None:

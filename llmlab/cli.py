@@ -1,4 +1,4 @@
-"""The `llmlab` command: doctor, estimate-memory, plan, train, course, make-labs."""
+"""The `llmlab` command: doctor, estimate-memory, plan, train, course, make-labs, gpu-check."""
 
 import argparse
 import json
@@ -54,7 +54,7 @@ def _communication_section(explanation: str) -> str:
 
 def doctor(as_json: bool) -> int:
     """Print the machine report and each lab's profile here; exit 1 when the stack is broken."""
-    from llmlab.distributed import nccl_env  # here: it imports torch.distributed
+    from llmlab.jobs import nccl_env  # here: only the doctor needs it
 
     report = env.collect()
     problems = env.diagnose(report) + nccl_env.comm_problems(os.environ, report)
@@ -236,6 +236,16 @@ def _train_lab03(name: str, args: argparse.Namespace, info):
     return trainer.fit(resume=args.out is not None, fresh=args.fresh)
 
 
+def gpu_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Measure the course's GPU figures (or, without a GPU, say what would be measured)."""
+    from llmlab.course.gpu_check import DEFAULT_BUDGET_S
+    from llmlab.course.gpu_check import gpu_check as run_check  # torch: only this command
+
+    if args.out.is_dir():
+        parser.error(f"--out {args.out} is a folder: give a file name for the JSON report")
+    return run_check(args.out, args.budget_s or DEFAULT_BUDGET_S, args.dry_run)
+
+
 def _check_out_dir(
     out: Path, parser: argparse.ArgumentParser, holds: str = "the metrics and checkpoints"
 ) -> None:
@@ -384,6 +394,18 @@ def main(argv: list[str] | None = None) -> int:
     p_labs.add_argument("--solutions", type=Path, default=Path("solutions"))
     p_labs.add_argument("--labs", type=Path, default=Path("labs"))
 
+    p_gpu = commands.add_parser(
+        "gpu-check", help="measure the course's GPU figures on this GPU (a table and a JSON)",
+        description="Doctor, matmul TFLOP/s, memory against the plan, training MFU, 2:4, "
+        "quantization and one NCCL rank on this machine's GPU; without one, a dry run.",
+    )  # fmt: skip
+    p_gpu.add_argument("--out", type=Path, default=Path("build/gpu_check.json"),
+                       help="the JSON report (default build/gpu_check.json)")
+    p_gpu.add_argument("--budget-s", type=_positive_real, default=None,
+                       help="seconds for all sections together (default 480: 8 minutes)")
+    p_gpu.add_argument("--dry-run", action="store_true",
+                       help="measure nothing: print what each section would measure")
+
     args = parser.parse_args(argv)
     if args.command == "doctor":
         return doctor(args.json)
@@ -395,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         return estimate_memory(args, p_memory)
     if args.command == "plan":
         return plan(args, p_plan)
+    if args.command == "gpu-check":
+        return gpu_check(args, p_gpu)
     return make_labs(args, p_labs)
 
 

@@ -172,7 +172,7 @@ class EnvReport:
     interconnect: str | None
     packages: dict[str, str | None]
     frameworks: list[FrameworkInfo]
-    # What NCCL and gloo would use (llmlab.distributed.nccl_env checks their variables on it).
+    # What NCCL and gloo would use (llmlab.jobs.nccl_env checks their variables on it).
     network_interfaces: tuple[str, ...] | None = None  # names with an address; None = unknown
     infiniband_devices: tuple[str, ...] = ()  # InfiniBand/RoCE adapters, e.g. ("mlx5_0",)
     nvlink_links: int | None = None  # active NVLink links over all GPUs; None = unknown or 1 GPU

@@ -93,6 +93,15 @@ def test_find_gpu_spec_unknown_hardware(device_name):
     assert find_gpu_spec(device_name) is None
 
 
+def test_a_gpu_resolves_by_alias_table_name_or_device_name():
+    for name in ("h100", " H100 ", "H100 SXM", "NVIDIA H100 80GB HBM3"):
+        assert bench.resolve_gpu_spec(name).name == "H100 SXM"
+    assert bench.resolve_gpu_spec("a100-40gb").name == "A100 40GB"
+    assert bench.resolve_gpu_spec("z80") is None
+    assert bench.gpu_names()[:2] == ["h100", "h200"] and "T4" in bench.gpu_names()
+    assert "T4" not in bench.gpu_names("bf16")  # no bf16 peak
+
+
 def test_peak_tflops():
     assert peak_tflops("H100 SXM", "bf16") == 989
     assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989

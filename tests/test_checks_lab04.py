@@ -441,7 +441,7 @@ def test_pipeline_timeline_rejects_likely_mistakes(mistake, message):
 def test_the_measures_a_timeline_gives():
     gpipe = check.pipeline_timeline_reference(2, 4, "gpipe")
     one_f_one_b = check.pipeline_timeline_reference(2, 4, "1f1b")
-    assert check.bubble_fraction(gpipe) == check.bubble_fraction(one_f_one_b) == pytest.approx(0.2)
+    assert check.timeline_bubble(gpipe) == check.timeline_bubble(one_f_one_b) == pytest.approx(0.2)
     assert check.peak_in_flight({("F", 0): 0, ("F", 1): 1, ("B", 0): 2, ("B", 1): 3}) == 2
     with pytest.raises(ValueError, match="unknown schedule 'zb'"):
         check.pipeline_timeline_reference(2, 4, "zb")

@@ -12,8 +12,8 @@ from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab05 as check
 from llmlab.distributed.launcher_env import first_host
 from llmlab.models import count_parameters, preset
+from llmlab.scale.comm_cost import dp_collectives
 from llmlab.scale.links import link
-from llmlab.scale.simulate import dp_collectives
 
 # ---------------------------------------------------------------- Exercise 1: the launcher's place
 

@@ -1,8 +1,11 @@
 """Data flows one way through llmlab: no module imports one above it (DESIGN.md, house rules).
 
-data -> models -> memory -> distributed -> train -> (prune, quant) -> evaluate; env, device, bench
-sit underneath everything; course, plots and cli sit on top. A lower module that reached up would
-make a learner read the whole package to understand one part, and would risk import cycles.
+data -> models -> memory -> scale -> distributed -> train / jobs -> (prune, quant) -> evaluate;
+env, device, bench and network sit underneath everything; course, plots and cli sit on top. The
+planner (scale) is plain arithmetic below the ranks' code: it never imports torch.distributed.
+The job tooling (jobs) surrounds a run and never imports the trainer, nor the trainer it.
+A lower module that reached up would make a learner read the whole package to understand one
+part, and would risk import cycles.
 """
 
 import ast
@@ -13,10 +16,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "llmlab"
 LAYER = {
     "_quiet": 0, "network": 0, "env": 0, "device": 0, "bench": 0,
-    "data": 1, "models": 2, "memory": 3, "distributed": 4, "scale": 4, "train": 5,
-    "prune": 6, "quant": 6, "evaluate": 7,
-    "course": 8, "plots": 8, "cli": 8, "__main__": 8, "__init__": 8,
+    "data": 1, "models": 2, "memory": 3, "scale": 4, "distributed": 5, "train": 6, "jobs": 6,
+    "prune": 7, "quant": 7, "evaluate": 8,
+    "course": 9, "plots": 9, "cli": 9, "__main__": 9, "__init__": 9,
 }  # fmt: skip
+# Imports a package must not make even from below it: the planner stays plain arithmetic, and the
+# trainer and the job tooling stay apart.
+FORBIDDEN = {"scale": ("torch.distributed",), "jobs": ("llmlab.train",), "train": ("llmlab.jobs",)}
 
 
 def top_module(path: Path, package: Path = PACKAGE) -> str:
@@ -24,19 +30,21 @@ def top_module(path: Path, package: Path = PACKAGE) -> str:
     return path.relative_to(package).parts[0].removesuffix(".py")
 
 
-def llmlab_imports(path: Path) -> set[str]:
-    """The llmlab modules a file imports, anywhere in it (imports inside functions count)."""
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, anywhere in it (imports inside functions count); `from a
+    import b` counts as a.b too, since b may be a submodule."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names = []
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
-            if node.module == "llmlab":  # `from llmlab import memory`
-                names = [f"llmlab.{alias.name}" for alias in node.names]
-        found |= {name.split(".")[1] for name in names if name.startswith("llmlab.")}
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
     return found
+
+
+def llmlab_imports(path: Path) -> set[str]:
+    """The llmlab modules a file imports: 'memory' for llmlab.memory.estimate."""
+    return {name.split(".")[1] for name in imported_modules(path) if name.startswith("llmlab.")}
 
 
 def upward_imports(package: Path = PACKAGE) -> list[str]:
@@ -49,6 +57,16 @@ def upward_imports(package: Path = PACKAGE) -> list[str]:
     return problems
 
 
+def forbidden_imports(package: Path = PACKAGE) -> list[str]:
+    problems = []
+    for path in sorted(package.rglob("*.py")):
+        imported = imported_modules(path)
+        for ban in FORBIDDEN.get(top_module(path, package), ()):
+            if any(name == ban or name.startswith(ban + ".") for name in imported):
+                problems.append(f"{path.relative_to(package.parent)} imports {ban}")
+    return problems
+
+
 def test_every_module_has_a_layer():
     modules = {top_module(path) for path in PACKAGE.rglob("*.py")}
     assert modules <= set(LAYER), f"give these a layer in LAYER: {sorted(modules - set(LAYER))}"
@@ -56,6 +74,30 @@ def test_every_module_has_a_layer():
 
 def test_no_module_imports_one_above_it():
     assert upward_imports() == []
+
+
+def test_the_planner_never_imports_torch_distributed_and_jobs_never_the_trainer():
+    assert forbidden_imports() == []
+
+
+@pytest.mark.parametrize("source", ["import torch.distributed as dist",
+                                    "from torch import distributed",
+                                    "from torch.distributed.tensor import DTensor"])  # fmt: skip
+def test_a_forbidden_import_is_caught(tmp_path, source):
+    path = tmp_path / "llmlab" / "scale" / "simulate.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"def f():\n    {source}\n")
+    expected = "llmlab/scale/simulate.py imports torch.distributed"
+    assert forbidden_imports(tmp_path / "llmlab") == [expected]
+
+
+@pytest.mark.parametrize("source", ["from llmlab.train import Trainer", "from llmlab import train",
+                                    "import llmlab.train.loop"])  # fmt: skip
+def test_jobs_importing_the_trainer_is_caught(tmp_path, source):
+    path = tmp_path / "llmlab" / "jobs" / "slurm.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(source + "\n")
+    assert forbidden_imports(tmp_path / "llmlab") == ["llmlab/jobs/slurm.py imports llmlab.train"]
 
 
 def test_an_upward_import_is_caught(tmp_path):

@@ -1,29 +1,22 @@
-"""Training on several processes: process groups, launching, and the parallel strategies.
+"""What runs on the ranks: process groups, launching, the parallel strategies and the checks
+that each one trains like one process. (Job files and operations tooling: llmlab.jobs.)
 
 One concern per module:
 - `groups`: who am I (rank, world size), and joining/leaving the process group safely.
 - `launcher_env`: where this process stands, from torchrun's variables or srun's.
 - `launch`: start N processes from a notebook, a test or a terminal, with their output shown;
   the command lines of torchrun and of DeepSpeed's launcher, and a hostfile.
-- `slurm`: an sbatch script for N nodes x G GPUs (srun starts one torchrun per node).
-- `accelerate_config`: a config for `accelerate launch` that really starts N processes.
-- `accelerate_notebook`: Accelerate's `notebook_launcher` made to start one group on a CPU.
-- `launchers`: every launcher side by side: what it starts, where ranks come from, our helpers.
 - `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
-- `comm`: count the bytes each collective sends; the formulas they should match.
+- `comm`: count the bytes each collective sends (the formulas are llmlab.scale.comm_cost's).
 - `overlap`: DDP bucket sizes and FSDP2 prefetching, timed and counted on 2 ranks.
 - `equivalence`: a strategy on N ranks against one process on the same global batch.
 - `rank_memory`: memory per rank, measured, against the Lab 02 planner.
-- `mesh`: every parallel group read off one rank grid; device meshes.
+- `mesh`: every parallel group read off one rank grid (llmlab.scale.layout's rank order).
 - `tensor_parallel`, `model_parallel`: Megatron-style tensor parallelism, by hand and by plan.
 - `pipeline`: pipeline stages, GPipe and 1F1B schedules, and their idle time.
-- `deepspeed_config`, `deepspeed_run`: DeepSpeed's JSON config from a TrainingSetup; ZeRO-2/3 runs.
-- `layout`: which data/tensor/pipeline/ZeRO layouts fit a cluster, in a stated order.
-- `megatron`: the course's names as Megatron-LM arguments, and a command line.
+- `deepspeed_config`, `deepspeed_run`: DeepSpeed's JSON config from a TrainingSetup; ZeRO-2/3 runs
+  (the config stays here: each rank's DeepSpeed engine is built from it).
 - `stragglers`: per-rank step times gathered, and the ranks slower than the median flagged.
-- `nccl_env`: the NCCL/gloo environment variables explained; the doctor's checks of them.
-- `dcgm`: DCGM fields for the course's GPU readings; running dcgm-exporter beside a job.
-- `hangs`: which rank never reached which collective (flight records compared); debug settings.
 """
 
 from llmlab.distributed.groups import (
@@ -42,15 +35,12 @@ from llmlab.distributed.launch import (
     write_hostfile,
 )
 from llmlab.distributed.launcher_env import LauncherEnv, launcher_env
-from llmlab.distributed.slurm import sbatch_script, write_sbatch
 
 __all__ = [
     "DistInfo",
     "LaunchError",
     "LauncherEnv",
     "launcher_env",
-    "sbatch_script",
-    "write_sbatch",
     "launch",
     "run_script",
     "torchrun_command",

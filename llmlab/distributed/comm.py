@@ -1,15 +1,14 @@
-"""Count the bytes each rank sends, by collective, and the formulas they should match.
+"""Count the bytes each rank sends, by collective; or drop a kind, to see a check fail.
 
 `count_collectives()` wraps the Python entry points of the collectives (`dist.all_reduce`,
 `dist.broadcast`, FSDP2's all-gather and reduce-scatter) and records each call. What it cannot
 see: DDP's built-in all-reduce, which its C++ reducer calls directly; register a Python comm hook
 (`register_comm_hook(model, "allreduce")`) and DDP's traffic goes through `dist.all_reduce` too.
 
-Bytes a rank sends, for a tensor of S bytes on N ranks with the ring algorithms NCCL and gloo use:
-  all-reduce      2 (N-1)/N S   (a reduce-scatter, then an all-gather)
-  reduce-scatter    (N-1)/N S   (S: the full input)
-  all-gather        (N-1)/N S   (S: the full output)
-  broadcast         (N-1)/N S   (on average: N-1 ranks each receive S, passed along a chain)
+Each call is booked at the bytes the ring algorithm makes a rank send for it, the planner's
+`ring_bytes`; what a strategy should send per step is the planner's too (llmlab.scale.comm_cost:
+`ddp_bytes`, `zero1_bytes`, `fsdp_bytes`, `tensor_parallel_bytes`), so a count that disagrees
+with the plan is a bug in one of them.
 """
 
 from collections import defaultdict
@@ -20,6 +19,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from llmlab.scale.comm_cost import ring_bytes
+
 # The name under torch.distributed of each collective we wrap, and its kind.
 WRAPPED = {
     "all_reduce": "all_reduce",
@@ -29,12 +30,6 @@ WRAPPED = {
     "reduce_scatter_tensor": "reduce_scatter",
     "reduce_scatter_single": "reduce_scatter",  # what FSDP2 calls
 }
-RING_FACTOR = {"all_reduce": 2.0, "reduce_scatter": 1.0, "all_gather": 1.0, "broadcast": 1.0}
-
-
-def ring_bytes(kind: str, nbytes: float, world_size: int) -> float:
-    """Bytes one rank sends for a collective over `nbytes` (the full tensor), ring algorithm."""
-    return RING_FACTOR[kind] * (world_size - 1) / world_size * nbytes
 
 
 @dataclass
@@ -142,29 +137,3 @@ def drop_collectives(*kinds: str) -> Iterator[None]:
 
     with _patched(dropping):
         yield
-
-
-# ------------------------------------------------------------------ what each strategy should send
-
-
-def ddp_bytes(parameters: int, world_size: int, bytes_per_value: int = 4) -> float:
-    """DDP: one all-reduce of every gradient per step: 2 (N-1)/N * Psi * bytes."""
-    return ring_bytes("all_reduce", parameters * bytes_per_value, world_size)
-
-
-def zero1_bytes(parameters: int, world_size: int, bytes_per_value: int = 4) -> float:
-    """PyTorch's ZeRO-1: DDP's all-reduce of the gradients, then each rank broadcasts the
-    parameters it updated: 3 (N-1)/N * Psi * bytes, 1.5x DDP. (The ZeRO paper's stage 1 uses a
-    reduce-scatter and an all-gather instead, the same bytes as DDP; ZeroRedundancyOptimizer
-    keeps DDP's all-reduce.)"""
-    return ddp_bytes(parameters, world_size, bytes_per_value) + ring_bytes(
-        "broadcast", parameters * bytes_per_value, world_size
-    )
-
-
-def fsdp_bytes(parameters: int, world_size: int, bytes_per_value: int = 4) -> float:
-    """ZeRO-3 / FSDP2 with reshard_after_forward: all-gather the weights in forward, again in
-    backward, reduce-scatter the gradients: 3 (N-1)/N * Psi * bytes, 1.5x DDP."""
-    return ring_bytes("all_gather", 2 * parameters * bytes_per_value, world_size) + ring_bytes(
-        "reduce_scatter", parameters * bytes_per_value, world_size
-    )

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from llmlab.distributed.comm import count_collectives, drop_collectives, fsdp_bytes, zero1_bytes
+from llmlab.distributed.comm import count_collectives, drop_collectives
 from llmlab.distributed.data_parallel import split_batch
 from llmlab.distributed.deepspeed_config import deepspeed_config, write_deepspeed_config
 from llmlab.distributed.equivalence import SMOKE_SHAPE, global_batches, loss_on, relative_error
@@ -36,6 +36,7 @@ from llmlab.distributed.groups import default_backend, process_group
 from llmlab.distributed.launch import launch
 from llmlab.memory import MemoryTracker, TrainingSetup, estimate_memory
 from llmlab.models import ModelShape, build_model, count_parameters
+from llmlab.scale.comm_cost import fsdp_bytes, zero1_bytes
 
 TARGET = 1e-4  # relative: DeepSpeed's own bucketing and clipping reorder the sums
 # Each stage's gradient reduction: what `drop` may remove to show the check catches it.

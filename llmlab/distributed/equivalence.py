@@ -21,13 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from llmlab.distributed.comm import (
-    count_collectives,
-    ddp_bytes,
-    drop_collectives,
-    fsdp_bytes,
-    zero1_bytes,
-)
+from llmlab.distributed.comm import count_collectives, drop_collectives
 from llmlab.distributed.data_parallel import (
     full_parameters,
     make_optimizer,
@@ -38,6 +32,7 @@ from llmlab.distributed.data_parallel import (
 )
 from llmlab.distributed.launch import launch
 from llmlab.models import ModelShape, build_model, preset
+from llmlab.scale.comm_cost import ddp_bytes, fsdp_bytes, zero1_bytes
 
 # The smoke model, made small enough that 5 steps on 2 ranks take seconds: the "tiny" preset's
 # 4 blocks with a 512-token vocabulary and 32-token context.

@@ -5,7 +5,7 @@ parallel fastest: ranks 0..tp-1 form the first tensor-parallel group. Each kind 
 line through the grid along one axis. Tensor parallelism talks after every layer, so its ranks are
 neighbours (the GPUs of one machine, joined by NVLink); pipeline stages talk least, so they are
 farthest apart. Megatron-LM and torchtitan order their groups the same way, and so does the
-planner, which prices each group's link by it: the order is llmlab.distributed.layout's RANK_ORDER.
+planner, which prices each group's link by it: the order is llmlab.scale.layout's RANK_ORDER.
 
 `RankGrid` is plain arithmetic (no processes needed); `device_mesh` turns the same grid into a
 `torch.distributed.device_mesh.DeviceMesh` with named dimensions, which the DTensor-based
@@ -18,9 +18,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from llmlab.distributed.layout import RANK_ORDER, rank_strides
 from llmlab.memory import check_tensor_parallel
 from llmlab.models import ModelShape, as_shape
+from llmlab.scale.layout import RANK_ORDER, rank_strides
 
 DIMS = RANK_ORDER  # the grid's axes, slowest to fastest
 

@@ -3,7 +3,7 @@
 On 2 gloo ranks, a model big enough that buckets matter (the "small" preset, 6 blocks of width
 384, with a 512-token vocabulary and 32-token context: about 11 M parameters, 43 MB of fp32
 gradients): per configuration, the median step time (the slower rank's), the collectives per step
-and the bytes each rank sends per step, against llmlab.distributed.comm's formula.
+and the bytes each rank sends per step, against llmlab.scale.comm_cost's formula.
 
 - DDP with `bucket_cap_mb` from 0.25 to 100: small buckets start the all-reduce early (while
   backward still computes the earlier layers' gradients) but pay a per-call latency each; one
@@ -25,7 +25,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from llmlab.distributed.comm import count_collectives, ddp_bytes, fsdp_bytes
+from llmlab.distributed.comm import count_collectives
 from llmlab.distributed.data_parallel import (
     make_optimizer,
     register_comm_hook,
@@ -36,6 +36,7 @@ from llmlab.distributed.data_parallel import (
 from llmlab.distributed.equivalence import global_batches, loss_on
 from llmlab.distributed.launch import launch
 from llmlab.models import build_model, preset, transformer_blocks
+from llmlab.scale.comm_cost import ddp_bytes, fsdp_bytes
 
 MB = 1e6  # the course's MB: 10^6 bytes
 SHAPE = preset("small", vocab_size=512, context=32)
@@ -57,7 +58,7 @@ class Row:
     fastest_seconds: float  # the fastest timed step, the slower rank (less hit by other work)
     calls: dict[str, int]  # collectives per step, by kind
     sent_bytes: float  # per rank per step, counted
-    formula_bytes: float  # what llmlab.distributed.comm's formula says
+    formula_bytes: float  # what llmlab.scale.comm_cost's formula says
 
 
 def _prefetch(model: torch.nn.Module, mode: str) -> None:

@@ -26,6 +26,7 @@ from llmlab.distributed.equivalence import SMOKE_SHAPE, reference_optimizer
 from llmlab.distributed.model_parallel import STEPS, token_batches
 from llmlab.models import ModelShape, build_model
 from llmlab.models.blocks import transformer_blocks
+from llmlab.scale.comm_cost import bubble_fraction
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -70,12 +71,6 @@ def stage_bounds(n_layer: int, stages: int) -> list[tuple[int, int]]:
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of the logits against the next tokens (the inputs shifted by one)."""
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-
-
-def bubble_fraction(stages: int, microbatches: int) -> float:
-    """The share of a step each stage idles while the pipe fills and drains, if every
-    micro-batch takes the same time on every stage."""
-    return (stages - 1) / (microbatches + stages - 1)
 
 
 @dataclass

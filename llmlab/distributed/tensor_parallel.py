@@ -41,7 +41,6 @@ from torch.distributed.tensor.parallel import (
 )
 from transformers.pytorch_utils import Conv1D
 
-from llmlab.distributed.comm import ring_bytes
 from llmlab.distributed.mesh import check_tensor_parallel
 from llmlab.models import ModelShape
 from llmlab.models.blocks import transformer_blocks
@@ -321,14 +320,3 @@ def gpt2_layout(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         parts = [out.pop(name.replace(".q.", f".{p}.")) for p in "qkv"]
         out[fused] = torch.cat(parts, dim=-1)  # (in, 3 * width) weight or (3 * width) bias
     return out
-
-
-def tensor_parallel_bytes(
-    batch: int, seq: int, d_model: int, n_layer: int, tp: int, dtype_bytes: int = 4
-) -> dict[str, float]:
-    """What tensor parallelism hands to all-reduce in one forward and backward pass, per rank:
-    per block, attention's and the MLP's row-parallel outputs in the forward pass and the
-    gradients of their column-parallel inputs in the backward pass, each batch x seq x d_model;
-    and the bytes a ring all-reduce then makes each rank send."""
-    all_reduced = 4 * n_layer * batch * seq * d_model * dtype_bytes
-    return {"all_reduce": all_reduced, "sent": ring_bytes("all_reduce", all_reduced, tp)}

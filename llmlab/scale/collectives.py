@@ -1,8 +1,8 @@
 """The alpha-beta time of a collective over N ranks for a tensor of S bytes.
 
 A ring algorithm cuts the tensor into N chunks and takes N-1 steps per phase, each step one
-message of S/N bytes over the slowest link of the ring. The bytes a rank sends are
-llmlab.distributed.comm's `ring_bytes` (what Lab 04 counted), so
+message of S/N bytes over the slowest link of the ring. The bytes a rank sends and the phases
+are llmlab.scale.comm_cost's (`ring_bytes`, `PHASES`: what Lab 04 counted), so
 
   ring all-reduce         2 (N-1) alpha + 2 (N-1)/N S / beta   (reduce-scatter, then all-gather)
   ring reduce-scatter       (N-1) alpha +   (N-1)/N S / beta   (S: the full input)
@@ -16,10 +16,8 @@ messages on many ranks, a ring for large ones (NCCL picks between them by size).
 
 import math
 
-from llmlab.distributed.comm import ring_bytes
+from llmlab.scale.comm_cost import PHASES, ring_bytes
 from llmlab.scale.links import Link, link
-
-PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}  # ring phases of N-1 steps
 
 
 def _check(kind: str, nbytes: float, ranks: int) -> None:

@@ -61,7 +61,8 @@ MEGATRON_TABLE2_175B = PublishedRun("GPT-3 175B (Table 2)", GPT3_175B, "a100", 1
                                     1536, 141, 300e9, days=23)  # fmt: skip
 
 # Llama 3 405B, Table 4, the 16K-GPU 8K-sequence stage: 16 sequences of 8192 per DP group,
-# 400 TFLOP/s per GPU, 41% MFU. What the simulator needs to land there (tests/test_scale_simulate):
+# 400 TFLOP/s per GPU, 41% MFU. What the simulator needs to land there
+# (tests/scale/test_simulate.py):
 # - with its defaults (1F1B, full activation checkpointing, ZeRO-3 to fit, efficiency 0.6) it
 #   predicts about 20%: with m = 16 micro-batches on 16 stages, 1F1B idles 48% of the step;
 # - an interleaved schedule (4 chunks per GPU: the bubble falls to 19%), no full recomputation

@@ -1,6 +1,6 @@
 """Search layouts for the cheapest run that fits, and trace scaling curves.
 
-The candidates are llmlab.distributed.layout's (TP inside a node over NVLink, PP across whole
+The candidates are llmlab.scale.layout's (TP inside a node over NVLink, PP across whole
 nodes, any ZeRO stage, and only what fits in memory); each is tried with a few micro-batch sizes,
 with activation checkpointing on and off, and simulated. A global batch fixes the accumulation:
 batch = dp x micro-batch x accumulation, rounded to the nearest whole number of micro-batches
@@ -10,16 +10,16 @@ On a fixed number of GPUs the cheapest run is the fastest one.
 
 from dataclasses import replace
 
-from llmlab.distributed.layout import choose_layouts
 from llmlab.memory import TrainingSetup
 from llmlab.models import ModelShape, as_shape
-from llmlab.scale.simulate import Cluster, Parallel, Prediction, gpu_spec, simulate
+from llmlab.scale.layout import Parallel, choose_layouts
+from llmlab.scale.simulate import Cluster, Prediction, simulate
 
 MICRO_BATCHES = (1, 2, 4)
 
 
 def _layout_links(cluster: Cluster) -> tuple[str, str]:
-    """llmlab.distributed.layout's coarser link names for the cluster's presets."""
+    """llmlab.scale.layout's coarser link names for the cluster's presets."""
     inside = "nvlink" if cluster.inside_node.startswith("nvlink") else "pcie"
     between = "infiniband" if cluster.between_nodes.startswith("ib") else "ethernet"
     return inside, between
@@ -47,8 +47,8 @@ def search_layouts(
     for checkpointing in (False, True):
         for micro in MICRO_BATCHES:
             setup = TrainingSetup(batch=micro, seq=seq, checkpointing=checkpointing)
-            layouts = choose_layouts(shape, gpu_spec(cluster.gpu).name, cluster.gpus_per_node,
-                                     cluster.nodes, inside, between, setup)  # fmt: skip
+            layouts = choose_layouts(shape, cluster.gpu, cluster.gpus_per_node, cluster.nodes,
+                                     inside, between, setup)  # fmt: skip
             for layout in layouts:
                 replicas.add(layout.dp)
                 if layout.dp * micro > batch:  # every replica needs a micro-batch

@@ -3,10 +3,11 @@
 One step of a layout dp x tp x pp on `Cluster`'s GPUs, with each data-parallel replica running
 `accumulation` micro-batches of `micro_batch` sequences (the pipeline's micro-batches):
 
-- memory: llmlab.memory's estimate of the most loaded pipeline stage (distributed.layout);
+- memory: llmlab.memory's estimate of the most loaded pipeline stage (llmlab.scale.layout);
 - compute: the step's FLOPs (with activation checkpointing, one more forward of the blocks) at
   `efficiency` x the GPU's dense bf16 peak, stretched by the pipeline bubble;
-- communication, alpha-beta (llmlab.scale.collectives), and what is assumed to hide:
+- communication: the bytes of llmlab.scale.comm_cost, alpha-beta timed (llmlab.scale.collectives),
+  and what is assumed to hide:
   TP  every block all-reduces its activations 2x in forward, 2x in backward (and 2x in the
       recomputed forward): on the critical path, nothing hidden (Megatron-LM, Narayanan 2021);
   PP  each micro-batch's activations go forward and its gradients back, 1/tp per GPU (their
@@ -22,39 +23,33 @@ its FLOPs at that rate, and bubble and communication are already inside it.
 import math
 from dataclasses import dataclass
 
-from llmlab.bench import GPU_SPECS, GpuSpec, resolve_gpu_spec
-from llmlab.distributed.comm import ring_bytes
-from llmlab.distributed.layout import crosses_nodes, stage_estimate
-from llmlab.distributed.pipeline import bubble_fraction
-from llmlab.distributed.tensor_parallel import tensor_parallel_bytes
-from llmlab.memory import (
-    DTYPE_BYTES,
-    MemoryEstimate,
-    TrainingSetup,
-    check_tensor_parallel,
-    fits,
-)
+from llmlab.bench import GpuSpec, gpu_names, resolve_gpu_spec
+from llmlab.memory import MemoryEstimate, TrainingSetup, check_tensor_parallel, fits
 from llmlab.models import ModelShape, as_shape, count_parameters, training_flops_per_token
 from llmlab.scale.collectives import ring_seconds, send_seconds
+from llmlab.scale.comm_cost import (
+    DTYPE,
+    PHASES,
+    activation_bytes,
+    bubble_fraction,
+    dp_collectives,
+    tp_bytes,
+)
+from llmlab.scale.layout import Parallel, crosses_nodes, stage_estimate
 from llmlab.scale.links import link
 
-# Short names people type; anything else goes to llmlab.bench's table.
-GPU_ALIASES = {"h100": "H100 SXM", "h200": "H200", "a100": "A100 SXM 80GB",
-               "a100-40gb": "A100 40GB"}  # fmt: skip
 # An assumption: the share of the dense peak a large bf16 matmul-heavy step keeps busy
 # (llmlab.bench: real matmuls reach 60-80% of the datasheet peak; the rest is elementwise work).
 EFFICIENCY = 0.6
-DTYPE = "bf16"  # weights, activations and gradients on the wire
 SECONDS_PER_DAY = 86400
 
 
 def gpu_spec(gpu: str | GpuSpec) -> GpuSpec:
-    """A GPU by alias ("h100"), by its name in llmlab.bench's table, or by its device name."""
-    if isinstance(gpu, GpuSpec):
-        return gpu
-    spec = resolve_gpu_spec(GPU_ALIASES.get(gpu.strip().lower(), gpu))
+    """A GPU with a bf16 peak, as llmlab.bench resolves it: by alias ("h100"), by its name in
+    the table, or by its device name."""
+    spec = resolve_gpu_spec(gpu)
     if spec is None or spec.tflops[DTYPE] is None:
-        known = ", ".join([*GPU_ALIASES, *(s.name for s in GPU_SPECS if s.tflops[DTYPE])])
+        known = ", ".join(gpu_names(DTYPE))
         raise ValueError(f"unknown GPU {gpu!r} (or no {DTYPE} peak): use one of {known}")
     return spec
 
@@ -81,46 +76,12 @@ class Cluster:
     def gpus(self) -> int:
         return self.gpus_per_node * self.nodes
 
-    def link_for(self, dim: str, parallel: "Parallel") -> str:
+    def link_for(self, dim: str, parallel: Parallel) -> str:
         """The link that `parallel`'s "tp", "dp" or "pp" groups are as slow as: the one between
-        nodes when a group has ranks on two (in the mesh's rank order, distributed.layout's)."""
+        nodes when a group has ranks on two (in the mesh's rank order, llmlab.scale.layout's)."""
         p = parallel
         crosses = crosses_nodes(dim, p.dp, p.tp, p.pp, self.gpus_per_node)
         return self.between_nodes if crosses else self.inside_node
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """A layout. Ranks are numbered as the device mesh numbers them: TP fastest, then DP, then
-    PP (llmlab.distributed.layout.RANK_ORDER), so TP groups stay inside a node."""
-
-    dp: int
-    tp: int = 1
-    pp: int = 1
-    zero: int = 0
-    micro_batch: int = 1  # sequences per micro-batch
-    accumulation: int = 1  # micro-batches per step per replica (the pipeline's m)
-    checkpointing: bool = True
-    seq: int = 0  # tokens per sequence; 0: the model's context
-    virtual_stages: int = 1  # interleaved 1F1B: each GPU holds this many chunks of layers
-
-    def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batch", "accumulation", "virtual_stages"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.zero not in (0, 1, 2, 3):
-            raise ValueError(f"zero must be a ZeRO stage 0-3, got {self.zero!r}")
-
-    @property
-    def gpus(self) -> int:
-        return self.dp * self.tp * self.pp
-
-    def describe(self) -> str:
-        zero = f" ZeRO-{self.zero}" if self.zero else ""
-        chunks = f" ({self.virtual_stages} chunks)" if self.virtual_stages > 1 else ""
-        return (f"DP {self.dp}{zero} x TP {self.tp} x PP {self.pp}{chunks}, micro-batch "
-                f"{self.micro_batch} x {self.accumulation}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -223,28 +184,13 @@ def _check(shape, cluster, p, tokens, efficiency, overlap, achieved_tflops) -> N
         raise ValueError(f"achieved_tflops must be positive TFLOP/s per GPU, got {achieved_tflops}")
 
 
-def _activation_bytes(shape: ModelShape, p: Parallel, seq: int) -> float:
-    """One micro-batch's hidden states: what PP passes on."""
-    return p.micro_batch * seq * shape.d_model * DTYPE_BYTES[DTYPE]
-
-
-def tp_bytes(shape: ModelShape, p: Parallel, seq: int) -> float:
-    """Bytes one GPU sends for tensor parallelism in a step: Lab 04's count for a forward and
-    backward of the stage's blocks (llmlab.distributed.tensor_parallel), per micro-batch."""
-    layers = math.ceil(shape.n_layer / p.pp)
-    one_pass = tensor_parallel_bytes(p.micro_batch, seq, shape.d_model, layers, p.tp,
-                                     DTYPE_BYTES[DTYPE])["sent"]  # fmt: skip
-    recomputed = 1.5 if p.checkpointing else 1.0  # the recomputed forward all-reduces 2 more
-    return one_pass * recomputed * p.accumulation
-
-
 def _tp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> float:
     if p.tp == 1:
         return 0.0
     per_layer = 6 if p.checkpointing else 4  # 2 forward, 2 backward, 2 in the recomputation
     all_reduces = per_layer * math.ceil(shape.n_layer / p.pp) * p.accumulation
-    # Each ring all-reduce takes 2 (tp - 1) steps, one message each.
-    messages = all_reduces * 2 * (p.tp - 1)
+    # Each ring all-reduce takes 2 phases of tp - 1 steps, one message each.
+    messages = all_reduces * PHASES["all_reduce"] * (p.tp - 1)
     return link(cluster.link_for("tp", p)).seconds(tp_bytes(shape, p, seq), messages)
 
 
@@ -254,25 +200,7 @@ def _pp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> f
     # Forward and backward time slots of the schedule; interleaving sends v times as often.
     slots = 2 * (p.accumulation * p.virtual_stages + p.pp - 1)
     over = cluster.link_for("pp", p)
-    return slots * send_seconds(_activation_bytes(shape, p, seq) / p.tp, over)
-
-
-def dp_collectives(parameters: float, zero: int, accumulation: int = 1) -> list[tuple[str, float]]:
-    """(kind, full tensor bytes) of the data-parallel traffic of one step, for `parameters`
-    held (unsharded) by one GPU: 16-bit gradients and weights."""
-    nbytes = parameters * DTYPE_BYTES[DTYPE]
-    if zero == 0:
-        return [("all_reduce", nbytes)]
-    if zero in (1, 2):  # the ZeRO paper's traffic: as much as one all-reduce
-        return [("reduce_scatter", nbytes), ("all_gather", nbytes)]
-    return [("all_gather", nbytes), ("all_gather", nbytes), ("reduce_scatter", nbytes)] * (
-        accumulation)
-
-
-def dp_bytes(parameters: float, dp: int, zero: int, accumulation: int = 1) -> float:
-    """Bytes one GPU sends for data parallelism in a step (llmlab.distributed.comm's ring_bytes)."""
-    collectives = dp_collectives(parameters, zero, accumulation)
-    return sum(ring_bytes(kind, nbytes, dp) for kind, nbytes in collectives)
+    return slots * send_seconds(activation_bytes(shape, p, seq) / p.tp, over)
 
 
 def _dp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel) -> float:

@@ -24,11 +24,11 @@ from llmlab.course.checks import (
     real_number,
 )
 from llmlab.distributed import LaunchError, launch
-from llmlab.distributed.layout import choose_layouts, stage_estimate
 from llmlab.distributed.tensor_parallel import CopyToTensorParallel, ReduceFromTensorParallel
 from llmlab.env import GB
 from llmlab.memory import TrainingSetup
 from llmlab.models import preset
+from llmlab.scale.layout import choose_layouts, stage_estimate
 
 WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
 NOT_DONE = "not done"  # what a worker sends back when the learner's code is still the stub
@@ -514,8 +514,9 @@ def peak_in_flight(slots: dict) -> int:
     return peak
 
 
-def bubble_fraction(timeline) -> float:
-    """The share of all stage-slots, up to the last one used, that stand idle."""
+def timeline_bubble(timeline) -> float:
+    """The share of all stage-slots, up to the last one used, that stand idle: the bubble a drawn
+    timeline shows (llmlab.scale.comm_cost.bubble_fraction is the formula's, from p and m)."""
     length = max(len(row) for row in timeline)
     busy = sum(op is not None for row in timeline for op in row)
     return 1 - busy / (length * len(timeline))
@@ -663,7 +664,7 @@ def _layout_hint(layout: dict, best, scenario: tuple, layouts: list) -> str | No
 
 
 def choose_layout_reference(model, gpu_gb, gpus_per_node, nodes, inside_node, between_nodes):
-    """The lab's fallback for Exercise 5: the first layout of llmlab.distributed.layout."""
+    """The lab's fallback for Exercise 5: the first layout of llmlab.scale.layout."""
     layouts = choose_layouts(model, gpu_gb, gpus_per_node, nodes, inside_node, between_nodes,
                              setup=LAYOUT_SETUP)  # fmt: skip
     best = layouts[0]
@@ -671,7 +672,7 @@ def choose_layout_reference(model, gpu_gb, gpus_per_node, nodes, inside_node, be
 
 
 @exercise(fallback=choose_layout_reference,
-          fallback_name="llmlab.distributed.layout.choose_layouts")  # fmt: skip
+          fallback_name="llmlab.scale.layout.choose_layouts")  # fmt: skip
 def exercise_choose_layout(choose_layout) -> None:
     """Exercise 5: choose_layout(model, gpu_gb, gpus_per_node, nodes, inside, between)."""
     name = "Exercise 5 (choosing a layout)"

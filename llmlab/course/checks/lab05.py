@@ -13,9 +13,11 @@ from llmlab.course.checks import ExerciseFailed, call, exercise, passed, real_nu
 from llmlab.distributed.launcher_env import launcher_env
 from llmlab.models import count_parameters, preset
 from llmlab.scale.collectives import ring_seconds
+from llmlab.scale.comm_cost import dp_collectives
+from llmlab.scale.layout import Parallel
 from llmlab.scale.links import Link, gbit_to_bytes, link
 from llmlab.scale.search import search_layouts
-from llmlab.scale.simulate import Cluster, Parallel, Prediction, dp_collectives, simulate
+from llmlab.scale.simulate import Cluster, Prediction, simulate
 
 REL = 1e-6  # the same formula in another order differs by rounding only
 

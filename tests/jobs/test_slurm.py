@@ -12,7 +12,7 @@ import pytest
 from launch_helpers import WORKER, job_env, joined, run
 
 from llmlab.distributed.launch import free_port
-from llmlab.distributed.slurm import sbatch_script, write_sbatch
+from llmlab.jobs.slurm import sbatch_script, write_sbatch
 
 TORCHRUN = f"{sys.executable} -m torch.distributed.run"  # this Python's torchrun
 

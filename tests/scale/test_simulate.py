@@ -7,6 +7,7 @@ import pytest
 from llmlab.distributed.mesh import RankGrid
 from llmlab.models import block_parameters, count_parameters
 from llmlab.scale.collectives import send_seconds
+from llmlab.scale.layout import Parallel
 from llmlab.scale.published import (
     LLAMA3_405B_RUN,
     MEGATRON_TABLE2_175B,
@@ -14,7 +15,7 @@ from llmlab.scale.published import (
     PublishedRun,
     narayanan_days,
 )
-from llmlab.scale.simulate import Cluster, Parallel, hardware_flops_per_token, simulate
+from llmlab.scale.simulate import Cluster, hardware_flops_per_token, simulate
 
 
 def megatron_cluster(run: PublishedRun) -> Cluster:

@@ -14,15 +14,18 @@ planned memory per GPU fits, and ranks them by one stated rule, simplest communi
    gradient and weight traffic would cross that link.
 
 Ties go to fewer model splits, then a lower ZeRO stage, then more free memory. This is a first
-cut on memory alone; Lab 05 adds time (an alpha-beta communication model) on top.
+cut on memory alone; Lab 05 adds time (an alpha-beta communication model, llmlab.scale.search)
+on top.
 
-Ranks are numbered in one order, RANK_ORDER, for the planner's links and for the device mesh
-(llmlab.distributed.mesh) alike: tensor parallel fastest, then data parallel, pipeline slowest.
+A layout to simulate (llmlab.scale.simulate) is a `Parallel`: the degrees, the ZeRO stage and
+the micro-batching. Ranks are numbered in one order, RANK_ORDER, for the planner's links and for
+the rank grid and device mesh (llmlab.distributed.mesh) alike: tensor parallel fastest, then
+data parallel, pipeline slowest.
 """
 
 from dataclasses import dataclass
 
-from llmlab.bench import GPU_SPECS, resolve_gpu_spec
+from llmlab.bench import gpu_names, resolve_gpu_spec
 from llmlab.env import GB
 from llmlab.memory import (
     MemoryEstimate,
@@ -59,6 +62,40 @@ def crosses_nodes(dim: str, dp: int, tp: int, pp: int, gpus_per_node: int) -> bo
 
 
 @dataclass(frozen=True)
+class Parallel:
+    """A layout. Ranks are numbered as the device mesh numbers them: TP fastest, then DP, then
+    PP (RANK_ORDER), so TP groups stay inside a node."""
+
+    dp: int
+    tp: int = 1
+    pp: int = 1
+    zero: int = 0
+    micro_batch: int = 1  # sequences per micro-batch
+    accumulation: int = 1  # micro-batches per step per replica (the pipeline's m)
+    checkpointing: bool = True
+    seq: int = 0  # tokens per sequence; 0: the model's context
+    virtual_stages: int = 1  # interleaved 1F1B: each GPU holds this many chunks of layers
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "micro_batch", "accumulation", "virtual_stages"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"zero must be a ZeRO stage 0-3, got {self.zero!r}")
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def describe(self) -> str:
+        zero = f" ZeRO-{self.zero}" if self.zero else ""
+        chunks = f" ({self.virtual_stages} chunks)" if self.virtual_stages > 1 else ""
+        return (f"DP {self.dp}{zero} x TP {self.tp} x PP {self.pp}{chunks}, micro-batch "
+                f"{self.micro_batch} x {self.accumulation}")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Layout:
     dp: int
     tp: int
@@ -78,12 +115,13 @@ class Layout:
 
 
 def gpu_memory_gb(gpu: str | float) -> float:
-    """GB of a GPU named in llmlab.bench's table ("H100 SXM", "A100 40GB"), or a number of GB."""
+    """GB of a GPU as llmlab.bench resolves it ("h100", "H100 SXM", "A100 40GB"), or a number of
+    GB."""
     if isinstance(gpu, int | float):
         return float(gpu)
     spec = resolve_gpu_spec(gpu)
     if spec is None:
-        names = ", ".join(s.name for s in GPU_SPECS)
+        names = ", ".join(gpu_names())
         raise ValueError(f"unknown GPU {gpu!r}: use one of {names}, or its memory in GB")
     return spec.memory_gb
 

@@ -2,15 +2,15 @@
 
 import pytest
 
-from llmlab.distributed.layout import (
+from llmlab.memory import TrainingSetup, estimate_memory
+from llmlab.models import ModelShape
+from llmlab.scale.layout import (
     choose_layouts,
     crosses_nodes,
     gpu_memory_gb,
     layout_table,
     stage_estimate,
 )
-from llmlab.memory import TrainingSetup, estimate_memory
-from llmlab.models import ModelShape
 
 GPT2_STEP = TrainingSetup(batch=8, seq=1024)
 LLAMA_STEP = TrainingSetup(batch=1, seq=4096, checkpointing=True)
@@ -89,6 +89,14 @@ def test_gpu_memory_by_name_or_number():
     assert gpu_memory_gb("H200") == 141 and gpu_memory_gb("a100 40gb") == 40
     assert gpu_memory_gb("NVIDIA H100 80GB HBM3") == 80  # a device name, as torch reports it
     assert gpu_memory_gb(24) == 24.0
+
+
+def test_the_planners_take_the_same_gpu_names():
+    # One resolver (llmlab.bench.resolve_gpu_spec): the alias `llmlab plan --gpu` and
+    # Cluster(gpu=...) take works for choose_layouts too.
+    assert gpu_memory_gb("h100") == 80 and gpu_memory_gb("a100-40gb") == 40
+    by_alias = choose_layouts("gpt2-124m", "h100", setup=GPT2_STEP)
+    assert by_alias == choose_layouts("gpt2-124m", "H100 SXM", setup=GPT2_STEP) != []
 
 
 def test_a_pipeline_is_planned_by_its_most_loaded_stage_each_with_its_own_items():

@@ -79,7 +79,7 @@ _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 def collectors_csv() -> str:
     """dcgm-exporter's counter file for `FIELDS`: one `field, type, help` line each."""
-    lines = ["# DCGM FIELD, Prometheus metric type, help message (llmlab.distributed.dcgm)"]
+    lines = ["# DCGM FIELD, Prometheus metric type, help message (llmlab.jobs.dcgm)"]
     lines += [f"{f.field}, {f.kind}, {f.what} (in {f.unit})." for f in FIELDS]
     return "\n".join(lines) + "\n"
 

@@ -1,6 +1,6 @@
 """DeepSpeed's launcher (`deepspeed`): the command lines llmlab builds, its hostfile, and real runs
 on this machine: two "nodes" started without ssh, and a failing rank. (Two processes on one
-machine, training Lab 04's ZeRO-2: tests/test_deepspeed_run.py.)"""
+machine, training Lab 04's ZeRO-2: tests/distributed/test_deepspeed_run.py.)"""
 
 import subprocess
 import sys

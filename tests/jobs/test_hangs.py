@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from llmlab.distributed import launch
-from llmlab.distributed.hangs import (
+from llmlab.jobs.hangs import (
     CollectiveCall,
     explain_hang,
     hang_debug_env,

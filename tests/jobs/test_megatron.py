@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmlab.distributed.megatron import (
+from llmlab.jobs.megatron import (
     MEGATRON_NAMES,
     megatron_args,
     megatron_command,

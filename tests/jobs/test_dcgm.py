@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from llmlab.distributed import dcgm
+from llmlab.jobs import dcgm
 from llmlab.train.metrics import StepMetrics
 
 # What `curl localhost:9400/metrics` prints, trimmed to two GPUs: labels in the exporter's style

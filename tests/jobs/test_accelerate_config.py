@@ -9,7 +9,7 @@ import pytest
 import torch
 from launch_helpers import job_env, run
 
-from llmlab.distributed.accelerate_config import accelerate_config, write_accelerate_config
+from llmlab.jobs.accelerate_config import accelerate_config, write_accelerate_config
 
 WORKER = Path(__file__).resolve().parent / "accelerate_worker.py"
 

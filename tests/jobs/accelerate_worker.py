@@ -1,4 +1,4 @@
-"""Run by tests/test_accelerate_config.py under `accelerate launch`: one all-reduce, one line.
+"""Run by tests/jobs/test_accelerate_config.py under `accelerate launch`: one all-reduce, one line.
 
 Each process prints `accelerate rank=R world=W type=T sum=S`; the sum of rank+1 over the ranks
 proves they formed one group.

@@ -26,11 +26,11 @@ from llmlab.distributed.tensor_parallel import (
     gpt2_layout,
     model_shape,
     prepare_for_tensor_parallel,
-    tensor_parallel_bytes,
     tensor_parallel_plan,
 )
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import build_model, preset
+from llmlab.scale.comm_cost import tensor_parallel_bytes
 
 TOLERANCE = 1e-5  # the target for TP vs one process, relative, fp32
 

@@ -11,7 +11,7 @@ import pytest
 from fake_machines import h100_box, make_report
 
 from llmlab import env
-from llmlab.distributed.nccl_env import (
+from llmlab.jobs.nccl_env import (
     BY_NAME,
     DEPRECATED,
     VARIABLES,

@@ -19,7 +19,7 @@ class Launcher:
     command: str  # how it is typed
     starts: str  # which processes it starts, and where
     rank_from: str  # where each process reads its rank and the world size
-    helpers: tuple[str, ...]  # llmlab names, relative to llmlab.distributed; () for none
+    helpers: tuple[str, ...]  # llmlab names, relative to llmlab.distributed or llmlab.jobs
 
 
 LAUNCHERS = (

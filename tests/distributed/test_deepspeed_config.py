@@ -134,7 +134,7 @@ def test_zero_on_one_gpu_warns_that_nothing_is_sharded():
 @needs_deepspeed
 def test_importing_deepspeed_after_llmlab_prints_nothing():
     """DeepSpeed warns at import on machines without a GPU; llmlab hides that once."""
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])  # the repository
     env = {**os.environ, "PYTHONPATH": root, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("DS_ACCELERATOR", None)
     done = subprocess.run([sys.executable, "-c", "import llmlab, deepspeed"], env=env,

@@ -16,7 +16,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from llmlab.distributed import LaunchError
-from llmlab.distributed.accelerate_notebook import notebook_launch
+from llmlab.jobs.accelerate_notebook import notebook_launch
 
 STEPS = 3
 

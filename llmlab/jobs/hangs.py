@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from llmlab.data.atomic import write_atomically
 from llmlab.distributed.launch import launch
 
 FLIGHT_RECORDER_ENTRIES = "2000"  # the newest collectives each rank remembers (a ring buffer)
@@ -130,10 +131,7 @@ def dump_flight_record(prefix: str | Path) -> Path:
     from torch._C._distributed_c10d import _dump_fr_trace  # no public name yet in torch 2.13
 
     path = Path(f"{prefix}{dist.get_rank()}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(_dump_fr_trace())
-    temporary.replace(path)  # a reader never sees half a dump
+    write_atomically(path, _dump_fr_trace())  # a reader never sees half a dump
     return path
 
 

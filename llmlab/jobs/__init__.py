@@ -1,0 +1,17 @@
+"""What surrounds a training job and never runs inside it: launch files, the job's environment,
+and what to read when it goes wrong. Nothing here imports the trainer (llmlab.train).
+
+One concern per module:
+- `slurm`: an sbatch script for N nodes x G GPUs (srun starts one torchrun per node).
+- `accelerate_config`: a config for `accelerate launch` that really starts N processes.
+- `accelerate_notebook`: Accelerate's `notebook_launcher` made to start one group on a CPU.
+- `megatron`: the course's names as Megatron-LM arguments, and a command line.
+- `launchers`: every launcher side by side: what it starts, where ranks come from, our helpers.
+- `nccl_env`: the NCCL/gloo environment variables explained; the doctor's checks of them.
+- `dcgm`: DCGM fields for the course's GPU readings; running dcgm-exporter beside a job.
+- `hangs`: which rank never reached which collective (flight records compared); debug settings.
+"""
+
+from llmlab.jobs.slurm import sbatch_script, write_sbatch
+
+__all__ = ["sbatch_script", "write_sbatch"]
