@@ -1,6 +1,8 @@
-"""Training throughput: llmlab.train against a bare PyTorch loop and the Hugging Face Trainer.
+"""Training throughput: llmlab.train against a bare PyTorch loop and the Hugging Face Trainer;
+with --recipes, Lab 03's smoke recipe against the one it replaced, trained in full.
 
     python benchmarks/train_throughput.py [--rounds 3] [--steps 8] [--no-compile]
+    python benchmarks/train_throughput.py --recipes
 
 Same model shape (GPT-2 style, 4 layers, width 256, 4 heads), same data (Lab 01's smoke shards),
 sequence 256, batch 8. Every variant runs `--steps` steps per round and the rounds alternate
@@ -16,6 +18,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -23,11 +26,22 @@ from torch.utils.data import IterableDataset
 from transformers import Trainer as HFTrainer
 from transformers import TrainerCallback, TrainingArguments
 
-from llmlab.bench import measure_matmul
+from llmlab import bench
+from llmlab.bench import markdown_table, measure_matmul
 from llmlab.course import artifacts_dir
+from llmlab.course.pretrained import lab03_config
 from llmlab.data import prepare_default_dataset
 from llmlab.data.loaders import RandomWindows
+from llmlab.data.pipeline import PROFILE_SPECS, prepare_dataset
+from llmlab.data.shards import read_tokens
 from llmlab.device import choose_dtype
+from llmlab.evaluate import (
+    bits_per_byte,
+    compressor_bits_per_byte,
+    held_out_windows,
+    score_tokens,
+    token_byte_lengths,
+)
 from llmlab.models import build_model, preset, training_flops_per_token
 from llmlab.train import TrainConfig, Trainer
 
@@ -39,6 +53,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8, help="timed steps per variant and round")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    parser.add_argument("--recipes", action="store_true",
+                        help="train Lab 03's smoke recipe and the old one in full (about 6 min)")
     return parser.parse_args()
 
 
@@ -143,8 +159,53 @@ def intervals(ends: list[float]) -> list[float]:
     return [b - a for a, b in zip(ends, ends[1:], strict=False)]
 
 
+# Lab 03's smoke recipe until the model had to learn enough to show the later labs' effects: an
+# 8192-token vocabulary, one pass over the smoke subset; it barely beat gzip on held-out text.
+OLD_SMOKE = {"vocab_size": 8192, "max_steps": 300, "micro_batch_size": 8, "warmup_steps": 30}
+
+
+def held_out_bits_per_byte(model, dataset) -> float:
+    """Bits per byte over the whole validation split (consecutive windows of 128 tokens)."""
+    windows = held_out_windows(read_tokens(dataset.val), 128)
+    lengths = token_byte_lengths(dataset.load_tokenizer())
+    return bits_per_byte(score_tokens(model, windows), windows, lengths)
+
+
+def compare_recipes() -> None:
+    """Train the old and today's smoke recipe in full; tokens/s and held-out bits per byte."""
+    rows = []
+    for name, changes in [("old smoke recipe", OLD_SMOKE), ("Lab 03's smoke recipe", {})]:
+        changes = dict(changes)
+        vocab = changes.pop("vocab_size", PROFILE_SPECS["smoke"].vocab_size)
+        spec = replace(PROFILE_SPECS["smoke"], vocab_size=vocab)
+        dataset = prepare_dataset(artifacts_dir(), spec)
+        config = lab03_config("smoke", progress=False, eval_interval=10**9, **changes)
+        data = RandomWindows(dataset.train, config.seq_len, config.micro_batch_size,
+                             tokenizer=dataset.fingerprint, seed=0)  # fmt: skip
+        model = build_model(preset("tiny", vocab_size=dataset.vocab_size))
+        start = time.perf_counter()
+        Trainer(model, config, data).fit()
+        seconds = time.perf_counter() - start
+        tokens = config.max_steps * config.micro_batch_size * config.seq_len
+        rows.append({
+            "recipe": name, "vocabulary": vocab,
+            "steps x batch": f"{config.max_steps} x {config.micro_batch_size} x {config.seq_len}",
+            "seconds": f"{seconds:.0f}", "tokens/s": f"{tokens / seconds:,.0f}",
+            "held-out bits/byte": f"{held_out_bits_per_byte(model, dataset):.3f}",
+        })  # fmt: skip
+    text = dataset.load_tokenizer().decode(read_tokens(dataset.val), skip_special_tokens=True)
+    compressors = compressor_bits_per_byte(text.encode("utf-8"))
+    print(markdown_table(rows))
+    print("the same held-out bytes: " + ", ".join(f"{k} {v:.3f}" for k, v in compressors.items())
+          + " bits per byte")
+    bench.warn_if_busy()
+
+
 def main() -> None:
     args = parse_args()
+    if args.recipes:
+        compare_recipes()
+        return
     torch.manual_seed(0)
     dataset = prepare_default_dataset(artifacts_dir(), "smoke")
     # context SEQ + 1: the HF Trainer gets rows of SEQ + 1 tokens (it shifts labels itself).

@@ -22,7 +22,7 @@ def tiny_corpus(monkeypatch):
 
 
 def test_profiles_use_vocabularies_that_fit_uint16():
-    assert pipeline.PROFILE_SPECS["smoke"].vocab_size == 8192
+    assert pipeline.PROFILE_SPECS["smoke"].vocab_size == 2048
     assert pipeline.PROFILE_SPECS["full"].vocab_size == 32768
     with pytest.raises(ValueError, match="unknown profile 'tiny'"):
         prepare_default_dataset("unused", "tiny")

@@ -206,7 +206,7 @@ def test_lora_under_autocast_keeps_frozen_weights_in_fp32_with_16_bit_copies():
     """torch.autocast (fp32_grads=True) leaves every weight fp32; each frozen matrix a matmul
     uses gets a 16-bit copy that backward keeps, except 4-bit ones (dequantized per call)."""
     blocks = 4 * (256 * 768 + 256 * 256 + 2 * 256 * 1024)
-    head, adapters = 8192 * 256, 4 * 8 * (1024 + 512 + 1280 + 1280)
+    head, adapters = 2048 * 256, 4 * 8 * (1024 + 512 + 1280 + 1280)
     frozen = count_parameters("tiny").total - blocks
     lora = estimate_memory("tiny", dtype="bf16", fp32_grads=True, lora_rank=8)
     assert lora.items["weights"] == (frozen + blocks + adapters) * 4

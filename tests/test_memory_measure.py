@@ -41,8 +41,10 @@ def test_other_setups_are_predicted_within_10_percent(changes):
     measured = memory.measure("tiny", setup)
     predicted = estimate_memory("tiny", setup)
     assert measured.peak_bytes == pytest.approx(predicted.peak, rel=0.10)
-    if changes.get("attention") == "sdpa":  # the CPU kernel's two copies: 8% more
-        assert 1.0 < measured.activations / _activations(predicted) < 1.10
+    if changes.get("attention") == "sdpa":
+        # The CPU kernel keeps two copies the plan does not count; their share of the
+        # activations grows as the logits shrink: 8% more with 8192 tokens, 11% with 2048.
+        assert 1.0 < measured.activations / _activations(predicted) < 1.15
 
 
 def test_the_tracker_agrees_with_torch_memtracker():
@@ -50,7 +52,7 @@ def test_the_tracker_agrees_with_torch_memtracker():
 
     model = build_model("tiny", attention="eager")
     optimizer = memory.make_optimizer(model.parameters(), "adamw")
-    input_ids = torch.randint(0, 8192, (2, 128))
+    input_ids = torch.randint(0, model.config.vocab_size, (2, 128))
     memory.training_step(model, optimizer, input_ids)  # create the optimizer's state
     with memory.MemoryTracker(model, optimizer) as ours:
         memory.training_step(model, optimizer, input_ids, tracker=ours)

@@ -1,11 +1,14 @@
 """Later labs get Lab 03's model: loaded from the artifacts folder when Lab 03 saved it, trained
 with Lab 03's recipe when it did not."""
 
+import json
+
 import pytest
 from train_fakes import tiny_gpt2
 from transformers import GPT2LMHeadModel
 
 from llmlab.course import pretrained
+from llmlab.data.checksums import write_folder_checksums
 from llmlab.train import TrainConfig
 
 
@@ -37,7 +40,7 @@ def test_a_missing_model_is_trained_with_the_recipe_then_saved(artifacts, monkey
     monkeypatch.setattr(pretrained, "lab03_config", two_steps)
     model, tokenizer = pretrained.trained_model("smoke", progress=False)
     assert (artifacts / "lab03-smoke-model" / "model.safetensors").is_file()
-    assert model.config.vocab_size == len(tokenizer) == 8192
+    assert model.config.vocab_size == len(tokenizer) == 2048
 
 
 def test_the_recipes_are_valid_configs():
@@ -45,3 +48,75 @@ def test_the_recipes_are_valid_configs():
         assert isinstance(pretrained.lab03_config(profile_name), TrainConfig)
     with pytest.raises(ValueError, match="unknown profile"):
         pretrained.lab03_config("huge")
+
+
+def test_a_model_from_another_recipe_is_trained_again(artifacts, monkeypatch):
+    """A model saved before the recipe changed (or before recipes were recorded) is not reused:
+    later labs would read a new tokenizer's ids with an old model."""
+    from test_train_interop import tiny_tokenizer
+
+    folder = pretrained.save_trained_model(tiny_gpt2(), tiny_tokenizer(), "smoke")
+    assert pretrained.why_train_again("smoke") is None
+    trained = []
+    monkeypatch.setattr(pretrained, "train_lab03_model", lambda *a, **k: trained.append(1))
+    stamp = folder / pretrained.RECIPE_FILE
+    changed = json.loads(stamp.read_text())
+    changed["recipe"]["max_steps"] += 1
+    stamp.write_text(json.dumps(changed))
+    write_folder_checksums(folder)  # saved whole, by another recipe
+    pretrained.trained_model("smoke")
+    stamp.unlink()  # a model saved before recipes were recorded
+    pretrained.trained_model("smoke")
+    assert len(trained) == 2
+    assert "another recipe" in pretrained.why_train_again("smoke")
+
+
+def test_a_damaged_model_is_trained_again(artifacts, monkeypatch):
+    from test_train_interop import tiny_tokenizer
+
+    folder = pretrained.save_trained_model(tiny_gpt2(), tiny_tokenizer(), "smoke")
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0xFF  # a flipped byte in the last tensor
+    weights.write_bytes(bytes(data))
+    assert "is damaged: model.safetensors" in pretrained.why_train_again("smoke")
+    trained = []
+    monkeypatch.setattr(pretrained, "train_lab03_model", lambda *a, **k: trained.append(1))
+    pretrained.trained_model("smoke")
+    assert trained == [1]
+
+
+def test_two_labs_asking_at_once_train_one_model(artifacts, monkeypatch):
+    """The second caller waits on the lock while the first trains, then loads what it saved.
+    Without the lock the second would look for the model during the first one's training (the
+    training below waits up to 2 s for that look) and train a second copy."""
+    import threading
+
+    from test_train_interop import tiny_tokenizer
+
+    trainings, looks = [], []
+    started, second_looked = threading.Event(), threading.Event()
+    real_check = pretrained.why_train_again
+
+    def watched_check(profile_name):
+        looks.append(profile_name)
+        if len(looks) == 2:
+            second_looked.set()
+        return real_check(profile_name)
+
+    def slow_training(profile_name, progress=True):
+        trainings.append(profile_name)
+        started.set()
+        second_looked.wait(2)
+        pretrained.save_trained_model(tiny_gpt2(), tiny_tokenizer(), profile_name)
+
+    monkeypatch.setattr(pretrained, "why_train_again", watched_check)
+    monkeypatch.setattr(pretrained, "train_lab03_model", slow_training)
+    first = threading.Thread(target=pretrained.trained_model, args=("smoke",))
+    first.start()
+    started.wait(10)
+    second = threading.Thread(target=pretrained.trained_model, args=("smoke",))
+    second.start()
+    first.join(30)
+    second.join(30)
+    assert trainings == ["smoke"] and len(looks) == 2

@@ -85,12 +85,16 @@ QLORA_STEP = TrainingSetup(batch=4, seq=128, dtype="fp32", optimizer="adamw",
                            fused_optimizer=True, lora_rank=8, weights_4bit="nf4")  # fmt: skip
 
 
+# bitsandbytes keeps a small quant state per NF4 matrix (its codebook and the nested absmax
+# constants) that the plan leaves out: about 1.1 KB for each of the tiny model's 16 matrices.
+NF4_EXTRAS = 16 * 1200
+
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
 def test_measured_peak_is_within_10_percent_of_the_plan(attention):
     step = qlora_memory("tiny", QLORA_STEP.replace(attention=attention))
     rows = step.rows()
     measured, planned = rows["weights (NF4 blocks, rest, adapters)"]
-    assert measured == pytest.approx(planned, rel=0.003)  # the codebooks: 0.16 % more
+    assert 0 <= measured - planned <= NF4_EXTRAS
     assert rows["adapter gradients"][0] == rows["adapter gradients"][1]
     measured, planned = rows["adapter optimizer states"]
     assert measured == pytest.approx(planned, abs=1024)  # plus AdamW's step counters
@@ -142,12 +146,14 @@ def test_autocast_qlora_is_planned_with_fp32_frozen_weights_and_the_head_copy():
     setup = QLORA_STEP.replace(dtype="bf16", fp32_grads=True, attention="sdpa")
     step = qlora_memory("tiny", setup)
     measured, planned = step.rows()["weights (NF4 blocks, rest, adapters)"]
-    assert measured == pytest.approx(planned, rel=0.003)
-    head = 8192 * 256  # the tiny preset's (tied) LM head
+    assert 0 <= measured - planned <= NF4_EXTRAS
+    head = 2048 * 256  # the tiny preset's (tied) LM head
     adapters = step.planned.items["gradients"] / 4  # fp32 gradients under autocast
     assert step.planned.items["16-bit weight copies"] == 2 * (head + adapters)
-    # The 4-bit layers return fp32 activations where the plan counts 16 bits: 8 % over.
-    assert step.ratio == pytest.approx(1.0, abs=0.10)
+    # The 4-bit layers return fp32 activations where the plan counts 16 bits (not modelled):
+    # 8% over with an 8192-token vocabulary, 26% with 2048, where the blocks' activations
+    # weigh more against the logits'.
+    assert 1.0 < step.ratio < 1.30
 
 
 def test_pure_16_bit_qlora_is_not_measured():

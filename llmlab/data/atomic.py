@@ -2,6 +2,7 @@
 file under the real name, and readers see either the old version or the new one."""
 
 import contextlib
+import fcntl
 import os
 import shutil
 import uuid
@@ -80,3 +81,12 @@ def replace_folder(new: Path, target: Path) -> None:
         os.replace(target, aside)
     os.replace(new, target)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (another process waits here until it is
+    released): one process builds a shared artifact while the others wait, then reuse it."""
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, even on a crash
+        yield

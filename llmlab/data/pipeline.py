@@ -4,7 +4,6 @@
 it is intact, and is safe to call from several processes at once.
 """
 
-import fcntl
 import json
 import platform
 import shutil
@@ -17,7 +16,12 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerFast
 
-from llmlab.data.atomic import remove_temporaries, replace_folder, temporary_sibling
+from llmlab.data.atomic import (
+    exclusive_lock,
+    remove_temporaries,
+    replace_folder,
+    temporary_sibling,
+)
 from llmlab.data.clean import CleaningConfig, CleaningReport, clean_documents
 from llmlab.data.corpus import corpus_version, load_corpus
 from llmlab.data.documents import Document, total_bytes
@@ -46,7 +50,10 @@ class DatasetSpec:
 
 
 PROFILE_SPECS = {
-    "smoke": DatasetSpec("builtin-smoke", vocab_size=8192),
+    # A small vocabulary at smoke: the embedding and the output layer stay a small share of a
+    # tiny model's parameters and FLOPs, so its training time goes into the blocks, where
+    # what the later labs prune and quantize learns the language.
+    "smoke": DatasetSpec("builtin-smoke", vocab_size=2048),
     "full": DatasetSpec("builtin", vocab_size=32768),
 }
 
@@ -193,14 +200,6 @@ def open_dataset(root: str | Path, spec: DatasetSpec | None = None) -> DatasetPa
     return paths
 
 
-@contextmanager
-def _exclusive_lock(path: Path):
-    """Hold an exclusive lock on `path` (another process waits here until it is released)."""
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, even on a crash
-        yield
-
-
 def prepare_dataset(out_dir: str | Path, spec: DatasetSpec) -> DatasetPaths:
     """The dataset for `spec` under `out_dir`: reused when intact (and, for a folder of your own
     files, when none was added, removed or edited since), else built.
@@ -212,7 +211,7 @@ def prepare_dataset(out_dir: str | Path, spec: DatasetSpec) -> DatasetPaths:
     out_dir.mkdir(parents=True, exist_ok=True)
     name = f"data-{Path(spec.corpus).name}-{spec.vocab_size}"
     root = out_dir / name
-    with _exclusive_lock(out_dir / f".{name}.lock"):
+    with exclusive_lock(out_dir / f".{name}.lock"):
         try:
             return open_dataset(root, spec)
         except DataError:
@@ -230,7 +229,7 @@ def prepare_dataset(out_dir: str | Path, spec: DatasetSpec) -> DatasetPaths:
 def prepare_default_dataset(
     out_dir: str | Path, profile_name: str, corpus: str | None = None
 ) -> DatasetPaths:
-    """The course's tokenizer and shards for a profile ("smoke": 8192-token vocabulary on a
+    """The course's tokenizer and shards for a profile ("smoke": 2048-token vocabulary on a
     subset of the built-in corpus; "full": 32768 on all of it), optionally on another corpus."""
     if profile_name not in PROFILE_SPECS:
         raise ValueError(f"unknown profile {profile_name!r}: use one of {sorted(PROFILE_SPECS)}")

@@ -19,18 +19,16 @@ def fine_tuned(
     return model.eval()
 
 
-def ptq_against_qat(
+def qat_variants(
     model: torch.nn.Module,
     make_batches: Callable[[], BatchSource],
-    windows: Sequence[torch.Tensor],
     calibration: Sequence[torch.Tensor],
     config: TrainConfig,
     *,
     bits: int = 4,
     group_size: int = 128,
-    batch_size: int = 8,
-) -> dict[str, float]:
-    """Perplexity on `windows` of copies of the trained `model` (left untouched):
+) -> dict[str, torch.nn.Module]:
+    """Copies of the trained `model` (left untouched), each given the same training budget:
 
     - "float": as it is; "float tuned": fine-tuned `config.max_steps` more steps in float;
     - "rtn-4", "gptq-4": the tuned model quantized after training (GPTQ calibrated on the
@@ -50,4 +48,21 @@ def ptq_against_qat(
     prepare_qat(qat, bits, group_size)
     variants[f"qat-{bits}"] = fine_tuned(qat, config, make_batches())
     finish_qat(qat)
+    return variants
+
+
+def ptq_against_qat(
+    model: torch.nn.Module,
+    make_batches: Callable[[], BatchSource],
+    windows: Sequence[torch.Tensor],
+    calibration: Sequence[torch.Tensor],
+    config: TrainConfig,
+    *,
+    bits: int = 4,
+    group_size: int = 128,
+    batch_size: int = 8,
+) -> dict[str, float]:
+    """Perplexity on `windows` of each of `qat_variants`."""
+    variants = qat_variants(model, make_batches, calibration, config, bits=bits,
+                            group_size=group_size)  # fmt: skip
     return {name: perplexity(variant, windows, batch_size) for name, variant in variants.items()}

@@ -17,9 +17,11 @@ from transformers import (
     LlamaForCausalLM,
 )
 
+from llmlab.data.pipeline import PROFILE_SPECS
+
 FAMILIES = ("gpt2", "llama")
 ATTENTION = ("sdpa", "eager")  # fused scaled-dot-product attention, or the textbook matmuls
-SMOKE_VOCAB = 8192  # the vocabulary of the tokenizer Lab 01 trains at the smoke scale
+SMOKE_VOCAB = PROFILE_SPECS["smoke"].vocab_size  # of the tokenizer Lab 01 trains at smoke
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def test_gpt2_smoke_model_command_runs_on_mock_data():
     assert words[:4] == ["torchrun", "--nproc_per_node=2", "--nnodes=1", "pretrain_gpt.py"]
     flags = _flags(words[4:])
     assert flags["--num-layers"] == "4" and flags["--hidden-size"] == "256"
-    assert flags["--vocab-size"] == "8192" and "--mock-data" in flags
+    assert flags["--vocab-size"] == "2048" and "--mock-data" in flags
     assert "--swiglu" not in flags and "--untie-embeddings-and-output-weights" not in flags
     assert "--bf16" not in flags and "--fp16" not in flags  # fp32
 

@@ -1,0 +1,62 @@
+"""Bits per byte: a held-out loss in a unit that does not depend on the tokenizer, so models with
+different vocabularies (smoke and full, or two tokenizers) compare, and so does a compressor.
+
+A model that predicts the next token with probability p can encode it in -log2(p) bits (with an
+arithmetic coder), so its summed loss in bits, divided by the bytes of text it predicted, is the
+size it would compress that text to. gzip and xz on the same bytes are the yardstick: a language
+model that has learned something compresses its held-out text better than they do.
+"""
+
+import gzip
+import lzma
+import math
+from collections.abc import Sequence
+
+import torch
+from tokenizers import pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from llmlab.evaluate.next_token import TokenScores
+
+
+def token_byte_lengths(tokenizer: PreTrainedTokenizerFast) -> torch.Tensor:
+    """How many bytes of text each token id stands for (0 for special tokens such as the
+    end-of-document marker, which are not text); for byte-level BPE tokenizers."""
+    if not isinstance(tokenizer.backend_tokenizer.pre_tokenizer, pre_tokenizers.ByteLevel):
+        raise ValueError(
+            "token_byte_lengths needs a byte-level BPE tokenizer (as Lab 01 trains): this one "
+            f"pre-tokenizes with {type(tokenizer.backend_tokenizer.pre_tokenizer).__name__}"
+        )
+    special = set(tokenizer.all_special_ids)
+    lengths = torch.zeros(len(tokenizer), dtype=torch.long)
+    for token, token_id in tokenizer.get_vocab().items():
+        # Byte-level BPE spells every byte as one character of a 256-character alphabet, so a
+        # token's length in characters is the number of bytes it stands for.
+        lengths[token_id] = 0 if token_id in special else len(token)
+    return lengths
+
+
+def predicted_bytes(windows: Sequence[torch.Tensor], byte_lengths: torch.Tensor) -> int:
+    """Bytes of text behind the tokens the windows predict (each window's tokens 1..)."""
+    return sum(int(byte_lengths[window[1:]].sum()) for window in windows)
+
+
+def bits_per_byte(
+    scores: TokenScores, windows: Sequence[torch.Tensor], byte_lengths: torch.Tensor
+) -> float:
+    """The scored loss (score_tokens on these windows) in bits per byte of predicted text."""
+    n_bytes = predicted_bytes(windows, byte_lengths)
+    if n_bytes == 0:
+        raise ValueError("the windows predict no text bytes (only special tokens)")
+    return scores.nll_sum / math.log(2) / n_bytes
+
+
+def compressor_bits_per_byte(text: bytes) -> dict[str, float]:
+    """Bits per byte that gzip (-9) and xz (-9e) need for the same text."""
+    if not text:
+        raise ValueError("no text to compress")
+    sizes = {
+        "gzip -9": len(gzip.compress(text, compresslevel=9)),
+        "xz -9e": len(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME)),
+    }
+    return {name: 8 * size / len(text) for name, size in sizes.items()}
