@@ -1,4 +1,4 @@
-"""Fixtures shared by several test files, and the order the test command runs them in."""
+"""Fixtures shared by several test files."""
 
 import pytest
 
@@ -15,24 +15,3 @@ def smoke_reference():
     sequences: what every model-parallel run of the same batches must end with."""
     return reference_parameters(global_batches(5, 8, SMOKE_SHAPE), SMOKE_SHAPE, "sgd")[0]
 
-
-# Labs 06 and 07 start from the model Lab 03 trains. Lab 03's notebook runs first and those two
-# last, so they load its model instead of training a copy of their own (two labs asking at once
-# wait for one training: llmlab.course.pretrained). The other notebooks go early: long units of
-# work are best started first. The Makefile turns off xdist's own reordering by size, which would
-# undo this order.
-FIRST = "solutions/03_training.ipynb"
-LAST = ("solutions/06_pruning.ipynb", "solutions/07_quantization.ipynb")
-
-
-def run_order(item) -> int:
-    path = item.nodeid.split("::")[0]
-    if path == FIRST:
-        return 0
-    if path in LAST:
-        return 3
-    return 1 if path.startswith("solutions/") else 2
-
-
-def pytest_collection_modifyitems(items):
-    items.sort(key=run_order)  # a stable sort: each notebook's cells stay in order

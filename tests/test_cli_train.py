@@ -17,6 +17,7 @@ from train_fakes import RandomWindows, tiny_gpt2, token_stream
 
 from llmlab import cli, env
 from llmlab.cli import main
+from llmlab.course.pretrained import lab03_config
 from llmlab.train import TrainConfig, Trainer, TrainResult, read_metrics
 from llmlab.train.run_folder import RunLock
 
@@ -38,7 +39,9 @@ def test_two_processes_train_and_a_second_call_resumes(tmp_path):
     assert "4 steps on 2 process(es)" in second.stdout
     rows = read_metrics(tmp_path)
     assert [row["step"] for row in rows] == [2, 4]  # each run logs its last step; the resumed one
-    assert rows[-1]["tokens_seen"] == 4 * 2 * 8 * 128  # steps x processes x micro-batch x sequence
+    smoke = lab03_config("smoke")
+    # steps x processes x micro-batch x sequence
+    assert rows[-1]["tokens_seen"] == 4 * 2 * smoke.micro_batch_size * smoke.seq_len
 
 
 def torchrun_until(timeout: float, *args: str) -> subprocess.CompletedProcess | None:
