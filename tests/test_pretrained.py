@@ -120,3 +120,36 @@ def test_two_labs_asking_at_once_train_one_model(artifacts, monkeypatch):
     first.join(30)
     second.join(30)
     assert trainings == ["smoke"] and len(looks) == 2
+
+
+def test_two_threads_never_load_the_model_at_once(artifacts, monkeypatch):
+    """from_pretrained swaps PreTrainedModel.tie_weights for a no-op while it loads: two loads at
+    once in one process could leave the no-op behind (the second saves it as "the original"), and
+    every GPT-2 built afterwards in that process had its LM head untied from its embedding. Each
+    load below waits up to 1 s inside for another to join it; under the lock none ever does."""
+    import threading
+
+    from test_train_interop import tiny_tokenizer
+
+    pretrained.save_trained_model(tiny_gpt2(), tiny_tokenizer(), "smoke")
+    loading, most_at_once, other_entered = [], [], threading.Event()
+    real_load = pretrained.AutoModelForCausalLM.from_pretrained
+
+    def watched_load(folder):
+        loading.append(folder)
+        most_at_once.append(len(loading))
+        if len(loading) > 1:
+            other_entered.set()
+        other_entered.wait(1)
+        try:
+            return real_load(folder)
+        finally:
+            loading.pop()
+
+    monkeypatch.setattr(pretrained.AutoModelForCausalLM, "from_pretrained", watched_load)
+    threads = [threading.Thread(target=pretrained.trained_model, args=("smoke",)) for _ in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert most_at_once == [1, 1]

@@ -169,6 +169,9 @@ def trained_model(profile_name: str = "smoke", progress: bool = True):
         if problem := why_train_again(profile_name):
             print(f"{problem}: training it now (the {profile_name} recipe).")
             train_lab03_model(profile_name, progress=progress)
-    folder = model_folder(profile_name)
-    model = AutoModelForCausalLM.from_pretrained(folder)  # safetensors; no remote code
-    return model, PreTrainedTokenizerFast.from_pretrained(folder)
+        # Loaded under the lock too: from_pretrained swaps PreTrainedModel.tie_weights for a no-op
+        # while it loads, so two loads at once in one process can leave the no-op in place, and
+        # every model built afterwards has an LM head untied from its embedding.
+        folder = model_folder(profile_name)
+        model = AutoModelForCausalLM.from_pretrained(folder)  # safetensors; no remote code
+        return model, PreTrainedTokenizerFast.from_pretrained(folder)

@@ -18,6 +18,7 @@ import ctypes
 import functools
 import os
 import pickle
+import random
 import secrets
 import selectors
 import signal
@@ -48,11 +49,19 @@ class LaunchError(RuntimeError):
     """One or more ranks failed, died or hung; the message says which and why."""
 
 
+# Ports below Linux's ephemeral range (32768-60999 by default), which the kernel hands out for
+# outgoing connections and port-0 binds: a port picked there can be taken by any new connection
+# between the moment it is picked and the moment the launched job listens on it.
+_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    """A TCP port nobody is listening on now, for the ranks to meet at (the rendezvous)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A TCP port nobody is listening on now, for a launched job's ranks to meet at."""
+    for port in random.Random().sample(_PORTS, 50):  # its own generator: seeded tests repeat
+        with socket.socket() as probe, contextlib.suppress(OSError):
+            probe.bind(("127.0.0.1", port))
+            return port
+    raise LaunchError(f"no free TCP port among 50 tried in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
 def _check_nprocs(nprocs: int) -> None:
@@ -77,7 +86,7 @@ def _die_with_parent(parent_pid: int, signum: int) -> None:
 
 
 def _rank_main(
-    fn, args, rank, nprocs, port, backend, timeout_s, threads, out_fd, result, parent_pid
+    fn, args, rank, nprocs, listener, backend, timeout_s, threads, out_fd, result, parent_pid
 ) -> None:
     """The body of one forked rank: redirect output, join the group, run, report, leave."""
     os.setpgid(0, 0)  # a process group of its own: stopping it stops what it started too
@@ -86,6 +95,7 @@ def _rank_main(
     os.dup2(out_fd, 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the rank
     sys.stderr = sys.stdout
+    port = listener.getsockname()[1]
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nprocs),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
     # One math thread per rank: N ranks with many OpenMP threads each on a few cores run slower
@@ -93,7 +103,16 @@ def _rank_main(
     torch.set_num_threads(threads)
     code = 0
     try:
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        # Rank 0 serves the rendezvous on the socket the launcher opened before forking, so the
+        # port was never free for another process to take (a port only picked could be).
+        serves = rank == 0
+        store = dist.TCPStore("127.0.0.1", port, nprocs, is_master=serves,
+                              timeout=timedelta(seconds=timeout_s),
+                              master_listen_fd=listener.fileno() if serves else None)  # fmt: skip
+        if not serves:
+            listener.close()
+        dist.init_process_group(backend, store=store, rank=rank, world_size=nprocs,
+                                timeout=timedelta(seconds=timeout_s))  # fmt: skip
         value = fn(*args)
         result.send_bytes(pickle.dumps(("ok", value)))
         leave_process_group()
@@ -156,20 +175,22 @@ def launch(
     if dist.is_initialized():
         raise RuntimeError("launch() starts its own process group: call it outside of one")
     context = get_context("fork")
-    port = free_port()
     ranks = []
-    for rank in range(nprocs):
-        out_read, out_write = os.pipe()
-        result_read, result_write = context.Pipe(duplex=False)
-        process = context.Process(
-            target=_rank_main, name=f"rank {rank}", daemon=True,
-            args=(fn, args, rank, nprocs, port, backend, timeout_s, threads, out_write,
-                  result_write, os.getpid()),
-        )  # fmt: skip
-        process.start()
-        os.close(out_write)  # the parent keeps only the reading ends
-        result_write.close()
-        ranks.append((process, out_read, result_read))
+    # The rendezvous socket, opened here and served by rank 0 (see _rank_main); the launcher's
+    # copy closes once every rank has its own.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        for rank in range(nprocs):
+            out_read, out_write = os.pipe()
+            result_read, result_write = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_rank_main, name=f"rank {rank}", daemon=True,
+                args=(fn, args, rank, nprocs, listener, backend, timeout_s, threads, out_write,
+                      result_write, os.getpid()),
+            )  # fmt: skip
+            process.start()
+            os.close(out_write)  # the parent keeps only the reading ends
+            result_write.close()
+            ranks.append((process, out_read, result_read))
     try:
         return _supervise(ranks, timeout_s)
     finally:

@@ -1,7 +1,9 @@
 """launch() and run_script(): real processes, real gloo groups, and the failures users hit."""
 
+import importlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +15,9 @@ from launch_helpers import job_env, survivors, write_pid, written_pids
 
 from llmlab.distributed import LaunchError, launch, run_script, torchrun_command
 from llmlab.distributed.launch import GRACE_S
+
+# The module itself: the package's name `launch` is the function
+launch_module = importlib.import_module("llmlab.distributed.launch")
 
 needs_linux = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; Linux's prctl")
 
@@ -32,6 +37,27 @@ def test_launch_returns_each_ranks_result_in_order(nprocs, capsys):
     output = capsys.readouterr().out
     for rank in range(nprocs):
         assert f"[rank {rank}] threads=1" in output  # prefixed, and one math thread each
+
+
+def _meeting_port() -> int:
+    return int(os.environ["MASTER_PORT"])
+
+
+def test_launch_never_meets_at_a_port_another_process_can_take(monkeypatch):
+    """A port only picked as free (and closed again) can be taken by any process before rank 0
+    listens on it; CI once lost a run to EADDRINUSE that way. Here every pick is a port already
+    taken: the launcher must not rely on picking one."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        monkeypatch.setattr(launch_module, "free_port", lambda: taken.getsockname()[1])
+        ports = launch(_meeting_port, 2, timeout_s=30)
+        assert ports[0] == ports[1] != taken.getsockname()[1]
+
+
+def test_free_port_is_outside_the_range_the_kernel_hands_out():
+    port = launch_module.free_port()
+    assert 1024 < port < 32768  # below Linux's default ephemeral range (32768-60999)
+    with socket.create_server(("127.0.0.1", port)):
+        pass
 
 
 def test_launch_runs_a_locally_defined_function_with_arguments():
