@@ -51,7 +51,7 @@ def test_the_tracker_agrees_with_torch_memtracker():
     from torch.distributed._tools.mem_tracker import MemTracker
 
     model = build_model("tiny", attention="eager")
-    optimizer = memory.make_optimizer(model.parameters(), "adamw")
+    optimizer = memory.optimizer_by_name(model.parameters(), "adamw")
     input_ids = torch.randint(0, model.config.vocab_size, (2, 128))
     memory.training_step(model, optimizer, input_ids)  # create the optimizer's state
     with memory.MemoryTracker(model, optimizer) as ours:

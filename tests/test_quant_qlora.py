@@ -12,8 +12,8 @@ from transformers.pytorch_utils import Conv1D
 from llmlab.memory import (
     TrainingSetup,
     estimate_memory,
-    make_optimizer,
     measure_training_step,
+    optimizer_by_name,
     prepare,
 )
 from llmlab.prune.targets import prunable_weights
@@ -178,7 +178,7 @@ def test_plain_lora_under_autocast_is_planned_with_its_block_weight_copies():
     names = [name.removesuffix(".weight") for name in prunable_weights(model)]
     model = get_peft_model(model, LoraConfig(r=setup.lora_rank, target_modules=names))
     adapters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(adapters, "adamw", fused=True)
+    optimizer = optimizer_by_name(adapters, "adamw", fused=True)
     measured = measure_training_step(model, optimizer, input_ids, autocast_dtype)
     planned = estimate_memory("tiny", setup)
     assert measured.weights == planned.items["weights"]

@@ -98,10 +98,21 @@ def test_training_lowers_the_validation_loss():
 
 def test_8bit_adamw_trains_on_cpu():
     pytest.importorskip("bitsandbytes")
-    trainer = Trainer(tiny_gpt2(width=64), config(optimizer="adamw8bit", max_steps=2),
+    trainer = Trainer(tiny_gpt2(width=64), config(optimizer="adam-8bit", max_steps=2),
                       RandomWindows(token_stream(), 4))  # fmt: skip
     assert len(trainer.fit().history) == 2
     assert type(trainer.optimizer).__name__ == "AdamW8bit"
+
+
+def test_the_trainer_the_planner_and_deepspeed_name_optimizers_alike():
+    """One vocabulary: a name the trainer or a DeepSpeed config takes is one the planner prices."""
+    from llmlab.distributed.deepspeed_config import OPTIMIZERS as DEEPSPEED
+    from llmlab.memory import OPTIMIZER_STATES
+    from llmlab.train.config import OPTIMIZERS as TRAINER
+
+    assert set(TRAINER) | set(DEEPSPEED) <= set(OPTIMIZER_STATES)
+    with pytest.raises(ValueError, match="adam-8bit"):
+        TrainConfig(optimizer="adamw8bit")  # the trainer's old name for it
 
 
 # ---------------------------------------------------------------- checkpoints

@@ -92,7 +92,7 @@ def test_unknown_strategy_is_named():
     with pytest.raises(ValueError, match="parallel='zero3'.*'ddp', 'zero1', 'fsdp'"):
         TrainConfig(parallel="zero3")
     with pytest.raises(ValueError, match="8-bit"):
-        TrainConfig(parallel="fsdp", optimizer="adamw8bit")
+        TrainConfig(parallel="fsdp", optimizer="adam-8bit")
 
 
 def test_one_process_ignores_the_strategy():

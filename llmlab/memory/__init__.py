@@ -1,7 +1,7 @@
 """Training memory: estimate it by formula, measure it (a tensor tracker on any device, a dry
 run on fake tensors), see which GPUs it fits, and turn an out-of-memory error into options."""
 
-from llmlab.memory.dryrun import dry_run, make_optimizer, measure, prepare
+from llmlab.memory.dryrun import dry_run, measure, optimizer_by_name, prepare
 from llmlab.memory.estimate import (
     CUDA_CONTEXT_BYTES,
     DTYPE_BYTES,
@@ -33,7 +33,7 @@ __all__ = [
     "WEIGHT_BITS_4BIT", "MeasuredStep", "MemoryEstimate", "MemoryTracker", "Option",
     "OutOfMemoryWithAdvice", "TrainingSetup", "block_activation_bytes", "bytes_per_parameter",
     "check_tensor_parallel", "dry_run", "estimate_memory", "fit_table", "fits", "gpus_with",
-    "head_activation_bytes", "layer_activations", "make_optimizer", "measure",
-    "measure_training_step", "memory_options", "model_states", "oom_advice", "prepare",
+    "head_activation_bytes", "layer_activations", "measure", "measure_training_step",
+    "memory_options", "model_states", "oom_advice", "optimizer_by_name", "prepare",
     "tensor_parallel_problem", "training_step",
 ]  # fmt: skip

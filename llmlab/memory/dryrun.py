@@ -10,32 +10,42 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from llmlab.memory.estimate import TrainingSetup
+from llmlab.memory.estimate import OPTIMIZER_STATES, TrainingSetup
 from llmlab.memory.measure import MeasuredStep, measure_training_step
 from llmlab.models import ModelShape, as_shape, build_model
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def make_optimizer(parameters, name: str, fused: bool = False) -> torch.optim.Optimizer:
-    """The optimizer called `name` in `TrainingSetup`: one fused kernel, or else PyTorch's
-    multi-tensor (foreach) implementation, its default on CUDA, chosen on the CPU too so both
-    measure the same."""
+def optimizer_by_name(
+    parameters, name: str, fused: bool = False, lr: float | None = None, **options
+) -> torch.optim.Optimizer:
+    """The optimizer called `name` in the course's vocabulary (`OPTIMIZER_STATES`, shared by the
+    planner and the trainer): one fused kernel, or else PyTorch's multi-tensor (foreach)
+    implementation, its default on CUDA, chosen on the CPU too so both measure the same.
+
+    parameters: tensors or parameter groups; lr defaults to 1e-3 for SGD, 1e-4 for the Adams;
+    options: what the optimizer class takes (betas, weight_decay, ...).
+    """
     parameters = list(parameters)
     kind = {"fused": True} if fused else {"foreach": True}
-    if name == "sgd":
-        return torch.optim.SGD(parameters, lr=1e-3, **kind)
-    if name == "sgd-momentum":
-        return torch.optim.SGD(parameters, lr=1e-3, momentum=0.9, **kind)
-    if name == "adam":
-        return torch.optim.Adam(parameters, lr=1e-4, **kind)
-    if name == "adamw":
-        return torch.optim.AdamW(parameters, lr=1e-4, **kind)
+    if name in ("sgd", "sgd-momentum"):
+        momentum = {"momentum": 0.9} if name == "sgd-momentum" else {}
+        return torch.optim.SGD(parameters, lr=lr or 1e-3, **momentum, **kind, **options)
+    if name in ("adam", "adamw"):
+        adam = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+        return adam(parameters, lr=lr or 1e-4, **kind, **options)
     if name == "adam-8bit":
-        import bitsandbytes  # optional: only this optimizer needs it
-
-        return bitsandbytes.optim.AdamW8bit(parameters, lr=1e-4)
-    raise ValueError(f"unknown optimizer {name!r}")
+        try:
+            import bitsandbytes  # optional: only this optimizer needs it
+        except ImportError as error:
+            raise ImportError(
+                "optimizer 'adam-8bit' needs bitsandbytes: `pip install -c constraints.txt "
+                "bitsandbytes`, or use 'adamw'"
+            ) from error
+        # AdamW's states stored in 8 bits with block-wise scales: 2 bytes/param instead of 8.
+        return bitsandbytes.optim.AdamW8bit(parameters, lr=lr or 1e-4, **options)
+    raise ValueError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZER_STATES)}")
 
 
 def _check_measurable(setup: TrainingSetup) -> None:
@@ -63,7 +73,7 @@ def prepare(
     built = build_model(shape, device, weights_dtype, setup.attention)
     if setup.checkpointing:
         built.activation_checkpointing_enable()
-    optimizer = make_optimizer(built.parameters(), setup.optimizer, setup.fused_optimizer)
+    optimizer = optimizer_by_name(built.parameters(), setup.optimizer, setup.fused_optimizer)
     seq = setup.seq or shape.context
     input_ids = torch.randint(0, shape.vocab_size, (setup.batch, seq), device=device)
     return built, optimizer, input_ids, autocast_dtype

@@ -15,8 +15,8 @@ from llmlab.memory import (
     MemoryEstimate,
     TrainingSetup,
     estimate_memory,
-    make_optimizer,
     measure_training_step,
+    optimizer_by_name,
     prepare,
 )
 from llmlab.models import ModelShape
@@ -95,6 +95,6 @@ def qlora_memory(
     peft_model = qlora_model(base, rank=setup.lora_rank, compute_dtype=weights_dtype)
     del base  # the copy inside peft_model is the one trained; let the original go
     adapters = [p for p in peft_model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(adapters, setup.optimizer, setup.fused_optimizer)
+    optimizer = optimizer_by_name(adapters, setup.optimizer, setup.fused_optimizer)
     measured = measure_training_step(peft_model, optimizer, input_ids, autocast_dtype)
     return QLoRAMemory(measured, quant_state_bytes(peft_model), estimate_memory(model, setup))

@@ -7,7 +7,8 @@ from llmlab.distributed.data_parallel import STRATEGIES
 
 SCHEDULES = ("cosine", "constant", "cyclical")
 DTYPES = ("auto", "fp32", "bf16", "fp16")
-OPTIMIZERS = ("adamw", "adamw8bit")
+# The names the planner uses too (llmlab.memory.OPTIMIZER_STATES): the ones the trainer runs.
+OPTIMIZERS = ("adamw", "adam-8bit")
 NAN_POLICIES = ("stop", "skip")
 
 
@@ -94,7 +95,7 @@ class TrainConfig:
             )
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip}")
-        if self.parallel != "ddp" and self.optimizer == "adamw8bit":
+        if self.parallel != "ddp" and self.optimizer == "adam-8bit":
             raise ValueError(
                 f"parallel={self.parallel!r} shards a torch optimizer; bitsandbytes' 8-bit AdamW "
                 "is not one: use optimizer='adamw', or parallel='ddp'"

@@ -1,8 +1,10 @@
-"""AdamW with weight decay on the weight matrices only, or its 8-bit version from bitsandbytes."""
+"""AdamW with weight decay on the weight matrices only, or its 8-bit version from bitsandbytes
+("adam-8bit", the planner's name for it)."""
 
 import torch
 
 from llmlab.distributed.data_parallel import make_optimizer
+from llmlab.memory import optimizer_by_name
 from llmlab.train.config import TrainConfig
 
 
@@ -25,16 +27,8 @@ def build_optimizer(
     """strategy: how the model is parallel ("none", "ddp", "zero1", "fsdp"); "zero1" shards the
     AdamW states over the ranks (llmlab.distributed.data_parallel.make_optimizer)."""
     groups = parameter_groups(model, config.weight_decay)
-    if config.optimizer == "adamw8bit":
-        try:
-            import bitsandbytes as bnb
-        except ImportError as error:
-            raise ImportError(
-                "optimizer='adamw8bit' needs bitsandbytes: `pip install -c constraints.txt "
-                "bitsandbytes`, or use optimizer='adamw'"
-            ) from error
-        # Optimizer states stored in 8 bits with block-wise scales: 2 bytes/param instead of 8.
-        return bnb.optim.AdamW8bit(groups, lr=config.lr, betas=config.betas)
+    if config.optimizer == "adam-8bit":
+        return optimizer_by_name(groups, "adam-8bit", lr=config.lr, betas=config.betas)
     # fused: one kernel updates every tensor (about 8x faster than the per-tensor loop on this
     # course's CPU model); PyTorch has it for CPU and CUDA parameters, not for FSDP's DTensors.
     fused = strategy != "fsdp"
