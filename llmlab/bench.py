@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from llmlab.device import TORCH_DTYPES
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -96,12 +98,7 @@ def matmul_flops(m: int, n: int, k: int) -> int:
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
 # tf32 is not a tensor dtype: it is float32 tensors multiplied with TF32 tensor-core math.
-_TORCH_DTYPES = {
-    "fp32": torch.float32,
-    "tf32": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
+_TORCH_DTYPES = {**TORCH_DTYPES, "tf32": torch.float32}
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,10 @@ def _mps_choice() -> DeviceChoice:
     return DeviceChoice(torch.device("mps"), "Apple GPU (MPS) found, no CUDA GPU")
 
 
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+# The course's one table of training dtype names; the planner's bytes per value, the benchmarks'
+# and the trainer's choices are all read from it.
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 
 @dataclass(frozen=True)

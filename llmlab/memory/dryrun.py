@@ -10,11 +10,10 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from llmlab.device import TORCH_DTYPES
 from llmlab.memory.estimate import OPTIMIZER_STATES, TrainingSetup
 from llmlab.memory.measure import MeasuredStep, measure_training_step
 from llmlab.models import ModelShape, as_shape, build_model
-
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def optimizer_by_name(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.device import TORCH_DTYPES
 from llmlab.models.finite import require_finite
 from llmlab.quant.error import QuantError, quant_error
 from llmlab.quant.formats import fake_quantize
@@ -30,7 +31,7 @@ def fp8_dtype(name: str) -> torch.dtype:
 def fp8_formats_table() -> list[dict]:
     """One row per fp8 format (fp16 and bf16 beside them): largest finite value, smallest
     normal value, mantissa bits and the gap between 1 and the next number (torch.finfo)."""
-    dtypes = {**FP8_FORMATS, "fp16": torch.float16, "bf16": torch.bfloat16}
+    dtypes = {**FP8_FORMATS, "fp16": TORCH_DTYPES["fp16"], "bf16": TORCH_DTYPES["bf16"]}
     rows = []
     for name, dtype in dtypes.items():
         info = torch.finfo(dtype)

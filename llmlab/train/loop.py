@@ -18,7 +18,14 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from tqdm.auto import tqdm
 
 from llmlab.bench import mfu
-from llmlab.device import DtypeChoice, autocast, choose_device, choose_dtype, seed_everything
+from llmlab.device import (
+    TORCH_DTYPES,
+    DtypeChoice,
+    autocast,
+    choose_device,
+    choose_dtype,
+    seed_everything,
+)
 from llmlab.distributed import dist_info
 from llmlab.distributed.data_parallel import wrap_model
 from llmlab.train.checkpoint import (
@@ -50,9 +57,9 @@ from llmlab.train.run_folder import RunFolderBusy, RunLock
 from llmlab.train.schedule import learning_rate
 
 FIXED_DTYPES = {
-    "fp32": DtypeChoice(torch.float32, False, "asked for fp32"),
-    "bf16": DtypeChoice(torch.bfloat16, False, "asked for bf16"),
-    "fp16": DtypeChoice(torch.float16, True, "asked for fp16 (with a grad scaler)"),
+    "fp32": DtypeChoice(TORCH_DTYPES["fp32"], False, "asked for fp32"),
+    "bf16": DtypeChoice(TORCH_DTYPES["bf16"], False, "asked for bf16"),
+    "fp16": DtypeChoice(TORCH_DTYPES["fp16"], True, "asked for fp16 (with a grad scaler)"),
 }
 MAX_SKIPPED_IN_A_ROW = 10
 
