@@ -11,9 +11,10 @@ PROFILE ?= auto
 LAB_ARGS ?=
 # JupyterLab refuses to run as root (common in containers and cloud images) without this flag.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
-# Two pytest workers: the CI machine has 2 cores and the notebook tests dominate. Each worker
-# (and each notebook kernel) gets one math thread: two processes with two spinning OpenMP threads
-# each on two cores run a training step many times slower than one thread each.
+# Two pytest workers: the CI machine has 2 cores and the notebook tests dominate. Tests run in
+# the order tests/conftest.py sets (Lab 03's notebook first, the labs that reuse its model last).
+# Each worker (and each notebook kernel) gets one math thread: two processes with two spinning
+# OpenMP threads each on two cores run a training step many times slower than one thread each.
 PYTEST_WORKERS ?= 2
 TEST_THREADS ?= 1
 
@@ -30,7 +31,7 @@ course: $(STAMP)  ## run every solution notebook headless and print a table (PRO
 	$(PY) -m llmlab course --profile $(PROFILE)
 
 test: $(STAMP)  ## every test: unit, notebooks (nbval), labs/solutions sync
-	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope tests solutions --nbval-lax --nbval-current-env -p no:cacheprovider
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder tests solutions --nbval-lax --nbval-current-env -p no:cacheprovider
 
 labs: $(STAMP)  ## regenerate labs/ from solutions/
 	$(PY) -m llmlab make-labs
