@@ -3,6 +3,7 @@ each with a message that points at the mistake. (tests/test_checks.py proves the
 solution notebook and say "not done yet" on the generated stub, once the notebook exists.)"""
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -21,14 +22,15 @@ def fails(check_fn, answer, match):
 # ---------------------------------------------------------------- Exercise 1: global magnitude
 
 
-def global_mask(weights, sparsity, *, per_layer=False, largest=False, k_shift=0, ties="rank"):
+def global_mask(weights, sparsity, *, per_layer=False, largest=False, k_shift=0, ties="rank",
+                count=round):
     """A learner's global mask with one switch per likely mistake (all off: a correct one)."""
     groups = [[w] for w in weights] if per_layer else [weights]
     masks = []
     for group in groups:
         scores = torch.cat([w.abs().flatten() for w in group])
         scores = -scores if largest else scores
-        k = round(sparsity * scores.numel()) + k_shift
+        k = count(sparsity * scores.numel()) + k_shift
         if k <= 0:
             keep = torch.ones_like(scores, dtype=torch.bool)
         elif ties == "rank":  # the threshold, then exactly k: ties broken by position
@@ -55,11 +57,17 @@ def global_mask_by_quantile_and_sort(weights, sparsity):
                                                         weights, strict=True))  # fmt: skip
 
 
+def global_mask_as_numpy(weights, sparsity):
+    """Another correct form: numpy bool arrays."""
+    return [mask.numpy() for mask in global_mask(weights, sparsity)]
+
+
 def test_exercise_1_accepts_right_masks_in_their_forms(capsys):
-    for answer in (global_mask, global_mask_by_quantile_and_sort,
-                   check.global_magnitude_mask_reference):  # fmt: skip
+    answers = (global_mask, global_mask_by_quantile_and_sort, global_mask_as_numpy,
+               check.global_magnitude_mask_reference)  # fmt: skip
+    for answer in answers:
         assert check.exercise_global_magnitude_mask(answer) is answer
-    assert capsys.readouterr().out.count("PASSED") == 3
+    assert capsys.readouterr().out.count("PASSED") == len(answers)
 
 
 def test_exercise_1_equals_torch_prune_where_nothing_ties():
@@ -77,6 +85,8 @@ def test_exercise_1_equals_torch_prune_where_nothing_ties():
         (dict(largest=True), "largest weights were pruned"),
         (dict(k_shift=-1), "pruned, expected round"),
         (dict(k_shift=1), "pruned, expected round"),
+        (dict(count=math.ceil), "rounded up"),
+        (dict(count=int), "rounded down"),
         (dict(ties="<="), "share the value at the threshold"),
         (dict(ties="<"), "share the value at the threshold"),
     ],
@@ -101,11 +111,11 @@ def test_exercise_1_rejects_inverted_masks_and_wrong_types():
 # ---------------------------------------------------------------- Exercise 2: cubic schedule
 
 
-def cubic(step, final, start, end, initial_sparsity=0.0, *, power_on="remaining", before=True,
-          after=True, linear=False, use_initial=True):  # fmt: skip
+def cubic(step, final, start, end, initial_sparsity=0.0, *, power_on="remaining", before="dense",
+          after=True, linear=False, use_initial=True, inclusive_start=False):  # fmt: skip
     initial = initial_sparsity if use_initial else 0.0
-    if before and step < start:
-        return 0
+    if before and (step <= start if inclusive_start else step < start):
+        return initial if before == "initial" else 0
     progress = (step - start) / (end - start)
     if after:
         progress = min(progress, 1.0)
@@ -122,8 +132,10 @@ def cubic(step, final, start, end, initial_sparsity=0.0, *, power_on="remaining"
         (dict(linear=True), "straight line"),
         (dict(power_on="done"), "starts slowly"),
         (dict(before=False), "still dense"),
+        (dict(before="initial"), r"still dense \(0\): the initial sparsity"),
+        (dict(inclusive_start=True), "strict"),
         (dict(after=False), "final sparsity is held"),
-        (dict(use_initial=False), "initial sparsity is missing"),
+        (dict(use_initial=False), "does the initial sparsity enter"),
     ],
 )
 def test_exercise_2_rejects_likely_mistakes(switch, match):
@@ -224,9 +236,10 @@ def two_four(weight, dim, *, smallest=False, flatten=False, wrong_dim=False):
 
 
 def test_exercise_4_accepts_right_answers(capsys):
-    for answer in (two_four, check.two_four_mask_reference):
+    answers = (two_four, lambda w, d: two_four(w, d).bool().numpy(), check.two_four_mask_reference)
+    for answer in answers:
         assert check.exercise_two_four_mask(answer) is answer
-    assert capsys.readouterr().out.count("PASSED") == 2
+    assert capsys.readouterr().out.count("PASSED") == len(answers)
 
 
 @pytest.mark.parametrize(
@@ -262,3 +275,105 @@ def test_the_checks_say_not_done_and_hand_back_the_fallback(capsys):
     assert check.exercise_global_magnitude_mask(stub) is check.global_magnitude_mask_reference
     assert check.exercise_two_four_mask(stub) is check.two_four_mask_reference
     assert "not done yet" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- Exercise 5: Wanda's masks
+
+
+def wanda(model, layers, batches, sparsity, *, norms="l2", reduce="sum", row="output",
+          count=int, lowest=True, remove_hooks=True, layout="input_dim", prune_model=False,
+          as_numpy=False):  # fmt: skip
+    """A learner's Wanda with one switch per likely mistake (all at their defaults: correct)."""
+    seen = {name: [] for name in layers}
+
+    def recorder(name):
+        def record(module, args, output):
+            x = (output if norms == "output" else args[0]).detach()
+            seen[name].append(x.reshape(-1, x.shape[-1]).double())
+
+        return record
+
+    hooks = [layer.register_forward_hook(recorder(name)) for name, layer in layers.items()]
+    with torch.no_grad():
+        for batch in batches:
+            model(batch)
+    if remove_hooks:
+        for hook in hooks:
+            hook.remove()
+    masks = {}
+    for name, layer in layers.items():
+        xs = seen[name][-1:] if norms == "last batch" else seen[name]
+        x = torch.cat(xs)
+        norm = {"l1": x.abs().sum(0), "squares": x.pow(2).sum(0), "ones": torch.ones(x.shape[1])
+                }.get(norms, x.pow(2).mean(0).sqrt() if reduce == "mean" else x.norm(dim=0))
+        dim = 1 if layout == "linear" else check.input_dim(layer)
+        scores = layer.weight.detach().abs().movedim(dim, -1) * norm.float()
+        if row == "input":  # rank within each input column instead of each output row
+            scores = scores.movedim(-1, 0)
+        k = count(sparsity * scores.shape[-1])
+        keep = torch.ones_like(scores, dtype=torch.bool)
+        if row == "matrix":  # one ranking over the whole matrix: rows lose different numbers
+            keep = check.smallest_mask(scores, k * scores.shape[0] / scores.numel())
+        elif k:
+            keep.scatter_(-1, scores.topk(k, dim=-1, largest=not lowest).indices, False)
+        if row == "input":
+            keep = keep.movedim(0, -1)
+        masks[name] = keep.movedim(-1, dim)
+        if prune_model:  # "while I am at it": the weights are zeroed in place
+            with torch.no_grad():
+                layer.weight.mul_(masks[name])
+    return {n: m.numpy() for n, m in masks.items()} if as_numpy else masks
+
+
+def test_exercise_5_accepts_right_answers_in_their_forms(capsys):
+    answers = (wanda, lambda *a: wanda(*a, reduce="mean"), lambda *a: wanda(*a, as_numpy=True),
+               check.wanda_masks_reference)  # fmt: skip
+    for answer in answers:
+        assert check.exercise_wanda_masks(answer) is answer
+    assert capsys.readouterr().out.count("PASSED") == len(answers)
+
+
+def test_exercise_5_cases_are_where_wanda_and_magnitude_differ():
+    """Every layer of every case with something to prune gets another mask from Wanda than from
+    magnitude per row, so a check passing magnitude masks would be an empty one."""
+    for seed, (_, shape, sparsity) in enumerate(check.WANDA_CASES):
+        model, batches = check._wanda_model(shape, seed)
+        layers = check.prunable_weights(model)
+        wanda_masks = check.wanda_masks_reference(model, layers, batches, sparsity)
+        magnitude = wanda(model, layers, batches, sparsity, norms="ones")
+        assert all(torch.equal(wanda_masks[n], magnitude[n]) == (sparsity == 0) for n in layers)
+
+
+@pytest.mark.parametrize(
+    ("switch", "match"),
+    [
+        (dict(norms="ones"), "magnitude masks"),
+        (dict(norms="l1"), "L1 norm"),
+        (dict(norms="squares"), "not its square root"),
+        (dict(norms="last batch"), "one calibration batch"),
+        (dict(row="input"), "within each input column"),
+        (dict(row="matrix"), "Wanda ranks the weights of each output row"),
+        (dict(count=round), r"int\(sparsity \* inputs\) = 4"),
+        (dict(lowest=False), "highest scores were pruned"),
+        (dict(remove_hooks=False), "left hooks"),
+        (dict(prune_model=True), "changed the model's weights"),
+    ],
+)
+def test_exercise_5_rejects_likely_mistakes(switch, match):
+    fails(check.exercise_wanda_masks, lambda *a: wanda(*a, **switch), match)
+
+
+def test_exercise_5_rejects_an_inverted_mask_and_cannot_pass_wrong_norms_or_layouts():
+    fails(check.exercise_wanda_masks, lambda *a: {n: ~m for n, m in wanda(*a).items()},
+          "opposite of Wanda's")  # fmt: skip
+    # Norms of the outputs, or GPT-2's (in, out) weight read as nn.Linear's (out, in): the
+    # learner's own code stops, at the first layer whose sizes do not fit.
+    for switch in (dict(norms="output"), dict(layout="linear")):
+        with pytest.raises(RuntimeError, match="must match the size"):
+            check.exercise_wanda_masks(lambda *a, switch=switch: wanda(*a, **switch))
+
+
+def test_exercise_5_says_what_to_return():
+    fails(check.exercise_wanda_masks, lambda *a: list(wanda(*a).values()), "return a dict")
+    fails(check.exercise_wanda_masks, lambda m, layers, b, s: {n: "keep" for n in layers},
+          "return a tensor")  # fmt: skip

@@ -164,6 +164,7 @@ def adamw_steps(model, steps=5):
         model(ids, labels=ids).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+    return optimizer
 
 
 def pruned_entries_are_zero(model, masks):
@@ -176,8 +177,13 @@ def test_pruned_weights_stay_exactly_zero_through_adamw(family):
     model = build_model(SHAPES[family])
     masks = global_masks(model, 0.5)
     apply_masks(model, masks)
-    adamw_steps(model)
+    optimizer = adamw_steps(model)
     assert pruned_entries_are_zero(model, masks)
+    # Why they stay zero: a pruned entry's gradient through weight_orig * mask is exactly 0, so
+    # AdamW's moments there stay 0 and only its decoupled decay touches weight_orig.
+    for name, mask in masks.items():
+        moments = optimizer.state[model.get_submodule(name.rpartition(".")[0]).weight_orig]
+        assert not moments["exp_avg"][~mask].any() and not moments["exp_avg_sq"][~mask].any()
     make_permanent(model)
     assert masked_weights(model) == []
     assert pruned_entries_are_zero(model, masks)
@@ -185,7 +191,7 @@ def test_pruned_weights_stay_exactly_zero_through_adamw(family):
 
 
 def test_zeroing_once_without_keeping_the_mask_does_not_survive_adamw():
-    """What the test above guards against: momentum and decay move zeroed weights again."""
+    """What the test above guards against: their gradients move zeroed weights again."""
     model = build_model(GPT2)
     masks = global_masks(model, 0.5)
     with torch.no_grad():
@@ -328,6 +334,17 @@ def test_magnitude_masks_refuse_a_non_finite_weight_by_name(bad):
         with pytest.raises(ValueError, match=r"transformer.h.1.mlp.c_fc.weight holds 1 NaN or "
                            r"inf value\(s\), the first at index \(3, 5\)"):  # fmt: skip
             masks(model, 0.5)
+
+
+def test_masks_in_any_array_form_apply():
+    """A numpy mask (or nested lists) is a mask too: a learner's exercise may return one."""
+    model, reference = build_model(GPT2), build_model(GPT2)
+    masks = global_masks(model, 0.5)
+    apply_masks(model, {name: mask.numpy() for name, mask in masks.items()})
+    apply_masks(reference, masks)
+    assert all(torch.equal(current_weight(model.get_submodule(n.rpartition(".")[0])),
+                           current_weight(reference.get_submodule(n.rpartition(".")[0])))
+               for n in masks)  # fmt: skip
 
 
 def test_mask_files_round_trip_and_refuse_another_model(tmp_path):

@@ -1,9 +1,10 @@
 """Keeping masks on a model through training, with torch.nn.utils.prune.
 
 `custom_from_mask` moves the weight to `weight_orig` (the parameter the optimizer updates) and
-recomputes `weight = weight_orig * weight_mask` before every forward pass. A pruned entry then
-stays exactly zero whatever the optimizer does to `weight_orig` (weight decay, momentum): zeroing
-the weights once would not survive the first AdamW step, whose momentum keeps moving them.
+recomputes `weight = weight_orig * weight_mask` before every forward pass. A pruned entry's
+gradient through the mask is then exactly zero, so AdamW's moments there stay zero, and the weight
+the model computes with stays exactly zero whatever decoupled weight decay does to `weight_orig`.
+Zeroing the weights once would not survive the first AdamW step: their gradient is not zero.
 """
 
 from collections.abc import Mapping
@@ -46,6 +47,7 @@ def fit_masks(
     with the weight's shape, and is not the matrix a tied LM head shares with the embedding."""
     fitted = []
     for name, mask in masks.items():
+        mask = torch.as_tensor(mask)  # numpy or nested lists are masks too (a learner's, say)
         module, attribute = _owner(model, name, source)
         if module in (model.get_input_embeddings(), model.get_output_embeddings()):
             prunable_weights(model, include_embeddings=True)  # refuses a tied LM head, says why

@@ -1,13 +1,15 @@
 """Checks for Lab 06 (pruning), and the versions the lab falls back to.
 
-Exercise 1 is checked against torch.nn.utils.prune.global_unstructured. Where weights tie at the
-threshold no threshold alone can prune exactly k of them, and the library's choice among the tied
-ones is topk's, not a rule: there the check asks for exactly k pruned and no pruned weight larger
-than a kept one, and accepts any choice among the ties.
+Exercise 1 is checked against torch.nn.utils.prune.global_unstructured, Exercise 5 against
+llmlab.prune.wanda. Where weights tie at the threshold no threshold alone can prune exactly k of
+them, and the library's choice among the tied ones is topk's, not a rule: there the check asks
+for exactly k pruned and no pruned weight larger than a kept one, and accepts any choice among
+the ties.
 """
 
 import copy
 import math
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -15,15 +17,29 @@ from torch import nn
 from torch.nn.utils import prune
 
 from llmlab.course.checks import ExerciseFailed, call, exercise, passed, real_number
-from llmlab.prune import cubic_sparsity, nm_mask, smallest_mask
+from llmlab.models import build_model, preset
+from llmlab.models.observe import observe_inputs
+from llmlab.prune import (
+    cubic_sparsity,
+    current_weight,
+    input_dim,
+    nm_mask,
+    prunable_weights,
+    smallest_mask,
+    wanda_mask,
+)
 from llmlab.prune.structured import sliced
+from llmlab.prune.wanda import input_norms
 
 
 def _as_mask(name: str, call_text: str, got, shape: tuple) -> torch.Tensor:
-    """`got` as a bool keep-mask of `shape`, or a failure that says what a mask is."""
-    if not isinstance(got, torch.Tensor):
+    """`got` (a tensor, a numpy array, nested lists) as a bool keep-mask of `shape`, or a failure
+    that says what a mask is."""
+    try:
+        got = torch.as_tensor(got)
+    except (TypeError, ValueError, RuntimeError):
         raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}; return a "
-                             "tensor (a mask of the weight's shape).")  # fmt: skip
+                             "tensor (a mask of the weight's shape).") from None  # fmt: skip
     if tuple(got.shape) != tuple(shape):
         raise ExerciseFailed(f"{name}: {call_text} returned a mask of shape {tuple(got.shape)}, "
                              f"expected the weight's shape {tuple(shape)}.")  # fmt: skip
@@ -56,14 +72,16 @@ def _library_masks(weights: list[torch.Tensor], sparsity: float) -> list[torch.T
 
 
 def _global_cases() -> list[tuple[str, list[torch.Tensor], float]]:
-    """Tensors of different sizes and scales (so one threshold and per-tensor ones differ), and
-    one set whose values repeat (ties at the threshold)."""
+    """Tensors of different sizes and scales (so one threshold and per-tensor ones differ), at
+    sparsities where round(s * total) differs from rounding up (33%) and from rounding down
+    (87%), and one set whose values repeat (ties at the threshold)."""
     generator = torch.Generator().manual_seed(6)
     shapes, scales = [(16, 8), (32,), (6, 10), (4, 3, 5)], [1.0, 0.2, 3.0, 0.7]
     scaled = [torch.randn(s, generator=generator) * c for s, c in zip(shapes, scales, strict=True)]
     tied = [torch.randint(-4, 5, s, generator=generator).float() / 4 for s in shapes[:3]]
     return [("4 tensors of different sizes and scales", scaled, 0.5),
-            ("the same tensors", scaled, 0.87),
+            ("the same tensors", scaled, 0.33),  # 92.4 weights: 92 pruned, not 93
+            ("the same tensors", scaled, 0.87),  # 243.6 weights: 244 pruned, not 243
             ("the same tensors", scaled, 0.0),
             ("3 tensors whose values repeat (ties)", tied, 0.4)]  # fmt: skip
 
@@ -91,6 +109,12 @@ def _global_hint(weights, got, sparsity, ties: bool) -> str:
             "the largest weights were pruned: magnitude pruning removes the smallest |w| "
             "(and a mask holds True for the weights it keeps)."
         )
+    if pruned != k and not ties and pruned in (math.floor(sparsity * total),
+                                                math.ceil(sparsity * total)):  # fmt: skip
+        way = "up" if pruned > k else "down (int() drops the fraction)"
+        return (f"{pruned} weights were pruned, expected round(sparsity * total) = {k} of "
+                f"{total}: sparsity * total = {sparsity * total:.4g} was rounded {way}. Round "
+                "it to the nearest whole number, as torch.nn.utils.prune does.")  # fmt: skip
     if pruned != k:
         tie_note = (" Several weights here share the value at the threshold: a comparison with "
                     "it alone prunes all of them or none. How can you choose exactly the ones "
@@ -139,21 +163,31 @@ def exercise_global_magnitude_mask(global_magnitude_mask) -> None:
     passed(
         name,
         "the same masks as torch.nn.utils.prune.global_unstructured on tensors of "
-        "different sizes, at 0, 50 and 87% sparsity; exactly k pruned where values tie",
+        "different sizes, at 0, 33, 50 and 87% sparsity; exactly k pruned where values tie",
     )
 
 
 # ---------------------------------------------------------------- Exercise 2: cubic schedule
 
-# (step, final, start, end, initial): before, at and after the window, with and without s_i.
+# (step, final, start, end, initial): before, at and after the window, with and without s_i;
+# the last window starts late with an initial sparsity, so "s_i before the start" shows.
 SCHEDULE_CASES = [(s, 0.8, 10, 110, 0.0) for s in (0, 9, 10, 11, 35, 60, 85, 109, 110, 111, 500)]
 SCHEDULE_CASES += [(s, 0.9, 0, 40, 0.3) for s in (0, 5, 20, 39, 40, 80)]
+SCHEDULE_CASES += [(s, 0.75, 20, 60, 0.25) for s in (0, 19, 20, 21, 45, 59, 60, 61)]
 
 
 def _schedule_mistakes(step, final, start, end, initial) -> list[tuple[float, str]]:
     progress = (step - start) / (end - start)
     held = min(max(progress, 0.0), 1.0)
-    return [
+    edges = []  # the start of the window, where "before" ends
+    if step < start:
+        edges.append((initial, "before the start step the model is still dense (0): the initial "
+                      "sparsity is where the schedule stands at the start step, not before it."))
+    if step == start and initial > 0:
+        edges.append((0.0, f"at the start step the schedule already stands at the initial "
+                      f"sparsity, {initial}: is your test for 'before the window' strict, and "
+                      "does the initial sparsity enter your formula?"))
+    return edges + [
         (initial + (final - initial) * held,
          "your schedule rises in a straight line: Zhu & Gupta's prunes fast at first and "
          "slowly near the end. Which power, of which term, does that?"),
@@ -165,8 +199,6 @@ def _schedule_mistakes(step, final, start, end, initial) -> list[tuple[float, st
          "pruning window." if step > end else
          "before the start step the model is still dense: the formula only holds inside the "
          "pruning window."),
-        (final - final * (1 - held) ** 3,
-         "the initial sparsity is missing: at the start step the model is already that sparse."),
     ]  # fmt: skip
 
 
@@ -363,6 +395,152 @@ def exercise_two_four_mask(two_four_mask) -> None:
     passed(name, "2 of every 4 consecutive input features kept, for Linear and Conv1D layouts")
 
 
+# ---------------------------------------------------------------- Exercise 5: Wanda's masks
+
+
+def wanda_masks_reference(model: nn.Module, layers: dict, batches: list, sparsity: float):
+    """The lab's fallback for Exercise 5: llmlab.prune.wanda's input norms and per-row masks."""
+    norms = input_norms(model, layers, batches)
+    return {name: wanda_mask(current_weight(layer), norms[name], input_dim(layer), sparsity)
+            for name, layer in layers.items()}  # fmt: skip
+
+
+# Tiny random models, one of each layout: GPT-2's Conv1D (weight (in, out)), Llama's nn.Linear.
+_WANDA_GPT2 = preset("tiny", vocab_size=64, context=16, n_layer=1, d_model=16, n_head=2)
+_WANDA_LLAMA = _WANDA_GPT2.replace(family="llama", n_kv_head=1, d_ff=24, tied_embeddings=False)
+# 0.3 of 16 inputs is 4.8 (4 pruned per row, not 5); 0 prunes nothing.
+WANDA_CASES = [("GPT-2", _WANDA_GPT2, 0.3), ("Llama", _WANDA_LLAMA, 0.3),
+               ("Llama", _WANDA_LLAMA, 0.6), ("GPT-2", _WANDA_GPT2, 0.0)]  # fmt: skip
+
+
+def _wanda_model(shape, seed: int):
+    """A tiny random model whose features 1 and 5 are 8 times larger after every norm layer:
+    the outlier features that make Wanda's masks differ from magnitude's. Token-id batches."""
+    with torch.random.fork_rng():  # the learner's random state is left alone
+        model = build_model(shape, seed=seed).eval()
+        with torch.no_grad():
+            for module in model.modules():
+                if "Norm" in type(module).__name__:  # GPT-2's LayerNorm, Llama's RMSNorm
+                    module.weight[[1, 5]] *= 8
+        generator = torch.Generator().manual_seed(seed)
+        batches = [torch.randint(0, shape.vocab_size, (2, 12), generator=generator)
+                   for _ in range(3)]  # fmt: skip
+    return model, batches
+
+
+def _layer_inputs(model, layers, batches) -> dict[str, list[torch.Tensor]]:
+    """{name: [its input on each batch, as (tokens, features)]}: what the mistakes are made of."""
+    seen = {name: [] for name in layers}
+    observe_inputs(model, layers, batches, lambda name, x: seen[name].append(x.double()))
+    return seen
+
+
+def _row_masks(weight, dim, norms, sparsity, *, count=int, compare_dim=None, lowest=True):
+    """Per-row keep-mask of |W| * norms, with the switches the mistakes below turn."""
+    shape = [1, 1]
+    shape[dim] = -1
+    scores = weight.abs() * norms.view(shape)
+    along = dim if compare_dim is None else compare_dim  # the dimension one row runs along
+    moved = scores.movedim(along, -1)
+    prune_count = count(sparsity * moved.shape[-1])
+    keep = torch.ones_like(moved, dtype=torch.bool)
+    if prune_count:
+        keep.scatter_(-1, moved.topk(prune_count, dim=-1, largest=not lowest).indices, False)
+    return keep.movedim(-1, along)
+
+
+def _wanda_mistakes(layer, inputs, sparsity) -> list[tuple[torch.Tensor, str]]:
+    """Masks of likely mistakes for one layer (its `inputs` on each batch), each with its hint."""
+    weight, dim = current_weight(layer), input_dim(layer)
+    l2 = sum(x.pow(2).sum(0) for x in inputs).sqrt().float()
+    mistakes = [
+        (_row_masks(weight, dim, torch.ones_like(l2), sparsity),
+         "these are magnitude masks, pruned per row: the activations did not count. Each "
+         "weight's score is |W| times the L2 norm of the input feature it multiplies."),
+        (_row_masks(weight, dim, l2, sparsity, lowest=False),
+         "the highest scores were pruned: Wanda removes the lowest |W| * ||X||."),
+        (~_row_masks(weight, dim, l2, sparsity),
+         "your mask is the opposite of Wanda's: True means keep the weight, False prune it."),
+        (_row_masks(weight, dim, l2.pow(2), sparsity),
+         "the scores use the sum of squares of each input feature, not its square root (the L2 "
+         "norm): the ranking within a row changes with it."),
+        (_row_masks(weight, dim, sum(x.abs().sum(0) for x in inputs).float(), sparsity),
+         "the scores use the sum of |x| (the L1 norm); Wanda's is the L2 norm of each input "
+         "feature."),
+        (_row_masks(weight, dim, l2, sparsity, compare_dim=1 - dim),
+         "the weights were compared within each input column, along the outputs: a row is the "
+         "weights that feed one output, and each output loses the same number of them."),
+        (_row_masks(weight, dim, l2, sparsity, count=round),
+         f"each row lost round(sparsity * inputs) weights; the exercise asks for "
+         f"int(sparsity * inputs) = {int(sparsity * weight.shape[dim])} (rounded down, as "
+         "Wanda's code does)."),
+    ]  # fmt: skip
+    for index, x in enumerate(inputs):
+        if len(inputs) > 1:
+            which = "last" if index == len(inputs) - 1 else f"number {index + 1}"
+            mistakes.append((_row_masks(weight, dim, x.pow(2).sum(0).sqrt().float(), sparsity),
+                             f"the norms come from one calibration batch (the {which}) only: a "
+                             "feature's norm runs over every token of every batch. Does your "
+                             "hook add to what it saw before?"))  # fmt: skip
+    return mistakes
+
+
+def _wanda_hint(layer, got, expected, inputs, sparsity) -> str:
+    for mask, text in _wanda_mistakes(layer, inputs, sparsity):
+        if torch.equal(got, mask):
+            return text
+    dim = input_dim(layer)
+    per_row = (~got).movedim(dim, -1).sum(-1)
+    prune_count = int(sparsity * got.shape[dim])
+    if not bool((per_row == prune_count).all()):
+        return (f"its output rows lose from {int(per_row.min())} to {int(per_row.max())} "
+                f"weights; each should lose int(sparsity * inputs) = {prune_count}, its lowest "
+                "scores: Wanda ranks the weights of each output row among themselves.")  # fmt: skip
+    return (f"{int((got != expected).sum())} of its {got.numel()} entries differ from "
+            "llmlab.prune.wanda's mask, though every row loses the right number: are the norms "
+            "those of each layer's input over every calibration token?")
+
+
+@exercise(
+    fallback=wanda_masks_reference,
+    fallback_name="llmlab.course.checks.lab06.wanda_masks_reference",
+)
+def exercise_wanda_masks(wanda_masks) -> None:
+    """Exercise 5: wanda_masks(model, layers, batches, sparsity) -> {name: keep-mask}: Wanda's
+    masks for `layers` (Linear or Conv1D layers of `model`), calibrated on token-id `batches`."""
+    name = "Exercise 5 (Wanda's masks)"
+    for seed, (family, shape, sparsity) in enumerate(WANDA_CASES):
+        model, batches = _wanda_model(shape, seed)
+        layers = prunable_weights(model)
+        expected = wanda_masks_reference(model, layers, batches, sparsity)
+        inputs = _layer_inputs(model, layers, batches)
+        before = {key: value.clone() for key, value in model.state_dict().items()}
+        call_text = (f"wanda_masks(<tiny random {family}>, <its {len(layers)} layers>, "
+                     f"<{len(batches)} batches>, {sparsity})")  # fmt: skip
+        got = call(name, wanda_masks, model, dict(layers), [b.clone() for b in batches], sparsity)
+        if not isinstance(got, Mapping) or set(got) != set(layers):
+            raise ExerciseFailed(f"{name}: {call_text} returned {type(got).__name__}; return a "
+                                 "dict {name: keep-mask} with one entry per layer, under the "
+                                 "names of `layers`.")  # fmt: skip
+        hooked = [n for n, m in model.named_modules() if m._forward_pre_hooks or m._forward_hooks]
+        if hooked:
+            raise ExerciseFailed(f"{name}: {call_text} left hooks on {hooked[0]}: they would "
+                                 "run at every later forward pass. Remove each one when done "
+                                 "(its handle's .remove()), even if a forward pass fails.")
+        after = model.state_dict()
+        if any(not torch.equal(before[key], after[key]) for key in before):
+            raise ExerciseFailed(f"{name}: {call_text} changed the model's weights: computing "
+                                 "the masks must leave the model as it was.")  # fmt: skip
+        for layer_name, layer in layers.items():
+            mask = _as_mask(name, f"{call_text}[{layer_name!r}]", got[layer_name],
+                            layer.weight.shape)  # fmt: skip
+            if not torch.equal(mask, expected[layer_name]):
+                hint = _wanda_hint(layer, mask, expected[layer_name], inputs[layer_name],
+                                   sparsity)  # fmt: skip
+                raise ExerciseFailed(f"{name}: {call_text}, layer {layer_name}: {hint}")
+    passed(name, "the same masks as llmlab.prune.wanda on tiny random GPT-2 (Conv1D) and Llama "
+                 "(nn.Linear) models with outlier features, at 0, 30 and 60% per row")  # fmt: skip
+
 NOTEBOOK = "06_pruning.ipynb"
 # The function each exercise asks for -> its check (tests/test_checks.py runs them all).
 EXERCISES = {
@@ -370,4 +548,5 @@ EXERCISES = {
     "cubic_sparsity": exercise_cubic_sparsity,
     "shrink_pair": exercise_shrink_pair,
     "two_four_mask": exercise_two_four_mask,
+    "wanda_masks": exercise_wanda_masks,
 }
