@@ -1,5 +1,6 @@
 """The figures the labs show (matplotlib). Each function returns the Figure it draws."""
 
+import statistics
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -309,6 +310,55 @@ def scaling_curves(
     ax_rate.set_ylabel("tokens/s")
     ax_mfu.legend(fontsize=8)
     fig.suptitle(title or "Predicted scaling")
+    fig.tight_layout()
+    return fig
+
+
+def allreduce_times(
+    seconds: Mapping[str, Mapping[int, float]],
+    limits: Mapping[str, float] | None = None,
+    title: str = "",
+) -> Figure:
+    """All-reduce time against the number of ranks, one line per tensor ({"1 GB": {2: s, ...}}),
+    log scales; `limits` ({"1 GB": s}) draws each tensor's bandwidth limit as a dashed line."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for index, (label, by_ranks) in enumerate(seconds.items()):
+        ranks = sorted(by_ranks)
+        ax.plot(ranks, [by_ranks[n] * 1e3 for n in ranks], "o-", color=f"C{index}", label=label)
+        if limits and label in limits:
+            ax.axhline(limits[label] * 1e3, color=f"C{index}", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("ranks in the ring (N)")
+    ax.set_ylabel("ms (log scale)" + ("; dashed: 2 S / beta" if limits else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Ring all-reduce time against ranks")
+    fig.tight_layout()
+    return fig
+
+
+def step_times_by_rank(
+    step_seconds: Sequence[Sequence[float]], threshold: float, title: str = ""
+) -> Figure:
+    """Each rank's step times (`step_seconds[step][rank]`, dots) and its median over the steps
+    (bars), against the median rank (solid line) and the straggler threshold above it (dashed)."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    by_rank = [statistics.median(column) for column in zip(*step_seconds, strict=True)]
+    ranks = range(len(by_rank))
+    ax.bar(ranks, by_rank, color="C0", alpha=0.5, label="median over the steps")
+    for rank in ranks:
+        times = [row[rank] for row in step_seconds]
+        ax.plot([rank] * len(times), times, "k.", markersize=4)
+    middle = statistics.median(by_rank)
+    ax.axhline(middle, color="C2", label="median rank")
+    ax.axhline(middle * (1 + threshold), color="C3", linestyle="--",
+               label=f"threshold: {threshold:.0%} slower")  # fmt: skip
+    ax.set_xticks(list(ranks))
+    ax.set_xlabel("rank")
+    ax.set_ylabel("seconds per step; dots: each step")
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Step time of every rank")
     fig.tight_layout()
     return fig
 

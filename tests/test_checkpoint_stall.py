@@ -1,10 +1,13 @@
 """llmlab.train.stall: a save's stall is timed in both modes, and each checkpoint holds the state
 of its own step."""
 
+import os
+
 import pytest
 import torch
+from fake_clock import ManualClock
 
-from llmlab.train.stall import measure_stall
+from llmlab.train.stall import _tensors, measure_stall, snapshot, stall_parts
 
 
 def tiny():
@@ -35,3 +38,17 @@ def test_every_save_is_timed_and_holds_its_steps_state(mode, tmp_path):
 def test_wrong_arguments_are_errors(mode, every, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         measure_stall(mode, *tiny(), tmp_path, steps=2, every=every)
+
+
+def test_the_parts_of_a_stall_are_timed_inside_the_real_save(tmp_path):
+    model, optimizer, _ = tiny()
+    real_save, real_fsync = torch.save, os.fsync
+    # Each reading of the fake clock moves it 1 s: a wrapped call reads it twice, so each part
+    # counts its calls, and the whole save spans them all.
+    parts = stall_parts(model, optimizer, tmp_path, repeats=2, clock=ManualClock(tick=1.0))
+    saves, fsyncs, rest, whole = parts.values()
+    assert saves >= len(_tensors(snapshot(model, optimizer)))  # at least one per tensor
+    assert fsyncs == 2  # the data file, then the metadata
+    assert whole == 2 * (saves + fsyncs) + 1 and rest == whole - saves - fsyncs
+    assert torch.save is real_save and os.fsync is real_fsync  # put back afterwards
+    assert (tmp_path / "parts-1" / ".metadata").is_file()

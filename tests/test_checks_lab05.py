@@ -3,6 +3,7 @@ points at the mistake without giving the code. (tests/test_checks.py proves they
 solution notebook and say "not done yet" on the generated stub.)"""
 
 import math
+import statistics
 from types import SimpleNamespace
 
 import numpy as np
@@ -80,6 +81,64 @@ def test_place_accepts_correct_forms(right, capsys):
 def test_place_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_place_from_environment(mistake)
+
+
+# ---------------------------------------------------------------- Exercise 3: the straggler
+
+
+def _upper_median(values):
+    return sorted(values)[len(values) // 2]
+
+
+def _stragglers(steps, threshold, *, per_rank=statistics.median, typical=statistics.median,
+                strict=True, ordered=True, fraction=True, refuse_nan=True, shape=tuple):
+    """A straggler finder with one switch per likely mistake (defaults: a correct one)."""
+    if refuse_nan and any(math.isnan(t) for row in steps for t in row):
+        raise ValueError("a step time is NaN")
+    times = [per_rank(column) for column in zip(*steps, strict=True)]
+    middle = typical(times)
+    limit = middle * (1 + threshold)
+    found = [(rank, t / middle - (1 if fraction else 0))
+             for rank, t in enumerate(times) if (t > limit if strict else t >= limit)]
+    return [shape(pair) for pair in (sorted(found, key=lambda pair: -times[pair[0]])
+                                     if ordered else found)]  # fmt: skip
+
+
+def stragglers_right(steps, threshold):
+    return _stragglers(steps, threshold)
+
+
+def stragglers_as_numpy_lists(steps, threshold):
+    return [[np.int64(r), np.float64(slowdown)] for r, slowdown in _stragglers(steps, threshold)]
+
+
+@pytest.mark.parametrize("right", [stragglers_right, stragglers_as_numpy_lists])
+def test_stragglers_accepts_correct_forms(right, capsys):
+    check.exercise_find_stragglers(right)
+    assert "PASSED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("switches", "message"),
+    [({"typical": statistics.mean}, "a statistic one slow rank cannot drag"),
+     ({"typical": _upper_median}, "with an even number of ranks"),
+     ({"typical": min}, "a statistic one slow rank cannot drag"),
+     ({"per_rank": statistics.mean}, "one unlucky step should not make a straggler"),
+     ({"per_rank": max}, "one unlucky step should not make a straggler"),
+     ({"strict": False}, "exactly at the threshold .* is your comparison strict"),
+     ({"ordered": False}, "put the slowest rank first"),
+     ({"fraction": False}, "as a fraction"),
+     ({"refuse_nan": False}, "NaN compares False"),
+     ({"shape": lambda pair: pair[0]}, r"return a list of \(rank, slowdown\) pairs"),
+     ({"shape": lambda pair: {"rank": pair[0], "slowdown": pair[1]}}, "pairs")],
+    ids=["mean of ranks", "upper median", "fastest rank", "mean of steps", "slowest step",
+         ">= at the boundary", "unsorted", "ratio not fraction", "NaN accepted", "ranks only",
+         "dicts"],
+)  # fmt: skip
+def test_stragglers_rejects_likely_mistakes(switches, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        check.exercise_find_stragglers(lambda steps, threshold: _stragglers(steps, threshold,
+                                                                            **switches))
 
 
 # ---------------------------------------------------------------- Exercise 3a: ring time
@@ -201,6 +260,21 @@ def budget_ignored(runs, budget, deadline):
     return min(allowed, key=lambda r: r.cost, default=None)
 
 
+def strict_limits(runs, budget, deadline):
+    allowed = [r for r in runs if r.fit == "yes" and r.days < deadline and r.cost < budget]
+    return min(allowed, key=lambda r: r.cost, default=None)
+
+
+def strict_deadline(runs, budget, deadline):
+    allowed = [r for r in runs if r.fit == "yes" and r.days < deadline and r.cost <= budget]
+    return min(allowed, key=lambda r: r.cost, default=None)
+
+
+def strict_budget(runs, budget, deadline):
+    allowed = [r for r in runs if r.fit == "yes" and r.days <= deadline and r.cost < budget]
+    return min(allowed, key=lambda r: r.cost, default=None)
+
+
 def first_listed(runs, budget, deadline):
     return next((r for r in runs if r.fit == "yes" and r.days <= deadline and r.cost <= budget),
                 None)  # fmt: skip
@@ -222,7 +296,9 @@ def test_cheapest_run_accepts_a_loop_whichever_tie_it_keeps(answer, capsys):
     ("mistake", "message"),
     [(fastest, "the fastest run is not the cheapest"), (tight_allowed, "fit='tight'"),
      (fit_ignored, "fit='no'"), (budget_ignored, "over the budget"),
-     (first_listed, "costs less")],
+     (first_listed, "costs less"), (strict_limits, "is your comparison strict"),
+     (strict_deadline, "is your comparison strict"),
+     (strict_budget, "is your comparison strict")],
 )  # fmt: skip
 def test_cheapest_run_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):

@@ -36,6 +36,7 @@ from pathlib import Path
 import psutil
 import torch
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from llmlab.data.atomic import write_atomically
 from llmlab.distributed.groups import leave_process_group
@@ -128,21 +129,35 @@ def _rank_main(
 
 
 class _Lines:
-    """Collects a process's output bytes, prints whole lines with `prefix` in front and keeps
-    them (without it) in `lines`."""
+    """Collects a process's output bytes, prints whole lines with `prefix` in front (unless
+    `echo` is False) and keeps them (without it) in `lines`. Each line that `counts` accepts
+    moves `bar` (a progress bar, or None) one on and shows there."""
 
-    def __init__(self, prefix: str = ""):
+    def __init__(self, prefix: str = "", bar=None, echo: bool = True,
+                 counts: Callable[[str], bool] = lambda line: True):  # fmt: skip
         self.prefix, self.partial, self.lines = prefix, b"", []
+        self.bar, self.echo, self.counts = bar, echo, counts
 
     def feed(self, data: bytes) -> None:
         *lines, self.partial = (self.partial + data).split(b"\n")
         for line in lines:
             self.lines.append(line.decode(errors="replace") + "\n")
-            print(self.prefix + self.lines[-1], end="", flush=True)
+            if self.echo:
+                print(self.prefix + self.lines[-1], end="", flush=True)
+            if self.bar is not None and self.counts(self.lines[-1]):
+                self.bar.set_postfix_str(self.lines[-1].strip()[-60:], refresh=False)
+                self.bar.update()
 
     def close(self) -> None:
         if self.partial:
             self.feed(b"\n")
+
+
+def _progress_bar(progress: str | None, lines: int | None):
+    """A bar that counts a job's output lines (`lines`: how many it will print, if known), or
+    None when no progress was asked for. A bar, not the lines alone: rank 0 may print nothing
+    for seconds, and the bar's clock shows the job is still running."""
+    return None if progress is None else tqdm(desc=progress, total=lines, unit="line")
 
 
 def _describe_exit(code: int | None) -> str:
@@ -158,13 +173,16 @@ def launch(
     backend: str = "gloo",
     timeout_s: float = 120,
     threads: int = 1,
+    progress: str | None = None,
+    progress_lines: int | None = None,
 ) -> list:
     """Run `fn(*args)` on `nprocs` ranks of a fresh process group; return each rank's result.
 
     Each rank sees RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT as under torchrun, and the
     group is already initialised (`dist.get_rank()` works). Results come back pickled, in rank
     order: return CPU tensors, numbers or dicts. A collective waits at most `timeout_s`, so a rank
-    that never arrives ends the run with an error instead of a hang.
+    that never arrives ends the run with an error instead of a hang. `progress` names a progress
+    bar fed by rank 0's lines (`progress_lines` of them, if known).
     """
     _check_nprocs(nprocs)
     if backend == "nccl" and torch.cuda.device_count() < nprocs:
@@ -191,9 +209,12 @@ def launch(
             os.close(out_write)  # the parent keeps only the reading ends
             result_write.close()
             ranks.append((process, out_read, result_read))
+    bar = _progress_bar(progress, progress_lines)
     try:
-        return _supervise(ranks, timeout_s)
+        return _supervise(ranks, timeout_s, bar)
     finally:
+        if bar is not None:
+            bar.close()
         for _, out_read, result_read in ranks:
             os.close(out_read)
             result_read.close()
@@ -208,12 +229,13 @@ def _stop_rank(process) -> None:
     process.join()
 
 
-def _supervise(ranks: list, timeout_s: float) -> list:
-    """Show the ranks' output as it comes; collect their results; stop them all on a failure."""
+def _supervise(ranks: list, timeout_s: float, bar=None) -> list:
+    """Show the ranks' output as it comes (rank 0's also on `bar`); collect their results; stop
+    them all on a failure."""
     selector = selectors.DefaultSelector()
     printers = {}
     for rank, (process, out_read, result_read) in enumerate(ranks):
-        printers[rank] = _Lines(f"[rank {rank}] ")
+        printers[rank] = _Lines(f"[rank {rank}] ", bar if rank == 0 else None)
         selector.register(out_read, selectors.EVENT_READ, ("output", rank))
         selector.register(result_read, selectors.EVENT_READ, ("result", rank))
         selector.register(process.sentinel, selectors.EVENT_READ, ("exit", rank))
@@ -412,10 +434,13 @@ def run_script(
     env: dict[str, str] | None = None,
     launcher: str = "torchrun",
     torchrun_args: Sequence[str] = (),
+    progress: str | None = None,
+    progress_lines: int | None = None,
 ) -> str:
     """Run a script (or `module=True`: a module) under `launcher` (torchrun or deepspeed) on
     this machine; stream and return its output. `torchrun_args` go to torchrun (e.g.
-    `["--max-restarts", "1"]` for an elastic restart).
+    `["--max-restarts", "1"]` for an elastic restart). `progress` names a progress bar fed by
+    rank 0's lines and the launcher's own (`progress_lines` of them, if known).
 
     torchrun prefixes each line with the rank that printed it (`[default0]:`); DeepSpeed's
     launcher does not. A failure raises `LaunchError` with the output's end; so does running past
@@ -445,7 +470,10 @@ def run_script(
         die_with_us = functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM)
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    env=child_env, preexec_fn=die_with_us)  # fmt: skip
-        printer = _Lines()
+        bar = _progress_bar(progress, progress_lines)
+        # torchrun prefixes a rank's lines with "[default<rank>]:"; its own lines have none.
+        printer = _Lines(bar=bar, counts=lambda line: not line.startswith("[default")
+                         or line.startswith("[default0]"))  # fmt: skip
         try:
             finished = _stream(process.stdout.fileno(), printer, timeout_s)
             if finished:
@@ -456,6 +484,8 @@ def run_script(
             _drain(process.stdout.fileno(), printer)
             process.stdout.close()
             process.wait()
+            if bar is not None:
+                bar.close()
     tail = "".join(printer.lines[-25:])
     if not finished:
         still = f"rank(s) {running} still running" if running else "none of its ranks running"
@@ -468,6 +498,45 @@ def run_script(
             f"{launcher} {_describe_exit(process.returncode)} ({' '.join(command[3:])}).\n"
             f"Its last lines ({_FAILURE_HINTS[launcher]}):\n{tail}"
         )
+    return "".join(printer.lines)
+
+
+def run_command(
+    command: Sequence[str],
+    env: dict[str, str] | None = None,
+    timeout_s: float = 600,
+    progress: str | None = None,
+    progress_lines: int | None = None,
+) -> str:
+    """Run a command that starts a job (a launcher, a batch script) and return its output,
+    stdout and stderr together, without printing it: the caller shows the lines that matter.
+    `progress` names a progress bar fed by its lines. A failure or running past `timeout_s`
+    raises `LaunchError` with the output's end; every process the command started is stopped."""
+    die_with_us = functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM)
+    process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=env, preexec_fn=die_with_us)  # fmt: skip
+    bar = _progress_bar(progress, progress_lines)
+    printer = _Lines(bar=bar, echo=False)
+    finished = False
+    try:
+        finished = _stream(process.stdout.fileno(), printer, timeout_s)
+        if finished:
+            process.wait()  # its output closed: it has ended, or is ending
+    finally:
+        if not finished:
+            kill_process_tree(process.pid)  # and everything it started
+            process.wait()
+        _drain(process.stdout.fileno(), printer)
+        process.stdout.close()
+        if bar is not None:
+            bar.close()
+    tail = "".join(printer.lines[-25:])
+    if not finished:
+        raise LaunchError(f"{' '.join(command)} did not finish within {timeout_s:g} s; it was "
+                          f"stopped. Its last lines:\n{tail}")  # fmt: skip
+    if process.returncode != 0:
+        raise LaunchError(f"{' '.join(command)} {_describe_exit(process.returncode)}. Its last "
+                          f"lines:\n{tail}")  # fmt: skip
     return "".join(printer.lines)
 
 

@@ -145,6 +145,8 @@ def ddp_bucket_sweep(caps_mb: Sequence[float] = BUCKETS_MB, steps: int = 3,
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, mine)
         rows.append(_row(f"DDP bucket_cap_mb={cap:g}", {}, ranks))
+        if dist.get_rank() == 0:  # one line per size: what a launcher's progress bar counts
+            print(f"{rows[-1].config} measured", flush=True)
     return rows
 
 

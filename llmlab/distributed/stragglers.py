@@ -60,16 +60,42 @@ def find_stragglers(
     times = list(step_seconds_by_rank)
     if not times:
         raise ValueError("no step times: pass one step time in seconds per rank")
-    bad = {rank: t for rank, t in enumerate(times) if not (math.isfinite(t) and t >= 0)}
-    if bad:
-        raise ValueError(
-            f"step times must be finite and >= 0 seconds; got {bad} (rank: value). A NaN or a "
-            "negative time means the step was not timed: check the timer around the step."
-        )
+    _check_times(times, "rank")
     median = statistics.median(times)
     flagged = [Straggler(rank, t, median) for rank, t in enumerate(times)
                if t > median * (1 + threshold) and t - median > min_excess_seconds]  # fmt: skip
     return sorted(flagged, key=lambda straggler: straggler.seconds, reverse=True)
+
+
+def _check_times(times: Sequence[float], key: str) -> None:
+    bad = {index: t for index, t in enumerate(times) if not (math.isfinite(t) and t >= 0)}
+    if bad:
+        raise ValueError(
+            f"step times must be finite and >= 0 seconds; got {bad} ({key}: value). A NaN or a "
+            "negative time means the step was not timed: check the timer around the step."
+        )
+
+
+def find_stragglers_over_steps(
+    step_seconds: Sequence[Sequence[float]], threshold: float = 0.2
+) -> list[Straggler]:
+    """`find_stragglers` over several steps: `step_seconds[step][rank]`, as gathered each step.
+    A rank's time is its median over the steps, so one step disturbed by the operating system
+    (or a checkpoint, a garbage collection) flags nobody; a rank slow at every step stands out."""
+    rows = [list(row) for row in step_seconds]
+    if not rows or not rows[0]:
+        raise ValueError("no step times: pass one row per step, one time in seconds per rank")
+    ragged = {step: len(row) for step, row in enumerate(rows) if len(row) != len(rows[0])}
+    if ragged:
+        raise ValueError(f"every step needs one time per rank ({len(rows[0])} in step 0); got "
+                         f"{ragged} (step: times)")  # fmt: skip
+    for step, row in enumerate(rows):
+        try:
+            _check_times(row, "rank")
+        except ValueError as error:
+            raise ValueError(f"step {step}: {error}") from None
+    by_rank = [statistics.median(column) for column in zip(*rows, strict=True)]
+    return find_stragglers(by_rank, threshold)
 
 
 def gather_step_times(seconds: float) -> list[float] | None:
@@ -113,20 +139,19 @@ def straggler_demo(
     slow_rank: int | None = None,
     extra_seconds: float = 0.3,
     steps: int = 5,
-    threshold: float = 0.2,
     size: int = 256,
     repeats: int = 50,
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
-) -> list[Straggler]:
+) -> list[list[float]]:
     """Run under `launch(straggler_demo, nprocs, args=(...))`: each rank does `steps` steps of a
-    small matmul workload, `slow_rank` sleeps `extra_seconds` more per step on purpose, and every
-    rank returns the same flagged ranks (`slow_rank=None`: nobody is slowed). A step is timed
-    with `clock` and slowed with `sleep`: a test passes a fake pair, so its times are exact.
+    small matmul workload, `slow_rank` sleeps `extra_seconds` more per step on purpose (None:
+    nobody is slowed), and every rank returns the same step times, `[step][rank]` in seconds, for
+    `find_stragglers_over_steps`. A step is timed with `clock` and slowed with `sleep`: a test
+    passes a fake pair, so its times are exact.
 
-    Each step's time is gathered to all ranks, as a trainer would every step; a rank's time is
-    the median over the steps, so one step disturbed by the operating system flags nobody. The
-    default workload takes tens of milliseconds, longer than the scheduler's time slices, so ranks
+    Each step's time is gathered to all ranks, as a trainer would every step. The default
+    workload takes tens of milliseconds, longer than the scheduler's time slices, so ranks
     sharing too few cores share them evenly; a few milliseconds' work measured 20-40 % apart on
     three ranks over two busy cores.
     """
@@ -142,11 +167,13 @@ def straggler_demo(
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     history = []
-    for _ in range(steps):
+    for step in range(steps):
         start = clock()
         _matmul_workload(size, repeats)
         if dist.get_rank() == slow_rank:
             sleep(extra_seconds)
         history.append(gather_step_times(clock() - start))
-    median_by_rank = [statistics.median(column) for column in zip(*history, strict=True)]
-    return find_stragglers(median_by_rank, threshold)
+        if dist.get_rank() == 0:  # one line per step: what a launcher's progress bar counts
+            print(f"step {step + 1}/{steps}: " + ", ".join(f"{t:.3f}" for t in history[-1])
+                  + " s by rank", flush=True)  # fmt: skip
+    return history

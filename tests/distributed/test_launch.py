@@ -268,3 +268,72 @@ def test_torchrun_command_uses_this_python():
 def test_torchruns_own_options_come_before_the_script():
     command = torchrun_command("train.py", 2, ["out"], torchrun_args=["--max-restarts", 1])
     assert command[-4:] == ["--max-restarts", "1", "train.py", "out"]
+
+
+class RecordingBar:
+    """Stands in for tqdm: records what a launcher shows on its progress bar."""
+
+    made: list["RecordingBar"] = []
+
+    def __init__(self, desc=None, total=None, unit=None):
+        self.desc, self.total, self.postfixes, self.closed = desc, total, [], False
+        RecordingBar.made.append(self)
+
+    def set_postfix_str(self, text, refresh=True):
+        self.postfixes.append(text)
+
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def bars(monkeypatch):
+    RecordingBar.made = []
+    monkeypatch.setattr(launch_module, "tqdm", RecordingBar)
+    return RecordingBar.made
+
+
+def _rank_0_counts_to_three():
+    for step in range(3 if dist.get_rank() == 0 else 5):
+        print(f"rank {dist.get_rank()} step {step + 1}", flush=True)
+
+
+def test_launch_progress_is_fed_by_rank_0s_lines(bars):
+    launch(_rank_0_counts_to_three, nprocs=2, timeout_s=60, progress="demo", progress_lines=3)
+    [bar] = bars
+    assert (bar.desc, bar.total, bar.closed) == ("demo", 3, True)
+    assert bar.postfixes == ["rank 0 step 1", "rank 0 step 2", "rank 0 step 3"]
+
+
+def test_without_progress_no_bar_is_made(bars):
+    launch(_rank_0_counts_to_three, nprocs=2, timeout_s=60)
+    assert bars == []
+
+
+@pytest.mark.slow
+def test_run_script_progress_counts_rank_0_and_the_launcher_not_the_others(tmp_path, bars):
+    script = tmp_path / "allreduce.py"
+    script.write_text(SCRIPT.replace("{extra}", ""))
+    run_script(script, nprocs=2, timeout_s=120, progress="torchrun")
+    [bar] = bars
+    assert "[default0]:rank 0 of 2 sees 2" in bar.postfixes and bar.closed
+    assert not any(text.startswith("[default1]") for text in bar.postfixes)
+
+
+def test_run_command_returns_the_output_without_printing_it(bars, capsys):
+    command = [sys.executable, "-c", "print('one'); print('two')"]
+    assert launch_module.run_command(command, progress="job") == "one\ntwo\n"
+    assert capsys.readouterr().out == ""
+    assert bars[0].postfixes == ["one", "two"] and bars[0].closed
+
+
+def test_run_command_failure_and_timeout_are_errors_with_the_last_lines():
+    fails = [sys.executable, "-c", "print('about to fail'); raise SystemExit(4)"]
+    with pytest.raises(LaunchError, match=r"exited with code 4. Its last lines:\nabout to fail"):
+        launch_module.run_command(fails)
+    hangs = [sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(60)"]
+    with pytest.raises(LaunchError, match=r"did not finish within 1 s.*\nwaiting"):
+        launch_module.run_command(hangs, timeout_s=1)

@@ -11,6 +11,7 @@ from llmlab.distributed import launch
 from llmlab.distributed.stragglers import (
     Straggler,
     find_stragglers,
+    find_stragglers_over_steps,
     gather_rank_values,
     gather_step_times,
     straggler_demo,
@@ -91,14 +92,16 @@ def test_a_rank_slowed_on_purpose_is_the_only_one_flagged_on_every_rank():
     clock = ManualClock(tick=0.05)
     demo = partial(straggler_demo, clock=clock, sleep=clock.sleep)
     results = launch(demo, nprocs=3, args=(2, 0.3, 5), timeout_s=60)
+    assert results == [[pytest.approx([0.05, 0.05, 0.35])] * 5] * 3  # every rank, every step
     slowed = Straggler(rank=2, seconds=pytest.approx(0.35), median_seconds=pytest.approx(0.05))
-    assert results == [[slowed]] * 3
+    assert find_stragglers_over_steps(results[0]) == [slowed]
 
 
 def test_the_same_run_without_slowing_flags_nobody():
     clock = ManualClock(tick=0.05)
     demo = partial(straggler_demo, clock=clock, sleep=clock.sleep)
-    assert launch(demo, nprocs=3, args=(None, 0.3, 5), timeout_s=60) == [[]] * 3
+    history = launch(demo, nprocs=3, args=(None, 0.3, 5), timeout_s=60)[0]
+    assert find_stragglers_over_steps(history) == []
 
 
 def test_a_slow_rank_outside_the_group_is_refused():
@@ -123,3 +126,21 @@ def test_gather_rank_values_keeps_rank_order_and_missing_readings():
     results = launch(_gather_readings, nprocs=3, timeout_s=60)
     assert results == [[[0.0, 70.0], [0.5, None], [1.0, 72.0]]] * 3
     assert gather_rank_values([1.0]) is None  # alone: nothing to gather
+
+
+def test_over_steps_a_rank_is_its_median_step_so_one_disturbed_step_flags_nobody():
+    steady = [[1.0, 1.0, 1.0]] * 4
+    assert find_stragglers_over_steps([*steady, [1.0, 5.0, 1.0]]) == []
+    flagged = find_stragglers_over_steps([[1.0, 1.0, 1.5]] * 4 + [[1.0, 1.0, 1.0]])
+    assert flagged == [Straggler(2, 1.5, 1.0)]
+
+
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [([], "no step times"), ([[]], "no step times"),
+     ([[1.0, 1.0], [1.0]], r"one time per rank \(2 in step 0\); got \{1: 1\}"),
+     ([[1.0, 1.0], [1.0, math.nan]], r"step 1: .*\{1: nan\}")],
+)  # fmt: skip
+def test_over_steps_bad_input_names_the_step(steps, message):
+    with pytest.raises(ValueError, match=message):
+        find_stragglers_over_steps(steps)

@@ -6,11 +6,14 @@ on the same input to say which one was made, without showing the code.
 """
 
 import math
+import numbers
 import random
+import statistics
 from collections.abc import Callable
 
 from llmlab.course.checks import ExerciseFailed, call, exercise, passed, real_number
 from llmlab.distributed.launcher_env import launcher_env
+from llmlab.distributed.stragglers import find_stragglers_over_steps
 from llmlab.models import count_parameters, preset
 from llmlab.scale.collectives import ring_seconds
 from llmlab.scale.comm_cost import dp_collectives
@@ -123,12 +126,129 @@ def exercise_place_from_environment(place_from_environment: Callable) -> None:
                  "under srun")  # fmt: skip
 
 
-# ---------------------------------------------------------------- Exercise 3a: ring all-reduce time
+# ---------------------------------------------------------------- Exercise 3: the straggler
+
+
+def find_stragglers_reference(step_seconds: list, threshold: float) -> list[tuple[int, float]]:
+    """The lab's fallback for Exercise 3: llmlab.distributed.stragglers, as (rank, slowdown)."""
+    return [(s.rank, s.slowdown) for s in find_stragglers_over_steps(step_seconds, threshold)]
+
+
+def _straggler_cases(rng: random.Random) -> list[tuple[str, list, float]]:
+    """(what it tests, step_seconds[step][rank], threshold): edge cases, then random runs."""
+    def steady(times, steps=4):
+        return [list(times) for _ in range(steps)]
+
+    cases = [
+        ("nobody slow", steady([1.0, 1.0, 1.0, 1.0]), 0.2),
+        ("one rank, its own median", steady([7.0]), 0.2),
+        ("one step", [[1.0, 1.0, 2.0]], 0.2),
+        ("exactly at the threshold", steady([1.0, 1.0, 1.25]), 0.25),
+        ("just past the threshold", steady([1.0, 1.0, 1.2501]), 0.25),
+        ("a straggler the mean would hide", steady([1.0, 1.0, 1.3]), 0.2),
+        ("an even number of ranks", steady([1.0, 1.0, 1.1, 1.5, 0.9, 1.0]), 0.2),
+        ("two stragglers, slowest first", steady([1.0, 1.6, 1.0, 2.5, 1.0]), 0.2),
+        ("a fast rank is no straggler", steady([1.0, 1.0, 0.2]), 0.2),
+        ("one disturbed step", [[1.0, 1.0, 1.0]] * 4 + [[1.0, 4.0, 1.0]], 0.2),
+    ]  # fmt: skip
+    for index in range(12):
+        ranks, steps = rng.choice([3, 4, 8, 16, 64]), rng.choice([1, 3, 5, 8])
+        base = rng.uniform(0.05, 2.0)
+        slow = {rng.randrange(ranks): rng.uniform(1.1, 3.0) for _ in range(rng.choice([0, 1, 2]))}
+        times = [[base * rng.uniform(0.95, 1.05) * slow.get(rank, 1.0) for rank in range(ranks)]
+                 for _ in range(steps)]  # fmt: skip
+        if steps > 2:  # the operating system steals one step from one rank
+            times[rng.randrange(steps)][rng.randrange(ranks)] *= 5
+        cases.append((f"random run {index + 1}", times, rng.choice([0.1, 0.2, 0.5])))
+    return cases
+
+
+def _as_pairs(got) -> list[tuple[int, float]] | None:
+    """The learner's answer as (rank, slowdown) pairs (tuples or lists, any integer and real
+    types); None when it is not a list of such pairs."""
+    if not isinstance(got, list | tuple):
+        return None
+    pairs = []
+    for item in got:
+        if not isinstance(item, list | tuple) or len(item) != 2:
+            return None
+        rank, slowdown = item[0], real_number(item[1])
+        if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or slowdown is None:
+            return None
+        pairs.append((int(rank), slowdown))
+    return pairs
+
+
+def _straggler_hint(got: list, want: list, step_seconds: list, threshold: float) -> str:
+    per_rank = [statistics.median(column) for column in zip(*step_seconds, strict=True)]
+    middle = statistics.median(per_rank)
+    got_ranks, want_ranks = [r for r, _ in got], [r for r, _ in want]
+    if sorted(got_ranks) == sorted(want_ranks) and got_ranks != want_ranks:
+        return "put the slowest rank first: it is the one that sets the job's pace."
+    at_boundary = [r for r in got_ranks if per_rank[r] == middle * (1 + threshold)]
+    if at_boundary and set(got_ranks) - set(want_ranks) == set(at_boundary):
+        return ("a rank exactly at the threshold is not slower than it: is your comparison "
+                "strict?")  # fmt: skip
+    # An extra rank that is slow at one step only: its mean (or worst) step crossed the line.
+    if any(max(row[r] for row in step_seconds) > middle * (1 + threshold)
+           for r in set(got_ranks) - set(want_ranks)):  # fmt: skip
+        return ("you flagged a rank whose typical step is within the threshold: one unlucky step "
+                "should not make a straggler. What is a rank's typical step over several steps, "
+                "robust to one outlier?")  # fmt: skip
+    ratios = [(g, w) for (_, g), (_, w) in zip(got, want, strict=False)]
+    if got_ranks == want_ranks and all(math.isclose(g, w + 1, rel_tol=REL) for g, w in ratios):
+        return ("the slowdown is how much slower, as a fraction: 0.5 for a rank that takes 1.5 "
+                "times the typical step.")  # fmt: skip
+    return ("compare each rank with the typical rank, a statistic one slow rank cannot drag "
+            "towards itself; with an even number of ranks, which value is in the middle?")
+
+
+@exercise(fallback=find_stragglers_reference,
+          fallback_name="llmlab.distributed.stragglers.find_stragglers_over_steps")  # fmt: skip
+def exercise_find_stragglers(find_stragglers: Callable) -> None:
+    """Exercise 3: find_stragglers(step_seconds, threshold) -> [(rank, slowdown), ...], slowest
+    first, from step_seconds[step][rank]."""
+    name = "Exercise 3 (find the straggler)"
+    cases = _straggler_cases(random.Random(7))
+    for what, step_seconds, threshold in cases:
+        text = f"find_stragglers(<{len(step_seconds)} steps x {len(step_seconds[0])} ranks: " \
+               f"{what}>, {threshold})"
+        got = call(name, find_stragglers, [list(row) for row in step_seconds], threshold)
+        want = find_stragglers_reference(step_seconds, threshold)
+        pairs = _as_pairs(got)
+        if pairs is None:
+            raise ExerciseFailed(f"{name}: {text} returned {got!r}; return a list of (rank, "
+                                 "slowdown) pairs, slowest first ([] when nobody is slow).")
+        if len(pairs) == len(want) and all(
+                g[0] == w[0] and math.isclose(g[1], w[1], rel_tol=REL)
+                for g, w in zip(pairs, want, strict=True)):  # fmt: skip
+            continue
+        shown = "\n".join(f"  step {step}: " + ", ".join(f"{t:.4g}" for t in row)
+                          for step, row in enumerate(step_seconds[:5]))  # fmt: skip
+        raise ExerciseFailed(
+            f"{name}: {text}\n{shown}\nyou returned {pairs}, expected "
+            f"{[(rank, round(slowdown, 4)) for rank, slowdown in want]}.\n"
+            f"Hint: {_straggler_hint(pairs, want, step_seconds, threshold)}")
+    broken = [[1.0, 1.0, 1.0], [1.0, math.nan, 1.0]]
+    try:
+        call(name, find_stragglers, broken, 0.2)
+    except ValueError:
+        pass
+    else:
+        raise ExerciseFailed(
+            f"{name}: find_stragglers({broken}, 0.2) returned without an error. A rank whose "
+            "timer broke reports NaN, and NaN compares False with everything: that rank would "
+            "never be flagged. Raise a ValueError that names the bad time.")
+    passed(name, f"{len(cases)} runs of 1 to 64 ranks (the boundary, an even count, one "
+                 "disturbed step, several stragglers) and a NaN time refused")  # fmt: skip
+
+
+# ---------------------------------------------------------------- Exercise 4a: ring all-reduce time
 
 
 def ring_all_reduce_time_reference(nbytes: float, ranks: int, latency_s: float,
                                    gbit_per_s: float) -> float:  # fmt: skip
-    """The lab's fallback for Exercise 3: llmlab.scale.ring_seconds on a link of that speed."""
+    """The lab's fallback for Exercise 4: llmlab.scale.ring_seconds on a link of that speed."""
     return ring_seconds("all_reduce", nbytes, ranks, Link("link", gbit_to_bytes(gbit_per_s),
                                                           latency_s))  # fmt: skip
 
@@ -159,8 +279,8 @@ def _ring_mistakes(nbytes, ranks, latency, gbit) -> list[tuple[float, str]]:
 @exercise(fallback=ring_all_reduce_time_reference,
           fallback_name="llmlab.scale.ring_seconds")  # fmt: skip
 def exercise_ring_all_reduce_time(ring_all_reduce_time: Callable) -> None:
-    """Exercise 3: ring_all_reduce_time(nbytes, ranks, latency_s, gbit_per_s) -> seconds."""
-    name = "Exercise 3 (a ring all-reduce's time)"
+    """Exercise 4: ring_all_reduce_time(nbytes, ranks, latency_s, gbit_per_s) -> seconds."""
+    name = "Exercise 4 (a ring all-reduce's time)"
     rng = random.Random(3)
     cases = [(1e9, 8, 5e-6, 400.0), (4096.0, 1024, 10e-6, 200.0), (2e8, 2, 3e-6, 100.0),
              (0.0, 16, 5e-6, 400.0), (1e6, 1, 5e-6, 400.0)]  # fmt: skip
@@ -185,7 +305,7 @@ def exercise_ring_all_reduce_time(ring_all_reduce_time: Callable) -> None:
     passed(name, f"{len(cases)} tensors from 0 bytes to 10 GB on 1 to 1024 ranks")
 
 
-# ---------------------------------------------------------------- Exercise 3b: a step's traffic
+# ---------------------------------------------------------------- Exercise 4b: a step's traffic
 
 
 def step_communication_reference(model, cluster: Cluster, parallel: Parallel) -> float:
@@ -256,8 +376,8 @@ def random_layouts(count: int, seed: int = 11) -> list[tuple[str, Cluster, Paral
 @exercise(fallback=step_communication_reference,
           fallback_name="llmlab.scale.simulate (tp_s + pp_s + dp_total_s)")  # fmt: skip
 def exercise_step_communication(step_communication: Callable) -> None:
-    """Exercise 3: step_communication(model, cluster, parallel) -> seconds, before overlap."""
-    name = "Exercise 3 (a step's communication)"
+    """Exercise 4: step_communication(model, cluster, parallel) -> seconds, before overlap."""
+    name = "Exercise 4 (a step's communication)"
     for model, cluster, parallel in random_layouts(24):
         text = f"step_communication({model!r}, {cluster}, {parallel})"
         got = call(name, step_communication, model, cluster, parallel)
@@ -283,7 +403,7 @@ def exercise_step_communication(step_communication: Callable) -> None:
                  "(1 to 8 nodes, ZeRO 0-3, with and without checkpointing)")  # fmt: skip
 
 
-# ---------------------------------------------------------------- Exercise 4: the cheapest run
+# ---------------------------------------------------------------- Exercise 5: the cheapest run
 
 
 def candidate_runs(model: str, tokens: float, node_counts=(4, 8, 16, 32, 64)) -> list[Prediction]:
@@ -304,7 +424,7 @@ def candidate_runs(model: str, tokens: float, node_counts=(4, 8, 16, 32, 64)) ->
 
 
 def cheapest_run_reference(runs: list, budget_dollars: float, deadline_days: float):
-    """The lab's fallback for Exercise 4: the cheapest run that fits with room to spare, ends by
+    """The lab's fallback for Exercise 5: the cheapest run that fits with room to spare, ends by
     the deadline and stays within the budget; None when no run does."""
     allowed = [r for r in runs if r.fit == "yes" and r.days <= deadline_days
                and r.cost <= budget_dollars]  # fmt: skip
@@ -319,6 +439,10 @@ def _describe(run) -> str:
 
 
 def _decision_hint(got, want, runs, budget, deadline) -> str:
+    if want is not None and (want.cost == budget or want.days == deadline) and (
+            got is None or got.cost > want.cost):  # fmt: skip
+        return ("a run that costs exactly the budget, or ends exactly on the deadline, meets it: "
+                "is your comparison strict?")  # fmt: skip
     if got is None:
         return "a run that meets every condition exists: return it, not None."
     if got not in runs:
@@ -342,17 +466,20 @@ def _decision_hint(got, want, runs, budget, deadline) -> str:
 @exercise(fallback=cheapest_run_reference,
           fallback_name="llmlab.course.checks.lab05.cheapest_run_reference")  # fmt: skip
 def exercise_cheapest_run(cheapest_run: Callable) -> None:
-    """Exercise 4: cheapest_run(runs, budget_dollars, deadline_days) -> a run, or None."""
-    name = "Exercise 4 (the cheapest run)"
+    """Exercise 5: cheapest_run(runs, budget_dollars, deadline_days) -> a run, or None."""
+    name = "Exercise 5 (the cheapest run)"
     rng = random.Random(4)
     scenarios = 0
     for model, tokens in (("llama-13b", 1e12), ("llama-70b", 2e12)):
         runs = candidate_runs(model, tokens)
         costs = sorted(r.cost for r in runs if r.fit == "yes")
         days = sorted(r.days for r in runs if r.fit == "yes")
+        # The last two sit exactly on a limit: the cheapest run costs the budget to the cent,
+        # the fastest ends on the deadline. A limit met exactly is met.
         limits = [(costs[-1] * 2, days[-1] * 2), (costs[-1] * 2, days[len(days) // 3]),
                   (costs[len(costs) // 2], days[-1] * 2), (costs[0] * 0.5, days[-1] * 2),
-                  (costs[-1] * 2, days[0] * 0.5)]  # fmt: skip
+                  (costs[-1] * 2, days[0] * 0.5), (costs[0], days[-1] * 2),
+                  (costs[-1] * 2, days[0])]  # fmt: skip
         for budget, deadline in limits:
             order = list(runs)
             rng.shuffle(order)  # the answer must not depend on the order of the list
@@ -376,9 +503,10 @@ NOTEBOOK = "05_at_scale.ipynb"
 # The function each exercise asks for -> its check (tests/test_checks.py runs them all).
 EXERCISES = {
     "place_from_environment": exercise_place_from_environment,
+    "find_stragglers": exercise_find_stragglers,
     "ring_all_reduce_time": exercise_ring_all_reduce_time,
     "step_communication": exercise_step_communication,
     "cheapest_run": exercise_cheapest_run,
 }
-# The notebook's other definitions those functions call: Exercise 3's ring for the whole step.
+# The notebook's other definitions those functions call: Exercise 4's ring for the whole step.
 HELPERS = ("ring_all_reduce_time",)
