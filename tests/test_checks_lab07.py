@@ -8,7 +8,7 @@ import torch
 
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab07 as check
-from llmlab.quant import fake_quantize, gptq, hessian, inverse_hessian_factor
+from llmlab.quant import fake_quantize, gptq, hessian
 
 
 def fails(check_fn, answer, match):
@@ -116,6 +116,17 @@ def test_exercise_1_rejects_wrong_shapes_and_types():
     fails(check.exercise_rtn_groups, scales_transposed, "one per row and per group")
 
 
+def test_exercise_1_accepts_scales_stored_in_fewer_bits(capsys):
+    """Groups store fp16 scales: an answer that returns them so (or in bf16) is right."""
+    for dtype in (torch.float16, torch.bfloat16):
+        def answer(w, b, g, dtype=dtype):
+            codes, scales, zeros = rtn_groups(w, b, g)
+            return codes, scales.to(dtype), zeros.to(dtype)
+
+        assert check.exercise_rtn_groups(answer) is answer
+    assert capsys.readouterr().out.count("PASSED") == 2
+
+
 def test_exercise_1_on_the_stub_returns_the_fallback(capsys):
     assert check.exercise_rtn_groups(stub) is check.rtn_groups_reference
     assert "not done yet" in capsys.readouterr().out
@@ -129,70 +140,61 @@ def test_exercise_1_cases_hold_the_groups_the_mistakes_need():
     assert bool((groups == 0).all(-1).any())
 
 
-# ---------------------------------------------------------------- Exercise 2: GPTQ's column loop
+# ---------------------------------------------------------------- Exercise 2: a GPTQ layer
 
 
-def gptq_columns(weight, h, quantize_column, *, factor="inverse", divide=True, sign=1.0,
-                 use_column=False, in_place=False, return_updated=False):  # fmt: skip
-    """A learner's column loop with one switch per likely mistake (all off: a correct one)."""
-    damped = h + 0.01 * h.diagonal().mean() * torch.eye(h.shape[0])
-    if factor == "inverse":
-        u = inverse_hessian_factor(h)
-    elif factor == "hessian":
-        u = h
-    elif factor == "hessian factor":
-        u = torch.linalg.cholesky(damped, upper=True)
-    elif factor == "inverse itself":
-        u = torch.linalg.inv(damped)
-    else:  # "undamped"
-        u = torch.linalg.cholesky(torch.linalg.inv(h), upper=True)
+def gptq_layer(weight, inputs, quantize_column, block_size=128, damp=0.01, *, h_scale="mean",
+               damping="relative", factor="inverse", divide=True, sign=1.0, use_column=False,
+               lazy=True, every_later=False, return_updated=False):  # fmt: skip
+    """A learner's GPTQ layer with one switch per likely mistake (all off: a correct one)."""
+    parts = [part.reshape(-1, part.shape[-1]).double() for part in inputs]
+    x, n = torch.cat(parts), sum(len(part) for part in parts)
+    h = {"mean": 2 * x.T @ x / n, "sum": 2 * x.T @ x, "xtx": x.T @ x, "no two": x.T @ x / n,
+         "per batch": sum(2 * p.T @ p / len(p) for p in parts) / len(parts),
+         "transposed": 2 * x @ x.T / n}[h_scale]  # fmt: skip
+    eye = torch.eye(h.shape[0], dtype=h.dtype)
+    damped = h + damp * (h.diagonal().mean() if damping == "relative" else 1) * eye
+    if damping == "none":
+        damped = h
+    u = {"inverse": lambda: torch.linalg.cholesky(torch.linalg.inv(damped), upper=True),
+         "hessian factor": lambda: torch.linalg.cholesky(damped, upper=True),
+         "inverse itself": lambda: torch.linalg.inv(damped)}[factor]().float()  # fmt: skip
+    if use_column:
+        u = u.T
     w = weight.clone()
     q = torch.zeros_like(w)
-    for i in range(w.shape[1]):
-        q[:, i] = quantize_column(w[:, i])
-        error = w[:, i] - q[:, i]
-        if divide:
-            error = error / u[i, i]
-        feedback = u[i:, i] if use_column else u[i, i:]
-        if in_place:
-            w[:, i] = q[:, i]
-            w[:, i:] -= sign * torch.outer(error, feedback)
-        else:
-            w[:, i + 1 :] -= sign * torch.outer(error, feedback[1:])
-    return w if in_place or return_updated else q
-
-
-def gptq_columns_in_blocks(weight, h, quantize_column, block=8):
-    """Another correct form: lazy batches, the later columns updated once per block."""
-    u = inverse_hessian_factor(h).double()
-    w, q = weight.double().clone(), torch.zeros_like(weight, dtype=torch.float64)
-    for start in range(0, w.shape[1], block):
-        end = min(start + block, w.shape[1])
-        errors = torch.zeros(w.shape[0], end - start, dtype=torch.float64)
+    cols = w.shape[1]
+    for start in range(0, cols, block_size):
+        end = min(start + block_size, cols)
+        errors = torch.zeros(w.shape[0], end - start)
         for i in range(start, end):
-            q[:, i] = quantize_column(w[:, i].float()).double()
-            errors[:, i - start] = (w[:, i] - q[:, i]) / u[i, i]
-            w[:, i + 1 : end] -= errors[:, i - start, None] * u[i, i + 1 : end]
-        w[:, end:] -= errors @ u[start:end, end:]
-    return q
+            q[:, i] = quantize_column(w[:, i])
+            errors[:, i - start] = (w[:, i] - q[:, i]) / (u[i, i] if divide else 1)
+            reach = cols if every_later else end
+            w[:, i + 1 : reach] -= sign * torch.outer(errors[:, i - start], u[i, i + 1 : reach])
+        if lazy:
+            w[:, end:] -= sign * errors @ u[start:end, end:]
+    return (w if return_updated else q), h.float()
 
 
-def gptq_columns_whole_rows(weight, h, quantize_column):
-    """Another correct form: the whole row of u each time (zero left of the diagonal), q kept
-    apart from w, so updating the columns already done changes nothing."""
-    u = inverse_hessian_factor(h)
+def gptq_layer_unblocked(weight, inputs, quantize_column, block_size=128, damp=0.01):
+    """Another correct form: float32, llmlab's Cholesky route, every later column updated at
+    once (lazy blocks give the same result), whole rows of u (zero left of the diagonal)."""
+    x = torch.cat([part.reshape(-1, part.shape[-1]) for part in inputs])
+    h = 2 * x.T @ x / len(x)
+    damped = h + damp * h.diagonal().mean() * torch.eye(len(h))
+    u = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(damped)), upper=True)
     w, q = weight.clone(), []
     for i in range(w.shape[1]):
         q.append(quantize_column(w[:, i]))
         w -= torch.outer((w[:, i] - q[-1]) / u[i, i], u[i])
-    return torch.stack(q, dim=1)
+    return torch.stack(q, dim=1), h
 
 
 def test_exercise_2_accepts_right_answers_in_their_forms(capsys):
-    answers = (gptq_columns, gptq_columns_in_blocks, gptq_columns_whole_rows,
-               check.gptq_columns_reference)  # fmt: skip
+    answers = (gptq_layer, gptq_layer_unblocked, check.gptq_layer_reference)
     for answer in answers:
-        assert check.exercise_gptq_columns(answer) is answer
+        assert check.exercise_gptq_layer(answer) is answer
     out = capsys.readouterr().out
     assert out.count("PASSED") == len(answers) and "of RTN's" in out
 
@@ -200,42 +202,191 @@ def test_exercise_2_accepts_right_answers_in_their_forms(capsys):
 @pytest.mark.parametrize(
     ("switch", "match"),
     [
-        (dict(divide=False), r"not divided by u\[i, i\]"),
-        (dict(sign=0.0), "round-to-nearest's: no rounding error reached"),
-        (dict(use_column=True), "its row i and its column i"),
-        (dict(in_place=True), "already quantized were changed again"),
-        (dict(sign=-1.0), "wrong sign"),
-        (dict(factor="hessian"), "Hessian H itself"),
+        (dict(h_scale="sum"), "summed over the tokens"),
+        (dict(h_scale="xtx"), "your H is X\\^T X"),
+        (dict(h_scale="no two"), "misses the factor 2"),
+        (dict(h_scale="per batch"), "over all n calibration tokens"),
+        (dict(h_scale="transposed"), "Keep the shapes in view"),
+        (dict(damping="none"), "without damping"),
+        (dict(damping="absolute"), "damping adds `damp` to H's diagonal as it is"),
         (dict(factor="hessian factor"), "Cholesky factor of H, not of its inverse"),
         (dict(factor="inverse itself"), r"H\^-1 itself"),
-        (dict(factor="undamped"), "without damping"),
+        (dict(use_column=True), "which of its row i and its column i"),
+        (dict(divide=False), r"not divided by U\[i, i\]"),
+        (dict(sign=0.0), "round-to-nearest's: no rounding error reached"),
+        (dict(sign=-1.0), "wrong sign"),
+        (dict(lazy=False), "never got that block's errors"),
+        (dict(every_later=True), "got each error twice"),
         (dict(return_updated=True), "not on the quantization grid"),
     ],
 )
 def test_exercise_2_rejects_likely_mistakes(switch, match):
-    fails(check.exercise_gptq_columns, lambda w, h, qc: gptq_columns(w, h, qc, **switch), match)
+    fails(check.exercise_gptq_layer, lambda *args, **kw: gptq_layer(*args, **kw, **switch), match)
+
+
+def test_exercise_2_names_a_fixed_damping_and_a_damped_h():
+    fails(check.exercise_gptq_layer,
+          lambda w, x, qc, block_size, damp: gptq_layer(w, x, qc, block_size, 0.01),
+          "damping is 0.01 where damp=0.05 was asked")  # fmt: skip
+
+    def damped_h(w, x, qc, block_size, damp):
+        q, h = gptq_layer(w, x, qc, block_size, damp)
+        return q, h + damp * h.diagonal().mean() * torch.eye(len(h))
+
+    fails(check.exercise_gptq_layer, damped_h, "has the damping in it")
 
 
 def test_exercise_2_says_what_quantize_column_takes_and_what_to_return():
-    fails(check.exercise_gptq_columns, lambda w, h, qc: qc(w), "give it one column")
-    fails(check.exercise_gptq_columns, lambda w, h, qc: gptq_columns(w, h, qc).T,
+    fails(check.exercise_gptq_layer, lambda w, x, qc, **kw: (qc(w), None), "give it one column")
+    fails(check.exercise_gptq_layer, lambda *a, **kw: gptq_layer(*a, **kw)[0], "return two")
+    fails(check.exercise_gptq_layer,
+          lambda *a, **kw: (gptq_layer(*a, **kw)[0].T, gptq_layer(*a, **kw)[1]),
           "return the dequantized weight")  # fmt: skip
 
 
 def test_exercise_2_on_the_stub_returns_the_fallback(capsys):
-    assert check.exercise_gptq_columns(stub) is check.gptq_columns_reference
+    assert check.exercise_gptq_layer(stub) is check.gptq_layer_reference
     assert "not done yet" in capsys.readouterr().out
 
 
-def test_exercise_2_layers_are_ones_where_gptq_clearly_beats_rtn():
-    for _, weight, x, bits in check._gptq_cases():
-        h = hessian([x])
-        q = gptq(weight, h, bits, group_size=weight.shape[1]).dequantize()
-        rtn = check._rounded(weight, check.column_quantizer(weight, bits))
-        assert check._output_error(weight, q, x) < 0.7 * check._output_error(weight, rtn, x)
+def test_exercise_2_reference_is_llmlab_gptq_and_gptq_clearly_beats_rtn():
+    """The check's loop gives llmlab.quant.gptq's weights (one grid per row) in any block size,
+    and on every case GPTQ's output error is well below RTN's."""
+    for _, weight, x_parts, bits, block, damp in check._gptq_cases():
+        x = torch.cat([part.reshape(-1, weight.shape[1]) for part in x_parts])
+        h = hessian(x_parts)
+        grid = check.column_quantizer(weight, bits)
+        expected = gptq(weight, h, bits, group_size=weight.shape[1], damp=damp).dequantize()
+        for block_size in (block, 1, weight.shape[1]):
+            q = check._gptq_layer(weight, h, grid, block_size, damp)
+            assert torch.allclose(q, expected, atol=1e-5)
+        rtn = check._rounded(weight, grid)
+        assert check._output_error(weight, q, x) < 0.8 * check._output_error(weight, rtn, x)
 
 
-# ---------------------------------------------------------------- Exercise 3: the STE
+def test_exercise_2_singular_case_needs_damping():
+    _, weight, x_parts, *_ = check._gptq_cases()[2]
+    with pytest.raises(torch.linalg.LinAlgError):
+        torch.linalg.cholesky(hessian(x_parts).double())
+    one_case = check._gptq_cases()[2:3]
+    with pytest.MonkeyPatch.context() as patch:  # the singular layer alone: no damping fails it
+        patch.setattr(check, "_gptq_cases", lambda: one_case)
+        fails(check.exercise_gptq_layer,
+              lambda *a, **kw: gptq_layer(*a, **kw, damping="none"), "H is singular")
+
+
+# ---------------------------------------------------------------- Exercise 3: packed int4
+
+
+class PackedLinear(torch.nn.Module):
+    """A learner's packed Linear with one switch per likely mistake (all off: a correct one)."""
+
+    def __init__(self, codes, scales, zeros, group_size, *, swap_pack=False, swap_unpack=False,
+                 halves=False, dtype=torch.uint8, keep_codes=False, signed_read=False,
+                 repeat=False, no_zero=False, zero_after=False, no_transpose=False):  # fmt: skip
+        super().__init__()
+        codes = codes.to(torch.uint8)
+        low, high = codes[:, 0::2], codes[:, 1::2]
+        if halves:
+            low, high = codes[:, : codes.shape[1] // 2], codes[:, codes.shape[1] // 2 :]
+        if swap_pack:
+            low, high = high, low
+        self.register_buffer("packed", (low | (high << 4)).to(dtype))
+        if keep_codes:
+            self.codes = codes
+        self.scales, self.zeros, self.group_size = scales.float(), zeros.float(), group_size
+        self.swap_unpack, self.signed_read, self.repeat = swap_unpack, signed_read, repeat
+        self.no_zero, self.zero_after, self.no_transpose = no_zero, zero_after, no_transpose
+
+    def forward(self, x):
+        packed = self.packed.to(torch.int8) if self.signed_read else self.packed
+        low, high = packed & 0x0F, packed >> 4
+        if self.swap_unpack:
+            low, high = high, low
+        codes = torch.stack((low, high), -1).flatten(-2).float()
+        expand = (lambda t: t.repeat(1, self.group_size)) if self.repeat else (
+            lambda t: t.repeat_interleave(self.group_size, 1))  # fmt: skip
+        scale, zero = expand(self.scales), expand(self.zeros)
+        if self.no_zero:
+            weight = codes * scale
+        elif self.zero_after:
+            weight = codes * scale - zero
+        else:
+            weight = (codes - zero) * scale
+        return x @ (weight if self.no_transpose else weight.T)
+
+
+class PackedLinearNumpyStyle(torch.nn.Module):
+    """Another correct form: bytes built with arithmetic (low + 16 * high), weight in fp16."""
+
+    def __init__(self, codes, scales, zeros, group_size):
+        super().__init__()
+        pairs = codes.long().reshape(codes.shape[0], -1, 2)
+        self.packed = (pairs[..., 0] + 16 * pairs[..., 1]).to(torch.uint8)
+        self.scales, self.zeros, self.group_size = scales, zeros, group_size
+
+    def forward(self, x):
+        codes = torch.stack((self.packed % 16, self.packed // 16), -1).reshape(
+            self.packed.shape[0], -1, self.group_size).double()  # fmt: skip
+        weight = (codes - self.zeros.double()[..., None]) * self.scales.double()[..., None]
+        return (x.double() @ weight.reshape(self.packed.shape[0], -1).T).float()
+
+
+def test_exercise_3_accepts_right_answers_in_their_forms(capsys):
+    answers = (PackedLinear, PackedLinearNumpyStyle, check.PackedInt4LinearReference)
+    for answer in answers:
+        assert check.exercise_packed_int4(answer) is answer
+    assert capsys.readouterr().out.count("PASSED") == len(answers)
+
+
+@pytest.mark.parametrize(
+    ("switch", "match"),
+    [
+        (dict(swap_pack=True), "nibbles are swapped"),
+        (dict(halves=True), "columns j and j \\+ in/2"),
+        (dict(dtype=torch.int8), "torch.int8; store bytes, torch.uint8"),
+        (dict(keep_codes=True), "also keeps codes"),
+        (dict(swap_unpack=True), "reads the nibbles the other way round"),
+        (dict(signed_read=True), "16 too low"),
+        (dict(repeat=True), "repeat_interleave, not repeat"),
+        (dict(no_zero=True), "zero points are not subtracted"),
+        (dict(zero_after=True), "subtracted after scaling"),
+        (dict(no_transpose=True), "The output is x @ W\\^T"),
+    ],
+)
+def test_exercise_3_rejects_likely_mistakes(switch, match):
+    fails(check.exercise_packed_int4, lambda *args: PackedLinear(*args, **switch), match)
+
+
+def test_exercise_3_rejects_codes_kept_one_per_byte_or_not_kept():
+    class OnePerByte(PackedLinear):
+        def __init__(self, codes, *args):
+            super().__init__(codes, *args)
+            self.packed = codes.to(torch.uint8)
+
+    fails(check.exercise_packed_int4, OnePerByte, r"has shape \(6, 32\), expected \(6, 16\)")
+
+    class Unpacked(torch.nn.Module):
+        def __init__(self, codes, scales, zeros, group_size):
+            super().__init__()
+            self.weight = torch.nn.Parameter(check._dequantized(codes, scales, zeros,
+                                                                group_size).float())  # fmt: skip
+
+    fails(check.exercise_packed_int4, Unpacked, "no tensor `packed`")
+
+
+def test_exercise_3_on_the_stub_returns_the_fallback(capsys):
+    fallback = check.exercise_packed_int4(stub)
+    assert fallback is check.PackedInt4LinearReference
+    assert "not done yet" in capsys.readouterr().out
+
+
+def test_exercise_3_cases_hold_high_nibbles_that_set_the_sign_bit():
+    for *_, codes, _, _, _, _ in ((None, *case) for case in check._packed_cases()):
+        assert bool((codes[:, 1::2] >= 8).any()) and int(codes.max()) == 15
+
+
+# ---------------------------------------------------------------- Exercise 4: the STE
 
 
 def own_fake_quant(weight, bits, group_size, *, round_fn=torch.round, grid_graph=True):
@@ -286,7 +437,7 @@ def ste_own_round(weight, bits, group_size):
     return own_fake_quant(weight, bits, group_size, round_fn=round_ste, grid_graph=False)
 
 
-def test_exercise_3_accepts_right_answers_in_their_forms(capsys):
+def test_exercise_4_accepts_right_answers_in_their_forms(capsys):
     answers = (ste_detach, ste_detach_other_way, ste_function, ste_own_round,
                check.fake_quant_ste_reference)  # fmt: skip
     for answer in answers:
@@ -342,11 +493,11 @@ def in_place(w, b, g):
         (lambda w, b, g: ste_detach(w, b, g).T, "of the weight's shape"),
     ],
 )  # fmt: skip
-def test_exercise_3_rejects_likely_mistakes(answer, match):
+def test_exercise_4_rejects_likely_mistakes(answer, match):
     fails(check.exercise_straight_through, answer, match)
 
 
-def test_exercise_3_on_the_stub_returns_the_fallback(capsys):
+def test_exercise_4_on_the_stub_returns_the_fallback(capsys):
     fallback = check.exercise_straight_through(stub)
     assert fallback is check.fake_quant_ste_reference
     assert "not done yet" in capsys.readouterr().out
@@ -355,7 +506,7 @@ def test_exercise_3_on_the_stub_returns_the_fallback(capsys):
     assert torch.equal(weight.grad, torch.ones_like(weight))
 
 
-def test_exercise_3_mistakes_differ_where_the_check_looks():
+def test_exercise_4_mistakes_differ_where_the_check_looks():
     """Each case's symmetric, per-row and group-wise grids give different values, and the
     naive fake quantization's gradient is non-zero only at groups' ends (so the check must
     look inside the groups to call it zero)."""

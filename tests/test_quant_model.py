@@ -171,3 +171,11 @@ def test_quantize_model_refuses_bad_input():
         quantize_model(model, "rtn", group_size=48)
     with pytest.raises(TypeError, match="RTN takes no GPTQ options"):
         quantize_model(model, "rtn", act_order=True)
+
+
+def test_quantize_model_shows_a_bar_over_the_blocks_unless_told_not_to(capsys):
+    quantize_model(build_model(SHAPES["gpt2"]), "gptq", calibration(count=1), group_size=32)
+    bar = capsys.readouterr().err
+    assert "gptq blocks: 100%" in bar and "2/2" in bar
+    quantize_model(build_model(SHAPES["gpt2"]), "rtn", group_size=32, progress=False)
+    assert "blocks" not in capsys.readouterr().err

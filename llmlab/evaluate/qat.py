@@ -43,7 +43,8 @@ def qat_variants(
     variants = {"float": model, "float tuned": tuned}
     for method in ("rtn", "gptq"):
         variants[f"{method}-{bits}"] = copy.deepcopy(tuned)
-        quantize_model(variants[f"{method}-{bits}"], method, calibration, bits, group_size)
+        quantize_model(variants[f"{method}-{bits}"], method, calibration, bits, group_size,
+                       progress=config.progress)  # fmt: skip
     qat = copy.deepcopy(model)
     prepare_qat(qat, bits, group_size)
     variants[f"qat-{bits}"] = fine_tuned(qat, config, make_batches())

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 from transformers.pytorch_utils import Conv1D
 
 from llmlab.models.finite import require_finite_parameters
@@ -67,11 +68,13 @@ def quantize_model(
     bits: int = 4,
     group_size: int = 128,
     window: int | None = None,
+    progress: bool = True,
     **gptq_options,
 ) -> ModelQuantization:
     """Quantize every Linear / Conv1D of the model's blocks in place (fake-quant) with "rtn" or
     "gptq", group-wise asymmetric int-`bits`. GPTQ needs `batches` of token ids (batch, seq),
-    cut to `window` tokens; `gptq_options` go to `gptq` (block_size, damp, act_order)."""
+    cut to `window` tokens; `gptq_options` go to `gptq` (block_size, damp, act_order). With
+    `progress`, a bar counts the blocks done."""
     if method not in METHODS:
         raise ValueError(f"unknown quantization method {method!r}: use one of {METHODS}")
     check_bits(bits)
@@ -81,7 +84,8 @@ def quantize_model(
         raise TypeError(f"RTN takes no GPTQ options, got {sorted(gptq_options)}")
     require_finite_parameters(model)
     layers = {}
-    for block_name, block in named_blocks(model):
+    blocks = named_blocks(model)
+    for block_name, block in tqdm(blocks, desc=f"{method} blocks", disable=not progress):
         here = {name: module for name, module in block.named_modules(prefix=block_name)
                 if isinstance(module, PRUNABLE)}  # fmt: skip
         if method == "gptq":  # this block's inputs, through the already quantized blocks

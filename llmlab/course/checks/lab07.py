@@ -1,28 +1,32 @@
 """Checks for Lab 07 (4-bit quantization), and the versions the lab falls back to.
 
-Exercise 1 is checked against llmlab.quant.rtn, exercise 2 against llmlab.quant.gptq. Both
-compare dequantized weights (codes, scales and zeros may come in any dtype), and when they
-differ the check recomputes each likely mistake and names the one the answer matches.
-Exercise 3 (the straight-through estimator) compares the forward values with
-llmlab.quant.fake_quantize and the gradient that reaches the weight with the incoming one; a
-wrong gradient is named by how it relates to the incoming one (zero, flipped, doubled).
+Exercise 1 (RTN) is checked against llmlab.quant.rtn, exercise 2 (a whole GPTQ layer: the
+Hessian, damping, the inverse's Cholesky factor, the column loop in lazy blocks) against
+llmlab.quant's hessian and GPTQ. Both compare dequantized weights (codes, scales and zeros may
+come in any dtype), and when they differ the check recomputes each likely mistake and names the
+one the answer matches. Exercise 3 (int4 codes packed two per byte, dequantized inside a
+Linear's forward) compares the bytes with llmlab.quant.pack.pack_codes and the outputs with the
+dequantized weight's. Exercise 4 (the straight-through estimator) compares the forward values
+with llmlab.quant.fake_quantize and the gradient that reaches the weight with the incoming one;
+a wrong gradient is named by how it relates to the incoming one (zero, flipped, doubled).
 """
 
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from llmlab.course.checks import ExerciseFailed, call, compare_prediction, exercise, passed
 from llmlab.quant import (
     bits_per_weight,
     fake_quantize,
     fit_grid,
-    gptq,
     hessian,
     inverse_hessian_factor,
     rtn,
     to_codes,
 )
+from llmlab.quant.pack import pack_codes, unpack_codes
 from llmlab.quant.qat import StraightThrough
 
 # ---------------------------------------------------------------- Exercise 1: group-wise RTN
@@ -180,14 +184,19 @@ def exercise_rtn_groups(rtn_groups) -> None:
                                  "a group is group_size consecutive input columns of one row, "
                                  "the values one dot product sums over.")  # fmt: skip
         groups = cols // group_size
-        scales = _per_group(name, call_text, "scales", scales, rows, groups).double()
+        scales = _per_group(name, call_text, "scales", scales, rows, groups)
+        # Scales stored in fewer bits (fp16, as files store them) are off by up to half their
+        # precision, which the codes multiply: allow that much, at least a thousandth of a step.
+        precision = torch.finfo(scales.dtype).eps if scales.dtype.is_floating_point else 0.0
+        tolerance = max(1e-3, 2**bits * precision)
+        scales = scales.double()
         zeros = _per_group(name, call_text, "zeros", zeros, rows, groups).double()
         reference = rtn(weight, bits, group_size)
         steps = reference.scales.double().repeat_interleave(group_size, 1)
         mine = _dequantized(codes, scales, zeros, group_size)
 
-        def same(a: torch.Tensor, b: torch.Tensor, steps=steps) -> bool:
-            return bool(((a - b).abs() <= 1e-3 * steps).all())  # within a thousandth of a step
+        def same(a: torch.Tensor, b: torch.Tensor, steps=steps, tolerance=tolerance) -> bool:
+            return bool(((a - b).abs() <= tolerance * steps).all())
 
         malformed = _rtn_malformed(codes, scales, zeros, bits)
         if malformed is None and same(mine, reference.dequantize().double()):
@@ -201,7 +210,7 @@ def exercise_rtn_groups(rtn_groups) -> None:
                  "one-signed, constant and all-zero groups included")  # fmt: skip
 
 
-# ---------------------------------------------------------------- Exercise 2: GPTQ's column loop
+# ---------------------------------------------------------------- Exercise 2: a GPTQ layer
 
 
 def column_quantizer(weight: torch.Tensor, bits: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -216,71 +225,123 @@ def column_quantizer(weight: torch.Tensor, bits: int) -> Callable[[torch.Tensor]
     return quantize_column
 
 
-def _column_loop(weight, u, quantize_column, *, divide=True, sign=1.0, in_place=False):
-    """GPTQ's column loop (Algorithm 1 without lazy blocks); the switches make the mistakes."""
+def _feedback_factor(h, damp, factor="inverse") -> torch.Tensor:
+    """The matrix whose rows weigh the error feedback: U of the damped H^-1, or a mistake."""
+    n = h.shape[0]
+    damped = h + damp * h.diagonal().mean() * torch.eye(n)
+    if factor == "inverse":
+        return inverse_hessian_factor(h, damp)
+    if factor == "absolute damping":  # damp added as it is, not as a share of H's diagonal
+        return torch.linalg.cholesky(torch.linalg.inv(h + damp * torch.eye(n)), upper=True)
+    if factor == "undamped":
+        return torch.linalg.cholesky(torch.linalg.inv(h), upper=True)
+    if factor == "hessian factor":
+        return torch.linalg.cholesky(damped, upper=True)
+    return torch.linalg.inv(damped)  # "inverse itself"
+
+
+def _gptq_layer(weight, h, quantize_column, block_size, damp, *, factor="inverse", divide=True,
+                sign=1.0, lazy=True, every_later=False) -> torch.Tensor:
+    """GPTQ's layer (Algorithm 1, lazy blocks, one grid per row); the switches make mistakes."""
+    u = _feedback_factor(h, damp, factor)
     w = weight.detach().float().clone()
     q = torch.zeros_like(w)
-    for i in range(w.shape[1]):
-        q[:, i] = quantize_column(w[:, i])
-        error = (w[:, i] - q[:, i]) / (u[i, i] if divide else 1)
-        if in_place:  # the quantized column kept in w, the update then reaching it too
-            w[:, i] = q[:, i]
-            w[:, i:] -= sign * error[:, None] * u[i, i:]
-        else:
-            w[:, i + 1 :] -= sign * error[:, None] * u[i, i + 1 :]
-    return w if in_place else q
+    cols = w.shape[1]
+    for start in range(0, cols, block_size):
+        end = min(start + block_size, cols)
+        errors = w.new_zeros(w.shape[0], end - start)
+        for i in range(start, end):
+            q[:, i] = quantize_column(w[:, i])
+            errors[:, i - start] = (w[:, i] - q[:, i]) / (u[i, i] if divide else 1)
+            reach = cols if every_later else end  # every_later: the later blocks now, and again
+            w[:, i + 1 : reach] -= sign * errors[:, i - start, None] * u[i, i + 1 : reach]
+        if lazy:  # the later blocks, once per block
+            w[:, end:] -= sign * errors @ u[start:end, end:]
+    return q
 
 
-def gptq_columns_reference(weight: torch.Tensor, h: torch.Tensor, quantize_column):
-    """The lab's fallback for Exercise 2: the column loop with llmlab.quant's factor of H^-1."""
-    return _column_loop(weight, inverse_hessian_factor(h), quantize_column)
+def gptq_layer_reference(weight: torch.Tensor, inputs, quantize_column, block_size: int = 128,
+                         damp: float = 0.01):  # fmt: skip
+    """The lab's fallback for Exercise 2: (dequantized weight, H) with llmlab.quant's hessian
+    and inverse_hessian_factor."""
+    h = hessian(inputs)
+    return _gptq_layer(weight, h, quantize_column, block_size, damp), h
 
 
-def _gptq_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, int]]:
+def _gptq_cases() -> list[tuple[str, torch.Tensor, list[torch.Tensor], int, int, float]]:
     """Random layers whose inputs are strongly correlated (a few directions plus a little
-    noise): there GPTQ's compensation pays, and its result differs clearly from RTN's."""
+    noise): there GPTQ's compensation pays, and its result differs clearly from RTN's. Inputs
+    come batched (3-D) and as several tensors of different lengths, blocks do not always divide
+    the columns, and one layer has fewer calibration tokens than input features (H singular)."""
     generator = torch.Generator().manual_seed(70)
-    cases = []
-    for rows, cols, rank, bits in ((12, 32, 6, 4), (16, 24, 4, 3), (8, 48, 12, 4)):
+
+    def inputs(tokens, cols, rank):
         mixing = torch.randn(rank, cols, generator=generator)
-        x = torch.randn(256, rank, generator=generator) @ mixing
-        x += 0.1 * torch.randn(256, cols, generator=generator)
+        x = torch.randn(tokens, rank, generator=generator) @ mixing
+        return x + 0.1 * torch.randn(tokens, cols, generator=generator)
+
+    cases = []
+    for rows, cols, rank, lengths, bits, block, damp in (
+        (12, 32, 6, (64, 64), 4, 8, 0.01),
+        (16, 24, 4, (200,), 3, 10, 0.01),
+        (8, 48, 12, (20,), 4, 16, 0.01),
+        (6, 16, 5, (30, 90, 20), 4, 64, 0.05),
+    ):
+        x = [inputs(n, cols, rank) for n in lengths]
+        if len(lengths) == 2:
+            x = [part.reshape(2, -1, cols) for part in x]  # (batch, seq, in), as a layer sees it
         weight = torch.randn(rows, cols, generator=generator) * 0.1
-        cases.append((f"{rows}x{cols} layer, inputs of rank ~{rank}, {bits} bits", weight, x, bits))
+        what = (f"{rows}x{cols} layer, {sum(lengths)} calibration tokens in "
+                f"{len(x)} tensor{'s' * (len(x) > 1)} of shape "
+                f"{', '.join(str(tuple(part.shape)) for part in x)}, {bits} bits")  # fmt: skip
+        cases.append((what, weight, x, bits, block, damp))
     return cases
 
 
-def _gptq_mistakes(weight, h, quantize_column) -> list[tuple[torch.Tensor, str]]:
-    u = inverse_hessian_factor(h)
-    damped = h + 0.01 * h.diagonal().mean() * torch.eye(h.shape[0])
-    return [
-        (_rounded(weight, quantize_column),
+def _gptq_mistakes(weight, h, quantize_column, block, damp) -> list[tuple[torch.Tensor, str]]:
+    mistakes = [
+        (dict(sign=0.0),
          "your result is round-to-nearest's: no rounding error reached the columns not yet "
-         "quantized. Is there an update at all? And u is upper triangular: which of its row i "
-         "and its column i is non-zero for the columns after i?"),
-        (_column_loop(weight, u, quantize_column, divide=False),
-         "the error is not divided by u[i, i]: how does the Optimal Brain Surgeon update scale "
+         "quantized. Is there an update at all? If there is: U is upper triangular, so which "
+         "of its row i and its column i has entries after i?"),
+        (dict(divide=False),
+         "the error is not divided by U[i, i]: how does the Optimal Brain Surgeon update scale "
          "a column's error by that column's entry of the inverse Hessian?"),
-        (_column_loop(weight, u, quantize_column, sign=-1.0),
+        (dict(sign=-1.0),
          "the update has the wrong sign: it doubles the rounding error instead of making up "
          "for it. Which way should the later columns move?"),
-        (_column_loop(weight, u, quantize_column, in_place=True),
-         "the columns already quantized were changed again by the update: it should reach "
-         "only the columns after i (and return the quantized values)."),
-        (_column_loop(weight, h, quantize_column),
-         "you used the Hessian H itself: the feedback weights come from its inverse. What "
-         "does llmlab.quant.inverse_hessian_factor return?"),
-        (_column_loop(weight, torch.linalg.cholesky(damped, upper=True), quantize_column),
+        (dict(lazy=False),
+         "the columns after each block never got that block's errors: the lazy update of the "
+         "later blocks, once per block, is missing."),
+        (dict(every_later=True),
+         "the later blocks got each error twice: once column by column and once in the lazy "
+         "update at the block's end. Which columns does each of the two reach?"),
+        (dict(factor="hessian factor"),
          "you used the Cholesky factor of H, not of its inverse: which matrix says how a "
-         "column's error is best shared out? Read llmlab.quant.inverse_hessian_factor."),
-        (_column_loop(weight, torch.linalg.inv(damped), quantize_column),
+         "column's error is best shared out?"),
+        (dict(factor="inverse itself"),
          "you used H^-1 itself: its row i is right for column i only while no column before "
          "it was quantized. Which factor of H^-1 holds the updated rows of every step at once?"),
-        (_column_loop(weight, torch.linalg.cholesky(torch.linalg.inv(h), upper=True),
-                      quantize_column),
-         "H was inverted without damping: read llmlab.quant.inverse_hessian_factor, what does "
-         "it add to H first, and why?"),
+        (dict(factor="absolute damping"),
+         "your damping adds `damp` to H's diagonal as it is: the damping is a share of H's "
+         "mean diagonal, so that it means the same whatever the inputs' scale."),
+        (dict(factor="undamped"),
+         "H was inverted without damping: what does damping add to H, and when does it "
+         "matter?"),
     ]  # fmt: skip
+    if damp != 0.01:  # before the others: a fixed 0.01 may come close to another mistake
+        mistakes.insert(0, ({"damp": 0.01}, f"your damping is 0.01 where damp={damp} was "
+                                            "asked."))  # fmt: skip
+    results = []
+    for switches, text in mistakes:
+        options = {"block": block, "damp": damp, **switches}
+        block_size, damp_used = options.pop("block"), options.pop("damp")
+        try:
+            results.append((_gptq_layer(weight, h, quantize_column, block_size, damp_used,
+                                        **options), text))  # fmt: skip
+        except torch.linalg.LinAlgError:  # no damping on a singular H: it fails as theirs did
+            continue
+    return results
 
 
 def _rounded(weight, quantize_column) -> torch.Tensor:
@@ -292,18 +353,62 @@ def _output_error(weight, q, x) -> float:
     return float(torch.linalg.matrix_norm((weight - q) @ x.T))
 
 
+def _hessian_mistake(got, h, x, damp) -> str:
+    """What is wrong with the Hessian the answer returned (its shape is right)."""
+    n = x.shape[0]
+    candidates = [
+        (h * n / 2, "is X^T X: the Hessian of the mean squared error is 2 X^T X / n."),
+        (h * n, "is summed over the tokens, not averaged: divide by their number n."),
+        (h / 2, "misses the factor 2 of the squared error's derivative."),
+        (h + damp * h.diagonal().mean() * torch.eye(h.shape[0]),
+         "has the damping in it: return H as the inputs give it, damp a copy."),
+    ]  # fmt: skip
+    return next((f"your H {text}" for wrong, text in candidates
+                 if torch.allclose(got, wrong, rtol=1e-4, atol=1e-6 * float(wrong.abs().max()))),
+                "your H is not 2 X^T X / n over all n calibration tokens (every input tensor "
+                "flattened to (tokens, in) first).")  # fmt: skip
+
+
+def _close_enough(got, expected, weight, x) -> bool:
+    """The same weights; or, where float rounding in another order tipped a few weights to the
+    neighbouring grid point, at most 1% of them different and the same output error."""
+    if torch.allclose(got, expected, rtol=0, atol=1e-5):
+        return True
+    differ = float(((got - expected).abs() > 1e-5).float().mean())
+    ours, theirs = _output_error(weight, got, x), _output_error(weight, expected, x)
+    return differ <= 0.01 and abs(ours - theirs) <= 0.01 * theirs
+
+
+def _call_gptq_layer(name, call_text, gptq_layer, weight, x_parts, quantize_column, block, damp):
+    """The answer called; a failure inside it turned into a message that names likely causes."""
+    tokens = sum(part.reshape(-1, part.shape[-1]).shape[0] for part in x_parts)
+    try:
+        return call(name, gptq_layer, weight.clone(), [part.clone() for part in x_parts],
+                    quantize_column, block_size=block, damp=damp)  # fmt: skip
+    except torch.linalg.LinAlgError as error:
+        raise ExerciseFailed(
+            f"{name}: {call_text} raised {type(error).__name__}: {str(error).splitlines()[0]} "
+            f"With {tokens} tokens for {weight.shape[1]} input features H is singular: what does "
+            "damping add to it, and to which matrix?") from None  # fmt: skip
+    except (RuntimeError, IndexError) as error:
+        raise ExerciseFailed(
+            f"{name}: {call_text} raised {type(error).__name__}: {str(error).splitlines()[0]} "
+            "Keep the shapes in view: a calibration input is (..., in), H and U are "
+            "(in, in), the weight is (out, in).") from None  # fmt: skip
+
+
 @exercise(
-    fallback=gptq_columns_reference,
-    fallback_name="llmlab.course.checks.lab07.gptq_columns_reference",
+    fallback=gptq_layer_reference,
+    fallback_name="llmlab.course.checks.lab07.gptq_layer_reference",
 )
-def exercise_gptq_columns(gptq_columns) -> None:
-    """Exercise 2: gptq_columns(weight, h, quantize_column) -> the dequantized weight GPTQ
-    chooses, column by column, spreading each column's rounding error over the later ones."""
-    name = "Exercise 2 (GPTQ's column loop)"
+def exercise_gptq_layer(gptq_layer) -> None:
+    """Exercise 2: gptq_layer(weight, inputs, quantize_column, block_size, damp) -> (the
+    dequantized weight GPTQ chooses, the Hessian H = 2 X^T X / n of the calibration inputs)."""
+    name = "Exercise 2 (a GPTQ layer)"
     ratios = []
-    for what, weight, x, bits in _gptq_cases():
+    for what, weight, x_parts, bits, block, damp in _gptq_cases():
         rows, cols = weight.shape
-        h = hessian([x])
+        x = torch.cat([part.reshape(-1, cols) for part in x_parts])
         grid = column_quantizer(weight, bits)
 
         def quantize_column(column, rows=rows, grid=grid):
@@ -313,40 +418,213 @@ def exercise_gptq_columns(gptq_columns) -> None:
                                      f"of the weight, w[:, i], shape ({rows},).")  # fmt: skip
             return grid(column)
 
-        call_text = f"gptq_columns(<{what}>, h, quantize_column)"
-        got = call(name, gptq_columns, weight.clone(), h.clone(), quantize_column)
-        if not isinstance(got, torch.Tensor) or tuple(got.shape) != (rows, cols):
-            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-            raise ExerciseFailed(f"{name}: {call_text} returned {shape}; return the dequantized "
-                                 f"weight, a tensor of shape ({rows}, {cols}).")  # fmt: skip
-        got = got.detach().float().cpu()
-        expected = gptq(weight, h, bits, group_size=cols).dequantize()
+        call_text = f"gptq_layer(<{what}>, quantize_column, block_size={block}, damp={damp})"
+        got = _call_gptq_layer(name, call_text, gptq_layer, weight, x_parts, quantize_column,
+                               block, damp)  # fmt: skip
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}; return "
+                                 "two tensors: (the dequantized weight, H).")  # fmt: skip
+        q, h_got = (_as_tensor(name, call_text, part, value).float() for part, value
+                    in zip(("the weight", "H"), got, strict=True))  # fmt: skip
+        h = hessian(x_parts)
+        if tuple(h_got.shape) != (cols, cols):
+            raise ExerciseFailed(f"{name}: {call_text} returned H of shape {tuple(h_got.shape)}, "
+                                 f"expected ({cols}, {cols}): one row and column per input "
+                                 "feature. Which product of X with itself is that, with X of "
+                                 "shape (tokens, in)?")  # fmt: skip
+        if not torch.allclose(h_got, h, rtol=1e-4, atol=1e-6 * float(h.abs().max())):
+            raise ExerciseFailed(f"{name}: {call_text}: {_hessian_mistake(h_got, h, x, damp)}")
+        if tuple(q.shape) != (rows, cols):
+            raise ExerciseFailed(f"{name}: {call_text} returned a weight of shape "
+                                 f"{tuple(q.shape)}; return the dequantized weight, shape "
+                                 f"({rows}, {cols}).")  # fmt: skip
+        expected = _gptq_layer(weight, h, grid, block, damp)
         rtn_error = _output_error(weight, _rounded(weight, grid), x)
-        if torch.allclose(got, expected, rtol=0, atol=1e-5):
-            ratios.append(_output_error(weight, got, x) / rtn_error)
+        if _close_enough(q, expected, weight, x):
+            ratios.append(_output_error(weight, q, x) / rtn_error)
             continue
-        hint = next((text for wrong, text in _gptq_mistakes(weight, h, grid)
-                     if torch.allclose(got, wrong, rtol=0, atol=1e-5)), None)  # fmt: skip
+        hint = next((text for wrong, text in _gptq_mistakes(weight, h, grid, block, damp)
+                     if _close_enough(q, wrong, weight, x)), None)  # fmt: skip
         if hint is None:
-            off_grid = not torch.allclose(got, _rounded(got, grid), rtol=0, atol=1e-5)
+            off_grid = not torch.allclose(q, _rounded(q, grid), rtol=0, atol=1e-5)
             hint = ("your result is not on the quantization grid: return the quantized "
                     "columns (what quantize_column gave), not the updated weights."
                     if off_grid else
                     "your result is on the grid but not GPTQ's: run yours and "
-                    "llmlab.quant.gptq side by side on a small layer; which column differs "
-                    "first?")  # fmt: skip
-        error = _output_error(weight, got, x)
+                    "llmlab.quant.gptq (group_size = in_features) side by side on a small "
+                    "layer; which column differs first?")  # fmt: skip
+        error = _output_error(weight, q, x)
         raise ExerciseFailed(f"{name}: {call_text}: output error ||(W - Q) X|| is {error:.4g}, "
                              f"RTN's is {rtn_error:.4g}. {hint}")  # fmt: skip
-    passed(name, "the same weights as llmlab.quant.gptq on 3 layers at 3 and 4 bits; output "
+    passed(name, "the same H and weights as llmlab.quant's GPTQ on 4 layers at 3 and 4 bits, "
+                 "lazy blocks that do not divide the columns and a singular H included; output "
                  f"error {min(ratios):.0%} to {max(ratios):.0%} of RTN's")  # fmt: skip
 
 
-# ---------------------------------------------------------------- Exercise 3: the STE
+# ---------------------------------------------------------------- Exercise 3: packed int4
+
+
+class PackedInt4LinearReference(nn.Module):
+    """The lab's fallback for Exercise 3: codes packed by llmlab.quant.pack.pack_codes,
+    unpacked and dequantized inside forward."""
+
+    def __init__(self, codes, scales, zeros, group_size: int):
+        super().__init__()
+        self.register_buffer("packed", pack_codes(torch.as_tensor(codes), 4))
+        self.register_buffer("scales", torch.as_tensor(scales).float())
+        self.register_buffer("zeros", torch.as_tensor(zeros).float())
+        self.group_size = group_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        codes = unpack_codes(self.packed, 4, 2 * self.packed.shape[1])
+        weight = _dequantized(codes, self.scales, self.zeros, self.group_size)
+        return x @ weight.T.to(x.dtype)
+
+
+def _packed_cases():
+    """Random codes (0, 8 and 15 among them: a high nibble of 8 or more sets a byte's top bit),
+    scales in fp32 and fp16, zero points as integers and as floats, 2-D and 3-D inputs."""
+    generator = torch.Generator().manual_seed(73)
+    cases = []
+    for rows, cols, group_size, scale_dtype, x_shape in (
+        (6, 32, 8, torch.float32, (5, 32)),
+        (10, 64, 32, torch.float16, (2, 3, 64)),
+        (3, 16, 16, torch.float32, (1, 16)),
+    ):
+        codes = torch.randint(0, 16, (rows, cols), generator=generator, dtype=torch.uint8)
+        codes[0, :4] = torch.tensor([0, 15, 8, 7], dtype=torch.uint8)
+        groups = cols // group_size
+        scales = (0.01 + 0.05 * torch.rand(rows, groups, generator=generator)).to(scale_dtype)
+        zeros = torch.randint(0, 16, (rows, groups), generator=generator)
+        if scale_dtype == torch.float16:
+            zeros = zeros.float()
+        x = torch.randn(*x_shape, generator=generator)
+        cases.append((f"{rows}x{cols} codes, groups of {group_size}, {scale_dtype} scales",
+                      codes, scales, zeros, group_size, x))  # fmt: skip
+    return cases
+
+
+def _swap_pairs(codes: torch.Tensor) -> torch.Tensor:
+    """Columns 2j and 2j + 1 swapped: the codes as a swapped nibble order reads them."""
+    return codes.reshape(codes.shape[0], -1, 2).flip(-1).reshape(codes.shape)
+
+
+def _packed_mistake(packed, codes) -> str:
+    """What is wrong with the bytes the answer packed (their shape and dtype are right)."""
+    half = codes.shape[1] // 2
+    halves = (codes[:, :half] | (codes[:, half:] << 4)).to(torch.uint8)
+    if torch.equal(packed, pack_codes(_swap_pairs(codes), 4)):
+        return ("your nibbles are swapped: the code of column 2j goes in the low 4 bits of "
+                "byte j, as GPTQ checkpoints and llmlab.quant.pack.pack_codes store it.")
+    if torch.equal(packed, halves):
+        return ("your byte j holds columns j and j + in/2: a packed byte holds two neighbouring "
+                "codes, columns 2j and 2j + 1.")
+    return ("your bytes are not the codes two per byte (column 2j in the low 4 bits, 2j + 1 in "
+            "the high 4): compare with llmlab.quant.pack.pack_codes on a small example.")
+
+
+def _forward_mistakes(codes, scales, zeros, group_size, x) -> list[tuple[torch.Tensor, str]]:
+    signed = codes.double() - 16 * (codes >= 8).double() * (torch.arange(codes.shape[1]) % 2)
+    scale_rows = scales.double().repeat(1, group_size)
+    zero_rows = zeros.double().repeat(1, group_size)
+    steps = scales.double().repeat_interleave(group_size, 1)
+    zero_points = zeros.double().repeat_interleave(group_size, 1)
+    weights = [
+        (_dequantized(_swap_pairs(codes), scales, zeros, group_size),
+         "your forward reads the nibbles the other way round from how you packed them: which "
+         "column's code sits in the low 4 bits?"),
+        (_dequantized(signed, scales, zeros, group_size),
+         "the codes from the high nibbles come out 16 too low where they are 8 or more: a "
+         "signed byte (int8) is shifted with its sign bit. Read the bytes as unsigned."),
+        ((codes.double() - zero_rows) * scale_rows,
+         "your scales and zero points go to the wrong columns: groups are consecutive columns, "
+         "so each group's scale repeats group_size times in a row (repeat_interleave, not "
+         "repeat)."),
+        (codes.double() * steps,
+         "your zero points are not subtracted: the weight is (code - zero) * scale."),
+        (codes.double() * steps - zero_points,
+         "the zero point is subtracted after scaling: it is a code, so it comes off the code."),
+    ]  # fmt: skip
+    return [(x.double() @ weight.T, text) for weight, text in weights]
+
+
+def _unpacked_copies(module: nn.Module, count: int) -> list[str]:
+    """Names of the tensors the module holds with `count` (a code per weight) elements or more."""
+    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers()),
+               **{key: value for key, value in vars(module).items()
+                  if isinstance(value, torch.Tensor)}}  # fmt: skip
+    return [key for key, value in tensors.items() if value.numel() >= count]
+
+
+@exercise(
+    fallback=PackedInt4LinearReference,
+    fallback_name="llmlab.course.checks.lab07.PackedInt4LinearReference",
+)
+def exercise_packed_int4(packed_linear) -> None:
+    """Exercise 3: PackedInt4Linear(codes, scales, zeros, group_size) keeps the 4-bit codes
+    two per byte in `packed` (uint8, (out, in / 2), column 2j in the low nibble of byte j) and
+    computes x @ W^T with W = (codes - zeros) * scales unpacked inside forward."""
+    name = "Exercise 3 (a packed int4 Linear)"
+    for what, codes, scales, zeros, group_size, x in _packed_cases():
+        rows, cols = codes.shape
+        call_text = f"PackedInt4Linear(<{what}>, group_size={group_size})"
+        module = call(name, packed_linear, codes.clone(), scales.clone(), zeros.clone(),
+                      group_size)  # fmt: skip
+        packed = getattr(module, "packed", None)
+        if not isinstance(packed, torch.Tensor):
+            raise ExerciseFailed(f"{name}: {call_text} has no tensor `packed`: keep the packed "
+                                 "codes as self.packed (a buffer, so .to(device) moves it).")
+        if packed.dtype != torch.uint8:
+            raise ExerciseFailed(f"{name}: {call_text}: `packed` is {packed.dtype}; store bytes, "
+                                 "torch.uint8 (unsigned: a signed byte reads a high nibble of 8 "
+                                 "or more as negative).")  # fmt: skip
+        if tuple(packed.shape) != (rows, cols // 2):
+            raise ExerciseFailed(f"{name}: {call_text}: `packed` has shape {tuple(packed.shape)}, "
+                                 f"expected ({rows}, {cols // 2}): two 4-bit codes per byte, "
+                                 "along each row.")  # fmt: skip
+        if not torch.equal(packed.cpu(), pack_codes(codes, 4)):
+            raise ExerciseFailed(f"{name}: {call_text}: {_packed_mistake(packed.cpu(), codes)}")
+        copies = _unpacked_copies(module, codes.numel())
+        if copies:
+            raise ExerciseFailed(f"{name}: {call_text} also keeps {', '.join(copies)}, a tensor "
+                                 "with a value per weight: the point of packing is the bytes "
+                                 "it saves. Unpack inside forward, keep only `packed`, the "
+                                 "scales and the zero points.")  # fmt: skip
+        try:
+            y = call(name, module, x.clone())
+        except RuntimeError as error:
+            raise ExerciseFailed(f"{name}: {call_text} on x of shape {tuple(x.shape)} raised "
+                                 f"RuntimeError: {str(error).splitlines()[0]} The output is "
+                                 f"x @ W^T, shape (..., {rows}).") from None  # fmt: skip
+        y = _as_tensor(name, call_text, "forward's output", y).double()
+        expected = x.double() @ _dequantized(codes, scales, zeros, group_size).T
+        if tuple(y.shape) != tuple(expected.shape):
+            raise ExerciseFailed(f"{name}: {call_text} on x of shape {tuple(x.shape)} returned "
+                                 f"shape {tuple(y.shape)}, expected {tuple(expected.shape)}: "
+                                 "x @ W^T, one output per row of W.")  # fmt: skip
+
+        tolerance = 1e-4 * float(expected.abs().max())
+
+        def same(a, b, tolerance=tolerance) -> bool:
+            return bool(((a - b).abs() <= tolerance).all())
+
+        if not same(y, expected):
+            hint = next((text for wrong, text in _forward_mistakes(codes, scales, zeros,
+                                                                   group_size, x)
+                         if same(y, wrong)), "compare your dequantized weight with "
+                        "(codes - zeros) * scales, each group's scale and zero point over its "
+                        "group_size columns.")  # fmt: skip
+            raise ExerciseFailed(f"{name}: {call_text}, forward on x of shape "
+                                 f"{tuple(x.shape)}: {hint}")  # fmt: skip
+    passed(name, "the bytes of llmlab.quant.pack.pack_codes (half a byte per weight) and the "
+                 "dequantized weight's outputs, fp16 scales and 3-D inputs included")  # fmt: skip
+
+
+# ---------------------------------------------------------------- Exercise 4: the STE
 
 
 def fake_quant_ste_reference(weight: torch.Tensor, bits: int, group_size: int) -> torch.Tensor:
-    """The lab's fallback for Exercise 3: llmlab.quant.qat.StraightThrough, called as the
+    """The lab's fallback for Exercise 4: llmlab.quant.qat.StraightThrough, called as the
     exercise's function is."""
     return StraightThrough.apply(weight, bits, group_size)
 
@@ -419,10 +697,10 @@ def _ste_gradient_mistake(got, incoming, weight, group_size) -> str:
     fallback_name="llmlab.course.checks.lab07.fake_quant_ste_reference",
 )
 def exercise_straight_through(fake_quant_ste) -> None:
-    """Exercise 3: fake_quant_ste(weight, bits, group_size) -> the weight fake-quantized
+    """Exercise 4: fake_quant_ste(weight, bits, group_size) -> the weight fake-quantized
     (llmlab.quant.fake_quantize, asymmetric, one grid per group of input columns) going forward,
     with the gradient passed straight through to weight going back."""
-    name = "Exercise 3 (the straight-through estimator)"
+    name = "Exercise 4 (the straight-through estimator)"
     for what, weight, bits, group_size, incoming in _ste_cases():
         call_text = f"fake_quant_ste(<{what}>, bits={bits}, group_size={group_size})"
         leaf = weight.clone().requires_grad_()
@@ -483,6 +761,7 @@ NOTEBOOK = "07_quantization.ipynb"
 # The function each exercise asks for -> its check (tests/test_checks.py runs them all).
 EXERCISES = {
     "rtn_groups": exercise_rtn_groups,
-    "gptq_columns": exercise_gptq_columns,
+    "gptq_layer": exercise_gptq_layer,
+    "PackedInt4Linear": exercise_packed_int4,
     "fake_quant_ste": exercise_straight_through,
 }
