@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from tqdm.auto import tqdm
 
 from llmlab.course.checks import (
     ExerciseFailed,
@@ -253,7 +254,7 @@ def exercise_ring_all_reduce(ring_all_reduce) -> None:
     """Exercise 1: ring_all_reduce(tensor) sums `tensor` over all ranks, in place."""
     name = "Exercise 1 (ring all-reduce)"
     seed = random.randrange(10_000)
-    for world in (2, 3, 4):
+    for world in tqdm((2, 3, 4), desc="ranks", leave=False):  # each a fresh set of processes
         outcomes = _run_in_workers(name, _ring_worker, world, ring_all_reduce, seed)
         _ring_verdict(name, world, outcomes)
     passed(name, f"equal to dist.all_reduce for 2, 3 and 4 ranks on shapes {SHAPES}, sending "
@@ -420,7 +421,7 @@ def exercise_data_parallel(data_parallel) -> None:
     """Exercise 2: DataParallel(model) makes the ranks equal; .average_gradients() averages."""
     name = "Exercise 2 (DDP by hand)"
     seed = random.randrange(10_000)
-    for world in (2, 3):
+    for world in tqdm((2, 3), desc="ranks", leave=False):
         results = _run_in_workers(name, _ddp_worker, world, data_parallel, seed)
         _ddp_verdict(name, world, results, seed)
     passed(name, f"with 2 and 3 ranks, {DDP_STEPS} SGD steps give one process's weights on the "
@@ -523,7 +524,7 @@ def exercise_tensor_parallel_mlp(tensor_parallel_mlp) -> None:
     name = "Exercise 3 (column- then row-parallel MLP)"
     seed = random.randrange(10_000)
     expected = _forward_backward(mlp, seed)
-    for world in (2, 3):
+    for world in tqdm((2, 3), desc="ranks", leave=False):
         results = _run_in_workers(name, _tp_worker, world, tensor_parallel_mlp, seed)
         hint = _tp_hint(world, results, expected, seed)
         if hint:
