@@ -264,6 +264,32 @@ def throughput_bars(values: Mapping[str, float], unit: str = "tokens/s", title: 
     return fig
 
 
+def all_reduce_traffic(
+    curves: Mapping[str, Mapping[int, float]],
+    measured: Mapping[int, Sequence[float]] | None = None,
+    title: str = "",
+) -> Figure:
+    """What one rank sends per all-reduce, in sizes of the tensor, against the number of ranks:
+    one line per algorithm ({ranks: sent}), and each rank's measured share as points."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for label, points in curves.items():
+        ranks = sorted(points)
+        ax.plot(ranks, [points[n] for n in ranks], "-", label=label)
+    for n, shares in (measured or {}).items():
+        ax.plot([n] * len(shares), shares, "ko", fillstyle="none")
+    if measured:
+        ax.plot([], [], "ko", fillstyle="none", label="measured, every rank")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("ranks (N)")
+    ax.set_ylabel("sent per rank (x the tensor)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Bytes each rank sends per all-reduce")
+    fig.tight_layout()
+    return fig
+
+
 def bubble_sweep(rows: Sequence[Mapping], title: str = "") -> Figure:
     """Measured idle share of each pipeline stage against the formula, per micro-batch count
     (rows as `llmlab.distributed.pipeline.bubble_sweep` returns them)."""

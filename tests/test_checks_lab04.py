@@ -97,6 +97,92 @@ def ring_returning_a_new_tensor(tensor):
     return result
 
 
+def ring_with_batched_point_to_point(tensor):
+    """Another correct form: each step's send and receive as one dist.batch_isend_irecv."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    work = tensor.detach().flatten().clone()
+    chunks = work.tensor_split(world)
+    right, left = (rank + 1) % world, (rank - 1) % world
+
+    def exchange(outgoing, incoming):
+        ops = [dist.P2POp(dist.isend, outgoing, right), dist.P2POp(dist.irecv, incoming, left)]
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+
+    for step in range(world - 1):
+        receive = (rank - step - 1) % world
+        incoming = torch.empty_like(chunks[receive])
+        exchange(chunks[(rank - step) % world], incoming)
+        chunks[receive].add_(incoming)
+    for step in range(world - 1):
+        exchange(chunks[(rank + 1 - step) % world], chunks[(rank - step) % world])
+    tensor.copy_(work.view_as(tensor))
+
+
+def ring_going_left(tensor):
+    """Also correct: the ring runs the other way round (send left, receive from the right)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    work = tensor.detach().flatten().clone()
+    chunks = work.tensor_split(world)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for step in range(world - 1):
+        send, receive = (rank + step) % world, (rank + step + 1) % world
+        incoming = torch.empty_like(chunks[receive])
+        request = dist.isend(chunks[send], left)
+        dist.recv(incoming, right)
+        request.wait()
+        chunks[receive].add_(incoming)
+    for step in range(world - 1):
+        send, receive = (rank - 1 + step) % world, (rank + step) % world
+        request = dist.isend(chunks[send], left)
+        dist.recv(chunks[receive], right)
+        request.wait()
+    tensor.copy_(work.view_as(tensor))
+
+
+def star_through_the_last_rank(tensor):
+    """Every rank sends its tensor to the last one, which sums and sends the total back: right
+    sums, and 2(n-1) tensors sent in all, like a ring; but the last rank sends n-1 of them."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    hub = world - 1
+    if rank != hub:
+        dist.send(tensor.contiguous(), hub)
+        dist.recv(tensor, hub)
+        return
+    incoming = torch.empty_like(tensor)
+    for other in range(hub):
+        dist.recv(incoming, other)
+        tensor += incoming
+    for other in range(hub):
+        dist.send(tensor.contiguous(), other)
+
+
+def direct_reduce_scatter_then_all_gather(tensor):
+    """Each rank sends chunk j straight to rank j, then its summed chunk straight to everyone:
+    the ring's bytes per rank, but every rank talks to every other (no ring)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    work = tensor.detach().flatten().clone()
+    chunks = work.tensor_split(world)
+    others = [j for j in range(world) if j != rank]
+    requests = [dist.isend(chunks[j], j) for j in others]
+    for j in others:
+        incoming = torch.empty_like(chunks[rank])
+        dist.recv(incoming, j)
+        chunks[rank].add_(incoming)
+    for request in requests:
+        request.wait()
+    requests = [dist.isend(chunks[rank], j) for j in others]
+    for j in others:
+        dist.recv(chunks[j], j)
+    for request in requests:
+        request.wait()
+    tensor.copy_(work.view_as(tensor))
+
+
+def ring_with_a_plain_bug(tensor):
+    raise KeyError("a bug in the learner's own code")
+
+
 def all_reduce_itself(tensor):
     dist.all_reduce(tensor)
 
@@ -113,7 +199,8 @@ def everyone_sends_everything(tensor):
     tensor.copy_(total)
 
 
-@pytest.mark.parametrize("right", [ring_right, ring_with_blocking_sends_ordered_by_rank],
+@pytest.mark.parametrize("right", [ring_right, ring_with_blocking_sends_ordered_by_rank,
+                                   ring_with_batched_point_to_point, ring_going_left],
                          ids=lambda f: f.__name__)  # fmt: skip
 def test_ring_all_reduce_accepts_correct_forms(right, capsys):
     check.exercise_ring_all_reduce(right)
@@ -123,12 +210,16 @@ def test_ring_all_reduce_accepts_correct_forms(right, capsys):
 @pytest.mark.parametrize(("mistake", "message"), [
     (ring_only_reduce_scatter, "all-gather phase"),
     (ring_averaging, "the mean, not the sum"),
-    (ring_with_torch_chunk, "with 4 processes your code failed(.|\\n)*index out of range"),
+    (ring_with_torch_chunk, "with 4 processes your code raised an exception(.|\\n)*index out "
+                            "of range"),
     (ring_overwriting_instead_of_adding, "added to your own"),
     (ring_sending_to_the_wrong_neighbour, "failed or hung"),
     (ring_returning_a_new_tensor, "in place"),
     (all_reduce_itself, "point-to-point"),
-    (everyone_sends_everything, "Does every rank send its whole tensor"),
+    (everyone_sends_everything, "does a rank send its whole tensor"),
+    (star_through_the_last_rank, "sent \\[7, 7, 14\\] elements(.|\\n)*carry the others"),
+    (direct_reduce_scatter_then_all_gather, "rank 0 sent to rank\\(s\\) \\[2\\]"),
+    (ring_with_a_plain_bug, "raised an exception on rank \\d:(.|\\n)*KeyError(.|\\n)*own code"),
 ], ids=lambda value: getattr(value, "__name__", ""))  # fmt: skip
 def test_ring_all_reduce_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
@@ -141,13 +232,16 @@ def test_ring_all_reduce_rejects_likely_mistakes(mistake, message):
 class HandDDP:
     """A correct answer, with one switch per likely mistake."""
 
-    broadcast, divide, only_rank_0, skip = True, True, False, ""
+    broadcast, divide, only_rank_0, skip = "state_dict", True, False, ""
 
     def __init__(self, model):
         self.model = model
-        if self.broadcast:
-            for parameter in model.parameters():
-                dist.broadcast(parameter.detach(), src=0)
+        if self.broadcast == "state_dict":  # parameters and buffers
+            tensors = model.state_dict().values()
+        else:
+            tensors = [p.detach() for p in model.parameters()] if self.broadcast else []
+        for tensor in tensors:
+            dist.broadcast(tensor, src=0)
 
     def average_gradients(self):
         world = dist.get_world_size()
@@ -172,12 +266,25 @@ class DDPWithAllReduceAverage(HandDDP):
             dist.all_reduce(parameter.grad, op=dist.ReduceOp.AVG)
 
 
+class DDPBroadcastingParametersThenBuffers(HandDDP):
+    """Also correct: parameters and buffers listed separately."""
+
+    def __init__(self, model):
+        self.model = model
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.detach(), src=0)
+
+
 class SumWithoutDividing(HandDDP):
     divide = False
 
 
 class NoInitialBroadcast(HandDDP):
-    broadcast = False
+    broadcast = ""
+
+
+class BroadcastingParametersOnly(HandDDP):
+    broadcast = "parameters"
 
 
 class AveragedOnlyOnRank0(HandDDP):
@@ -195,8 +302,9 @@ class BroadcastFromTheLastRank(HandDDP):
             dist.broadcast(parameter.detach(), src=dist.get_world_size() - 1)
 
 
-@pytest.mark.parametrize("right", [HandDDP, DDPWithAllReduceAverage, check.DataParallelReference],
-                         ids=lambda c: c.__name__)  # fmt: skip
+@pytest.mark.parametrize("right", [HandDDP, DDPWithAllReduceAverage,
+                                   DDPBroadcastingParametersThenBuffers,
+                                   check.DataParallelReference], ids=lambda c: c.__name__)
 def test_data_parallel_accepts_correct_forms(right, capsys):
     check.exercise_data_parallel(right)
     assert "PASSED" in capsys.readouterr().out
@@ -208,6 +316,7 @@ def test_data_parallel_accepts_correct_forms(right, capsys):
     (AveragedOnlyOnRank0, "the other ranks do not"),
     (ForgettingTheBiases, "hidden.bias"),
     (BroadcastFromTheLastRank, "not from rank 0"),
+    (BroadcastingParametersOnly, "buffer \\(position_code\\) differs"),
 ], ids=lambda value: getattr(value, "__name__", ""))  # fmt: skip
 def test_data_parallel_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
@@ -451,19 +560,20 @@ def test_the_measures_a_timeline_gives():
 
 
 def _first_fit(model, gpu_gb, per_node, nodes, inside, *, zeros=(0, 1, 2, 3), tps=None,
-               use_all=True, check_memory=True):
-    """DP, then ZeRO 1 to 3, then TP inside an NVLink node: the first that fits (a switch per
-    likely mistake)."""
+               use_all=True, check_memory=True, room=("yes",), tp_links=("nvlink",),
+               whole_heads=True):
+    """DP, then ZeRO 1 to 3, then TP inside an NVLink node: the first that fits with room to
+    spare, or None (a switch per likely mistake)."""
     from llmlab.memory import estimate_memory, fits
 
     total = per_node * nodes if use_all else per_node
     if tps is None:
-        tps = [1] + [t for t in range(2, per_node + 1)
-                     if inside == "nvlink" and per_node % t == 0 and model.n_head % t == 0]
+        tps = [1] + [t for t in range(2, per_node + 1) if inside in tp_links and per_node % t == 0
+                     and (model.n_head % t == 0 or not whole_heads)]  # fmt: skip
     for tp in tps:
-        for zero in zeros:
+        for zero in zeros if total // tp > 1 else (0,):
             setup = check.LAYOUT_SETUP.replace(zero=zero, gpus=total, tensor_parallel=tp)
-            if not check_memory or fits(estimate_memory(model, setup), gpu_gb) == "yes":
+            if not check_memory or fits(estimate_memory(model, setup), gpu_gb) in room:
                 return {"dp": total // tp, "tp": tp, "pp": 1, "zero": zero}
     return None
 
@@ -481,7 +591,7 @@ def layout_as_an_object_with_numpy_ints(model, gpu_gb, per_node, nodes, inside, 
     import numpy as np
 
     values = _first_fit(model, gpu_gb, per_node, nodes, inside)
-    return LayoutAsObject(**{k: np.int64(v) for k, v in values.items()})
+    return values and LayoutAsObject(**{k: np.int64(v) for k, v in values.items()})
 
 
 def layout_always_zero3(model, gpu_gb, per_node, nodes, inside, between):
@@ -511,6 +621,27 @@ def layout_tensor_parallel_first(model, gpu_gb, per_node, nodes, inside, between
     return _first_fit(model, gpu_gb, per_node, nodes, inside, tps=[2, 1])
 
 
+def layout_accepting_a_tight_fit(model, gpu_gb, per_node, nodes, inside, between):
+    return _first_fit(model, gpu_gb, per_node, nodes, inside, room=("yes", "tight"))
+
+
+def layout_tensor_parallel_over_pcie(model, gpu_gb, per_node, nodes, inside, between):
+    return _first_fit(model, gpu_gb, per_node, nodes, inside, tp_links=("nvlink", "pcie"))
+
+
+def layout_any_tp_dividing_the_node(model, gpu_gb, per_node, nodes, inside, between):
+    return _first_fit(model, gpu_gb, per_node, nodes, inside, whole_heads=False)
+
+
+def layout_without_tensor_parallel(model, gpu_gb, per_node, nodes, inside, between):
+    return _first_fit(model, gpu_gb, per_node, nodes, inside, tps=[1])
+
+
+def layout_never_none(model, gpu_gb, per_node, nodes, inside, between):
+    found = _first_fit(model, gpu_gb, per_node, nodes, inside)
+    return found or {"dp": per_node * nodes, "tp": 1, "pp": 1, "zero": 3}
+
+
 def layout_as_a_string(model, gpu_gb, per_node, nodes, inside, between):
     return "DP 8"
 
@@ -530,6 +661,12 @@ def test_choose_layout_accepts_correct_forms(right, capsys):
     (layout_one_node_only, "should use all 16 GPUs"),
     (layout_tensor_parallel_first, "without splitting the model"),
     (layout_as_a_string, "return a dict"),
+    (layout_accepting_a_tight_fit, "DP 16 ZeRO-1 needs .* GB of the GPU's 48 GB: it fits only"),
+    (layout_tensor_parallel_over_pcie, "pcie', 'infiniband'\\): tensor parallel over PCIE"),
+    (layout_any_tp_dividing_the_node, "raised ValueError: tensor parallel degree 3 does not "
+                                      "divide the model's 32 attention heads"),
+    (layout_without_tensor_parallel, "returned None \\(nothing fits\\), but DP 8 ZeRO-3 x TP 2"),
+    (layout_never_none, "DP 16 ZeRO-3 needs .* GB of the GPU's 24 GB: it fits only"),
 ], ids=lambda value: getattr(value, "__name__", ""))  # fmt: skip
 def test_choose_layout_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):

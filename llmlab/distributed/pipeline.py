@@ -24,7 +24,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from llmlab.distributed.equivalence import SMOKE_SHAPE, reference_optimizer
 from llmlab.distributed.model_parallel import STEPS, token_batches
-from llmlab.models import ModelShape, build_model
+from llmlab.models import ModelShape, build_model, preset
 from llmlab.models.blocks import transformer_blocks
 from llmlab.scale.comm_cost import bubble_fraction
 
@@ -80,12 +80,16 @@ class PipelineRun:
     stage: int
     params: dict[str, torch.Tensor]  # this stage's parameters, named as in the whole model
     losses: list[float]  # the mean loss per step (last stage; empty elsewhere)
-    step_seconds: float  # median wall time of a step
-    busy_seconds: float  # median time of a step spent computing forward and backward chunks
+    step_times: list[float]  # each step's wall time, on this stage's clock
+    busy_times: list[float]  # each step's time spent computing forward and backward chunks
+
+    @property
+    def step_seconds(self) -> float:
+        return statistics.median(self.step_times)
 
     @property
     def idle_fraction(self) -> float:
-        return 1 - self.busy_seconds / self.step_seconds
+        return 1 - statistics.median(self.busy_times) / self.step_seconds
 
 
 def train_pipeline(
@@ -143,8 +147,7 @@ def train_pipeline(
         if step_losses:
             losses.append(torch.stack(step_losses).mean().item())
     params = {names[id(p)]: p.detach().clone() for p in module.parameters()}
-    return PipelineRun(rank, params, losses, statistics.median(step_times),
-                       statistics.median(busy_times))  # fmt: skip
+    return PipelineRun(rank, params, losses, step_times, busy_times)
 
 
 def _time_chunks(stage: PipelineStage) -> list[float]:
@@ -165,17 +168,36 @@ def _time_chunks(stage: PipelineStage) -> list[float]:
     return busy
 
 
+# The bubble sweep's model: the smoke shape with room for 128-token sequences, so that one
+# micro-batch's forward and backward on a stage take tens of milliseconds even on a CPU, and
+# the cost of passing a message between stages (a fixed overhead per micro-batch) stays small
+# beside them, as the bubble formula assumes.
+BUBBLE_SHAPE = preset("tiny", vocab_size=512, context=128)
+
+
 def bubble_sweep(
-    microbatch_counts=(1, 2, 4, 8), schedule: str = "gpipe", batch: int = 16, seq: int = 32,
-    steps: int = 3, shape: ModelShape | None = None,
+    microbatch_counts=(1, 2, 4, 8), schedule: str = "gpipe", micro_batch: int = 4,
+    seq: int = 128, steps: int = 7, shape: ModelShape | None = None,
 ) -> list[dict]:
     """Measured idle share per stage against `bubble_fraction`, for each micro-batch count.
-    Call on every rank; every rank returns the same table."""
+    Call on every rank; every rank returns the same table.
+
+    Each micro-batch keeps `micro_batch` sequences whatever their number m (the step's batch is
+    m x micro_batch): the formula counts slots of equal length, and cutting a fixed batch into
+    ever smaller pieces would measure per-message overheads instead of the bubble.
+    """
     rows = []
     for m in microbatch_counts:
-        run = train_pipeline(shape, steps, batch, seq, m, schedule)
-        idle = [None] * dist.get_world_size()
-        dist.all_gather_object(idle, run.idle_fraction)
+        run = train_pipeline(shape or BUBBLE_SHAPE, steps, m * micro_batch, seq, m, schedule)
+        stages = [None] * dist.get_world_size()
+        dist.all_gather_object(stages, (run.busy_times, run.step_times))
+        # A stage's own clock stops at its last chunk: the last stage never waits for the first
+        # one's final backward (the drain). The step, as the formula counts it, ends when the
+        # whole pipe is done: the slowest stage's clock.
+        pipe = [max(times[k] for _, times in stages) for k in range(steps)]
+        # The median over steps: on shared cores, other work stretches some steps at random.
+        idle = [statistics.median(1 - b / t for b, t in zip(busy, pipe, strict=True))
+                for busy, _ in stages]  # fmt: skip
         rows.append({"microbatches": m, "schedule": schedule, "idle": idle,
                      "formula": bubble_fraction(dist.get_world_size(), m)})  # fmt: skip
     return rows
