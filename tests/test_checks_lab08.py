@@ -23,7 +23,7 @@ def stub(*args, **kwargs):
     raise NotImplementedError("the hint")
 
 
-# ---------------------------------------------------------------- Exercise 1: a LoRA layer
+# ---------------------------------------------------------------- Exercise 2: a LoRA layer
 
 
 def lora_class(*, scaling="alpha/rank", b_random=False, a_zero=False, freeze=True,
@@ -91,7 +91,7 @@ class LinearModules(nn.Module):
         self.inner.unmerge()
 
 
-def test_exercise_1_accepts_right_answers_in_their_forms(capsys):
+def test_lora_accepts_right_answers_in_their_forms(capsys):
     for answer in (lora_class(), lora_class(transposed=True), LinearModules, LoRALinear):
         assert check.exercise_lora_linear(answer) is answer
     assert capsys.readouterr().out.count("PASSED") == 4
@@ -110,11 +110,11 @@ def test_exercise_1_accepts_right_answers_in_their_forms(capsys):
         (dict(detach=True), "no gradient reaches them"),
     ],
 )
-def test_exercise_1_rejects_likely_mistakes(switch, match):
+def test_lora_rejects_likely_mistakes(switch, match):
     fails(check.exercise_lora_linear, lora_class(**switch), match)
 
 
-def test_exercise_1_rejects_missing_or_misshapen_adapters():
+def test_lora_rejects_missing_or_misshapen_adapters():
     class NoAdapters(nn.Module):
         def __init__(self, base, rank, alpha):
             super().__init__()
@@ -130,12 +130,12 @@ def test_exercise_1_rejects_missing_or_misshapen_adapters():
     fails(check.exercise_lora_linear, WrongRank, "lora_A has shape")
 
 
-def test_exercise_1_on_the_stub_returns_llmlab_s_layer(capsys):
+def test_lora_on_the_stub_returns_llmlab_s_layer(capsys):
     assert check.exercise_lora_linear(stub) is LoRALinear
     assert "not done yet" in capsys.readouterr().out
 
 
-# ---------------------------------------------------------------- Exercise 2: corpus BLEU
+# ---------------------------------------------------------------- Exercise 1: corpus BLEU
 
 
 def bleu(hypotheses, references, *, clip=True, brevity=True, geometric=True, smooth=True,
@@ -177,7 +177,7 @@ def bleu(hypotheses, references, *, clip=True, brevity=True, geometric=True, smo
     return scale * penalty * mean
 
 
-def test_exercise_2_accepts_right_answers(capsys):
+def test_bleu_accepts_right_answers(capsys):
     for answer in (bleu, check.bleu_reference, check.sacrebleu_bleu):
         assert check.exercise_bleu(answer) is answer
     assert capsys.readouterr().out.count("PASSED") == 3
@@ -194,11 +194,11 @@ def test_exercise_2_accepts_right_answers(capsys):
         (dict(scale=1.0), "0-1 scale"),
     ],
 )
-def test_exercise_2_rejects_likely_mistakes(switch, match):
+def test_bleu_rejects_likely_mistakes(switch, match):
     fails(check.exercise_bleu, lambda h, r: bleu(h, r, **switch), match)
 
 
-def test_exercise_2_names_an_inverted_brevity_penalty_and_a_division_by_zero():
+def test_bleu_names_an_inverted_brevity_penalty_and_a_division_by_zero():
     def inverted(h, r):
         c, length = sum(map(len, h)), sum(map(len, r))
         right = bleu(h, r)
@@ -219,11 +219,11 @@ def test_exercise_2_names_an_inverted_brevity_penalty_and_a_division_by_zero():
     fails(check.exercise_bleu, no_guard, "divided by zero")
 
 
-def test_exercise_2_rejects_a_non_number():
+def test_bleu_rejects_a_non_number():
     fails(check.exercise_bleu, lambda h, r: str(bleu(h, r)), "return a number")
 
 
-def test_exercise_2_on_the_stub_returns_the_fallback(capsys):
+def test_bleu_on_the_stub_returns_the_fallback(capsys):
     assert check.exercise_bleu(stub) is check.bleu_reference
     assert "not done yet" in capsys.readouterr().out
 

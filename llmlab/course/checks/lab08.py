@@ -1,8 +1,8 @@
 """Checks for Lab 08 (fine-tuning and evaluation), and the versions the lab falls back to.
 
-Exercise 1 (a LoRA layer) is checked against peft's own LoRA layer on the same base weights:
+Exercise 2 (a LoRA layer) is checked against peft's own LoRA layer on the same base weights:
 the start, the outputs with the same adapter values, the gradients, the merged weight and its
-outputs, and the unmerge. Exercise 2 (corpus BLEU) is checked against sacrebleu on random
+outputs, and the unmerge. Exercise 1 (corpus BLEU) is checked against sacrebleu on random
 corpora and edge cases. When an answer differs, the check recomputes each likely mistake and
 names the one the answer matches.
 """
@@ -16,9 +16,9 @@ from llmlab.course.checks import ExerciseFailed, call, exercise, expect_real, pa
 from llmlab.evaluate.ngram_bleu import BleuCounts, bleu_from_counts, ngram_counts, sentence_counts
 from llmlab.train.lora import LoRALinear
 
-# ---------------------------------------------------------------- Exercise 1: a LoRA layer
+# ---------------------------------------------------------------- Exercise 2: a LoRA layer
 
-_LORA = "Exercise 1 (a LoRA layer)"
+_LORA = "Exercise 2 (a LoRA layer)"
 
 
 def _peft_layer(base: nn.Linear, rank: int, alpha: float):
@@ -81,7 +81,7 @@ def _lora_mistake(got, base_out, update, rank: int, alpha: float) -> str:
 
 @exercise(fallback=LoRALinear, fallback_name="llmlab.train.lora.LoRALinear")
 def exercise_lora_linear(lora_class) -> None:
-    """Exercise 1: lora_class(base: nn.Linear, rank, alpha) -> a module with lora_A, lora_B,
+    """Exercise 2: lora_class(base: nn.Linear, rank, alpha) -> a module with lora_A, lora_B,
     forward, merge() and unmerge(), matching peft's LoRA layer on the same base."""
     name = _LORA
     generator = torch.Generator().manual_seed(8)
@@ -185,13 +185,13 @@ def _check_merge(name, call_text, layer, reference, base, original, x, a_value, 
                                  "the forward pass again.")  # fmt: skip
 
 
-# ---------------------------------------------------------------- Exercise 2: corpus BLEU
+# ---------------------------------------------------------------- Exercise 1: corpus BLEU
 
-_BLEU = "Exercise 2 (BLEU)"
+_BLEU = "Exercise 1 (BLEU)"
 
 
 def bleu_reference(hypotheses: list[list[str]], references: list[list[str]]) -> float:
-    """The lab's fallback for Exercise 2: corpus BLEU (0-100) of tokenized sentences, one
+    """The lab's fallback for Exercise 1: corpus BLEU (0-100) of tokenized sentences, one
     reference each, with sacrebleu's default ("exp") smoothing (llmlab.evaluate.ngram_bleu)."""
     return bleu_from_counts(_corpus_counts(hypotheses, references))
 
@@ -296,7 +296,7 @@ def sacrebleu_bleu(hypotheses: list[list[str]], references: list[list[str]]) -> 
 
 @exercise(fallback=bleu_reference, fallback_name="llmlab.course.checks.lab08.bleu_reference")
 def exercise_bleu(bleu) -> None:
-    """Exercise 2: bleu(hypotheses, references) -> corpus BLEU (0-100) of token lists, one
+    """Exercise 1: bleu(hypotheses, references) -> corpus BLEU (0-100) of token lists, one
     reference per hypothesis, smoothed as sacrebleu's default."""
     name = _BLEU
     for what, hypotheses, references in _bleu_cases():
@@ -322,6 +322,6 @@ def exercise_bleu(bleu) -> None:
 NOTEBOOK = "08_finetuning.ipynb"
 # The function or class each exercise asks for -> its check (tests/test_checks.py runs them all).
 EXERCISES = {
-    "MyLoRALinear": exercise_lora_linear,
     "bleu": exercise_bleu,
+    "MyLoRALinear": exercise_lora_linear,
 }
