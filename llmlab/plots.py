@@ -505,3 +505,38 @@ def layer_errors(errors: Mapping[str, Mapping[str, float]], title: str = "") -> 
     ax.set_title(title or "Output error per layer")
     fig.tight_layout()
     return fig
+
+
+def finetune_methods(
+    scores: Mapping[str, tuple[float, float, float]],
+    perplexities: Mapping[str, tuple[float, float]],
+    score_name: str = "BLEU",
+    title: str = "",
+) -> Figure:
+    """Fine-tuning methods side by side: the task score with its interval ({method: (score,
+    low, high)}) and the general held-out perplexity before and after ({method: (before,
+    after)}): what each method gains on the task, and what it forgets."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    methods = list(scores)
+    values = [scores[m][0] for m in methods]
+    errors = [[v - scores[m][1] for m, v in zip(methods, values, strict=True)],
+              [scores[m][2] - v for m, v in zip(methods, values, strict=True)]]  # fmt: skip
+    left.bar(methods, values, yerr=errors, capsize=4, color="tab:blue")
+    left.set_ylabel(f"task {score_name} (95% interval)")
+    left.set_title("gained on the task")
+    left.tick_params(axis="x", rotation=30, labelsize=8)
+    tuned = list(perplexities)
+    positions = range(len(tuned))
+    right.bar([p - 0.2 for p in positions], [perplexities[m][0] for m in tuned], 0.4,
+              label="before", color="tab:gray")  # fmt: skip
+    right.bar([p + 0.2 for p in positions], [perplexities[m][1] for m in tuned], 0.4,
+              label="after", color="tab:orange")  # fmt: skip
+    right.set_xticks(list(positions), tuned, rotation=30, fontsize=8)
+    right.set_ylabel("general held-out perplexity")
+    right.set_title("forgotten elsewhere")
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(title or "Fine-tuning methods")
+    fig.tight_layout()
+    return fig

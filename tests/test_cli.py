@@ -71,8 +71,8 @@ def test_doctor_lines_up_the_lab_table_planned_rows_included(fake_machine, capsy
     monkeypatch.setattr(labs, "LABS", (*labs.LABS[:-1], planned))
     cli.main(["doctor"])
     out = capsys.readouterr().out
-    header, *rows = out[out.index("Labs on this machine") :].splitlines()[1:10]
-    assert len(rows) == 8 and "(planned)" in rows[-1]
+    header, *rows = out[out.index("Labs on this machine") :].splitlines()[1 : 2 + len(labs.LABS)]
+    assert len(rows) == len(labs.LABS) and "(planned)" in rows[-1]
     columns = {header.index("profile")} | {row.index(" smoke ") + 1 for row in rows}
     assert len(columns) == 1
 

@@ -4,11 +4,14 @@ with Lab 03's recipe when it did not."""
 import json
 
 import pytest
+import torch
 from train_fakes import tiny_gpt2
 from transformers import GPT2LMHeadModel
 
 from llmlab.course import pretrained
 from llmlab.data.checksums import write_folder_checksums
+from llmlab.data.errors import DataError
+from llmlab.data.tokenization import train_bpe
 from llmlab.train import TrainConfig
 
 
@@ -153,3 +156,21 @@ def test_two_threads_never_load_the_model_at_once(artifacts, monkeypatch):
     for thread in threads:
         thread.join(30)
     assert most_at_once == [1, 1]
+
+
+def test_the_hub_model_needs_the_online_switch(monkeypatch):
+    monkeypatch.delenv("LLMLAB_ONLINE", raising=False)
+    with pytest.raises(DataError, match="set LLMLAB_ONLINE=1 before starting Python"):
+        pretrained.hub_model()
+
+
+def test_the_hub_model_with_a_local_stand_in(tmp_path, monkeypatch):
+    """A folder laid out as a Hub repository stands in for gpt2: the same loading path."""
+    model = tiny_gpt2()
+    model.save_pretrained(tmp_path)
+    train_bpe(["def add(a, b):\n    return a + b\n"] * 5, vocab_size=280).save_pretrained(tmp_path)
+    monkeypatch.setenv("LLMLAB_ONLINE", "1")
+    loaded, tokenizer = pretrained.hub_model(str(tmp_path))
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.equal(loaded(ids).logits, model(ids).logits)
+    assert tokenizer.decode(tokenizer.encode("return a + b")) == "return a + b"

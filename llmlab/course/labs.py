@@ -79,6 +79,9 @@ LABS: tuple[Lab, ...] = (
     Lab(7, "quantization", "4-bit quantization", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (quantizes and fine-tunes Lab 03's GPT-2 "
         "small; GPTQ's GPU kernels timed)", _training_gpu(TRAINING_GPU_GB)),
+    Lab(8, "finetuning", "Fine-tuning and evaluation", True,
+        f"one GPU with {TRAINING_GPU_GB} GB or more (fine-tunes Lab 03's GPT-2 small four ways: "
+        "full, LoRA, QLoRA, head only)", _training_gpu(TRAINING_GPU_GB)),
 )  # fmt: skip
 
 

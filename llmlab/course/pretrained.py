@@ -9,18 +9,21 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from llmlab.course.artifacts import artifacts_dir
 from llmlab.data import DatasetPaths, prepare_default_dataset
 from llmlab.data.atomic import atomic_folder, exclusive_lock
 from llmlab.data.checksums import DamagedFile, verify_folder, write_folder_checksums
+from llmlab.data.errors import DataError
 from llmlab.data.loaders import RandomWindows
 from llmlab.data.pipeline import PROFILE_SPECS
 from llmlab.models import ModelShape, build_model, preset, training_flops_per_token
+from llmlab.network import ONLINE_VARIABLE, online
 from llmlab.train import TrainConfig, Trainer, TrainResult
 
 MODEL_PRESET = {"smoke": "tiny", "full": "gpt2-124m"}
+HUB_MODEL = "gpt2"  # OpenAI's GPT-2 small: what online users fine-tune instead of Lab 03's model
 # Training tokens of the full profile's dataset (the whole built-in corpus, 32768-token BPE), as
 # prepare_default_dataset(..., "full") reports them; the full recipe makes about 2 passes.
 FULL_TRAIN_TOKENS = 2_708_799  # on Python 3.11: the built-in corpus is its standard library
@@ -175,3 +178,18 @@ def trained_model(profile_name: str = "smoke", progress: bool = True):
         folder = model_folder(profile_name)
         model = AutoModelForCausalLM.from_pretrained(folder)  # safetensors; no remote code
         return model, PreTrainedTokenizerFast.from_pretrained(folder)
+
+
+def hub_model(name: str = HUB_MODEL):
+    """(model, tokenizer) of a pretrained model from the Hugging Face Hub, only with
+    LLMLAB_ONLINE=1: GPT-2 small by default, pretrained on web text rather than on the standard
+    library (pair it with llmlab.data.docstrings.hub_docstring_pairs). safetensors weights, no
+    remote code."""
+    if not online():
+        raise DataError(
+            f"{name} comes from the Hugging Face Hub and the course is offline: set "
+            f"{ONLINE_VARIABLE}=1 before starting Python to use it, or use trained_model() "
+            "(Lab 03's model, on every machine)."
+        )
+    model = AutoModelForCausalLM.from_pretrained(name, use_safetensors=True)
+    return model, AutoTokenizer.from_pretrained(name)

@@ -30,6 +30,9 @@ from llmlab.network import ONLINE_VARIABLE, online
 SPLITS = ("train", "validation", "test")
 HUB_TASK = ("google/code_x_glue_ct_code_to_text", "python")  # (repository, configuration)
 TOKEN = re.compile(r"\w+|[^\w\s]")  # words and single punctuation marks: code-friendly tokens
+# A language model learns the task as text: the code, this marker, then the summary and a newline
+# (the newline tells generation where to stop).
+PROMPT_END = "\n# Summary:"
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,16 @@ class DocstringPair:
     name: str  # "JSONDecoder.decode" for a method, "loads" for a function
     code: str  # the function's source, dedented, without its docstring
     summary: str  # the first line of its docstring
+
+
+def task_prompt(code: str) -> str:
+    """What the model is given: the code, then the marker after which the summary comes."""
+    return f"{code}{PROMPT_END}"
+
+
+def task_target(summary: str) -> str:
+    """What the model learns to write after the prompt: the summary, then a newline."""
+    return f" {summary}\n"
 
 
 def function_pairs(

@@ -48,10 +48,13 @@ def complete(
         for number, prompt in enumerate(prompts):
             ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
             torch.manual_seed(seed + number)  # per prompt: independent of the other prompts
+            # stop_strings ends generation at the stop (a summary is a few tokens out of
+            # max_new_tokens): the text is the same, the steps after it are not computed.
+            stopping = {"stop_strings": [stop], "tokenizer": tokenizer} if stop else {}
             output = model.generate(ids, attention_mask=torch.ones_like(ids),
                                     max_new_tokens=max_new_tokens,
                                     pad_token_id=tokenizer.pad_token_id or 0,
-                                    **options)  # fmt: skip
+                                    **stopping, **options)  # fmt: skip
             text = tokenizer.decode(output[0, ids.shape[1] :], skip_special_tokens=True)
             completions.append(text.split(stop)[0] if stop else text)
     finally:

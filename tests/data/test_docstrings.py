@@ -18,6 +18,8 @@ from llmlab.data.docstrings import (
     hub_docstring_pairs,
     leaked,
     split_of,
+    task_prompt,
+    task_target,
 )
 from llmlab.data.documents import Document
 from llmlab.data.errors import DataError
@@ -180,3 +182,14 @@ def test_copies_between_modules_leave_validation_and_test(monkeypatch):
     assert [p.name for p in docstring_splits()["test"]] == ["Store.size"]
     everything = docstring_splits(drop_leaked=False)
     assert [p.name for p in everything["test"]] == ["join_all", "Store.size"]
+
+
+def test_the_task_as_text_ends_the_prompt_at_the_marker_and_the_target_at_a_newline(smoke_splits):
+    """Generation stops at the first newline: no summary may hold one, and each target ends
+    with exactly one, after the prompt's marker."""
+    pair = smoke_splits["test"][0]
+    text = task_prompt(pair.code) + task_target(pair.summary)
+    assert text == f"{pair.code}{docstrings.PROMPT_END} {pair.summary}\n"
+    summaries = [p.summary for split in smoke_splits.values() for p in split]
+    assert all("\n" not in summary for summary in summaries)
+    assert all(task_target(s).count("\n") == 1 for s in summaries)

@@ -63,6 +63,25 @@ def test_text_is_cut_at_the_stop(model, tokenizer):
     assert cut == whole[: whole.index(stop)] and len(cut) < len(whole)
 
 
+def test_generation_stops_at_the_stop(model, tokenizer):
+    """The steps after the stop string are not computed (the text stays the same)."""
+    calls = []
+    hook = model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        whole = complete(model, tokenizer, ["def add"], "sample-t1.0", max_new_tokens=30,
+                         stop=None, seed=1)[0]  # fmt: skip
+        steps_whole = len(calls)
+        # A letter from the second half (a lone byte of a character could not be matched).
+        stop = next(c for c in whole[len(whole) // 2 :] if c.isascii() and c.isalnum())
+        calls.clear()
+        cut = complete(model, tokenizer, ["def add"], "sample-t1.0", max_new_tokens=30, stop=stop,
+                       seed=1)[0]  # fmt: skip
+    finally:
+        hook.remove()
+    assert cut == whole[: whole.index(stop)]
+    assert len(calls) < steps_whole
+
+
 def test_strategies_are_named(model, tokenizer):
     assert set(STRATEGIES) >= {"greedy", "beam-4", "sample-t0.7"}
     assert len(complete(model, tokenizer, ["def"], "beam-4", max_new_tokens=4)) == 1
