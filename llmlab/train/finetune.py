@@ -30,8 +30,8 @@ from llmlab.memory import (
     MemoryEstimate,
     TrainingSetup,
     estimate_memory,
-    make_optimizer,
     measure_training_step,
+    optimizer_by_name,
     prepare,
 )
 from llmlab.models import ModelShape
@@ -191,7 +191,7 @@ def finetune_memory(
     if part != "full":
         built = finetune_copy(built, part, rank=setup.lora_rank or 8)
         trainable = [p for p in built.parameters() if p.requires_grad]
-        optimizer = make_optimizer(trainable, setup.optimizer, setup.fused_optimizer)
+        optimizer = optimizer_by_name(trainable, setup.optimizer, setup.fused_optimizer)
     measured = measure_training_step(built, optimizer, input_ids, autocast_dtype)
     planned = {"full": plain, "lora": setup.replace(weights_4bit="")}.get(part)
     return measured, estimate_memory(model, planned) if planned else None
