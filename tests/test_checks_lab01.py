@@ -34,6 +34,13 @@ def _normalize(
     return text if strip_first else "\n".join(strip(line) for line in text.split("\n"))
 
 
+def _nfc_before_controls(text):
+    """The four rules in the wrong order: NFC first, so a control character between a letter
+    and its accent keeps them apart."""
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
+    return _normalize(text, form=None)
+
+
 @pytest.mark.parametrize(
     "wrong, hint",
     [
@@ -57,6 +64,8 @@ def _normalize(
         pytest.param(lambda t: _normalize(t).replace("\t", ""), "Keep tabs and newlines",
                      id="tabs_dropped"),
         pytest.param(lambda t: _normalize(t).encode(), "as a str", id="bytes_returned"),
+        pytest.param(_nfc_before_controls, "Remove control characters before NFC",
+                     id="nfc_before_controls_go"),
     ],
 )  # fmt: skip
 def test_normalize_rejects_likely_mistakes(wrong, hint):
@@ -165,6 +174,20 @@ def _pack(documents, block_size, eos_id, eos_first=False, eos=True, keep_partial
 def test_pack_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_pack(wrong)
+
+
+def _pack_in_place(documents, block_size, eos_id):
+    """Right blocks, but each document gets its eos_id appended in place."""
+    for document in documents:
+        document.append(eos_id)
+    stream = [token for document in documents for token in document]
+    return [stream[i : i + block_size] for i in range(0, len(stream) // block_size * block_size,
+                                                      block_size)]
+
+
+def test_pack_must_leave_its_input_alone():
+    with pytest.raises(ExerciseFailed, match="changed its input"):
+        check.exercise_pack(_pack_in_place)
 
 
 def test_pack_accepts_arrays_too(capsys):

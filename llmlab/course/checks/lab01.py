@@ -3,6 +3,7 @@
 import json
 import operator
 import random
+import unicodedata
 from collections import Counter
 from itertools import pairwise
 
@@ -10,7 +11,7 @@ import numpy as np
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from llmlab.course.checks import ExerciseFailed, call, exercise, passed
-from llmlab.data.clean import CONTROL_CHARACTERS, normalize_text
+from llmlab.data.clean import CONTROL_CHARACTERS, NEWLINES, normalize_text
 from llmlab.data.packing import pack
 from llmlab.data.shards import token_dtype
 
@@ -36,6 +37,8 @@ NORMALIZE_CASES = [
     "    indented code  \n\tstays indented\t\n",
     "the ligature in ﬁne stays, and so does ２",
     "spaces before an escape character \x1b\nare trailing too",
+    # A control character between a letter and its accent: NFC composes them only once it is gone.
+    "a bell between the letter and its accent: cafe\x07\u0301",
     "C1 controls go too: a next-line\x85 and a CSI\x9b from a terminal log\x80",
     # Text that `str.isprintable()` calls unprintable, yet is not a control character. The
     # trailing no-break space is whitespace, so stripping trailing whitespace removes that one.
@@ -45,6 +48,12 @@ NORMALIZE_CASES = [
 ]
 TEXT_NOT_CONTROLS = {"\u00a0": "no-break space", "\u00ad": "soft hyphen",
                      "\u200d": "zero-width joiner"}  # fmt: skip
+
+
+def _nfc_before_controls(text: str) -> str:
+    """The four rules with NFC run before the control characters go (a wrong order)."""
+    text = CONTROL_CHARACTERS.sub("", unicodedata.normalize("NFC", NEWLINES.sub("\n", text)))
+    return "\n".join(line.rstrip() for line in text.split("\n"))
 
 
 def _normalize_hint(text: str, got: str, expected: str) -> str:
@@ -65,6 +74,10 @@ def _normalize_hint(text: str, got: str, expected: str) -> str:
         return "Remove control characters (like '\\x07', '\\x00', '\\x1b') but keep '\\t', '\\n'."
     if got == normalize_text(text, "NFKC"):
         return "Use NFC: NFKC also rewrites compatibility characters ('ﬁ' -> 'fi', '２' -> '2')."
+    if got == _nfc_before_controls(text):
+        return ("Remove control characters before NFC: a control character between a letter and "
+                "its accent keeps NFC from composing them, and removing it afterwards leaves the "
+                "pair apart.")  # fmt: skip
     if "\u0301" in got:
         return "Compose characters: unicodedata.normalize('NFC', text) turns 'e\\u0301' into 'é'."
     pairs = zip(expected.split("\n"), got.split("\n"), strict=False)
@@ -271,6 +284,11 @@ def exercise_pack(pack_documents) -> None:
         copies = [list(doc) for doc in documents]  # the learner's code may change its input
         call_text = f"pack({documents}, {block_size}, {eos_id})"
         got = _call(name, call_text, pack_documents, copies, block_size, eos_id)
+        if copies != documents:
+            raise ExerciseFailed(
+                f"{name}: {call_text} changed its input: the documents are now {copies}. The "
+                "caller still needs them (another epoch, another block size): build new lists."
+            )
         try:
             got_rows = _rows(got)
         except TypeError:
