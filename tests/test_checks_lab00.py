@@ -291,3 +291,89 @@ def test_the_roofline_cases_cover_both_bounds_and_a_missing_format():
     answers = [check.matmul_roofline(*case) for case in check._roofline_cases()]
     assert {a[1] for a in answers if a} == {"compute", "memory"}
     assert None in answers
+
+
+# ---------------------------------------------------------- Exercise 5: this machine's roofline
+
+
+def _measure(timer, device, dtype, *, numbers=2**25, counted=2, per_number=None, n=2048,
+             flops_per_mac=2, gb=1e9, ridge=lambda flops, bandwidth: flops / bandwidth,
+             allocate_inside=False, op="copy"):  # fmt: skip
+    """A learner's measurement, right by default; each argument swaps in one mistake."""
+    source = torch.ones(numbers, dtype=dtype, device=device)
+    target = torch.empty_like(source)
+    size = per_number or source.element_size()
+    if op == "add":  # a + b reads two tensors and writes a third: three streams of bytes
+        seconds, streams = timer(lambda: source + target), 3
+    elif allocate_inside:
+        seconds, streams = timer(lambda: torch.empty_like(source).copy_(source)), counted
+    else:
+        seconds, streams = timer(lambda: target.copy_(source)), counted
+    bandwidth = streams * numbers * size / seconds / gb
+    a, b = (torch.ones(n, n, dtype=dtype, device=device) for _ in range(2))
+    tflops = flops_per_mac * n**3 / timer(lambda: a @ b) / 1e12
+    return bandwidth, tflops, ridge(tflops * 1e12, bandwidth * 1e9)
+
+
+def measure_with(**mistake):
+    return lambda timer, device, dtype: _measure(timer, device, dtype, **mistake)
+
+
+def _peak_from_a_datasheet(timer, device, dtype):
+    source = torch.ones(2**25, dtype=dtype, device=device)
+    target = torch.empty_like(source)
+    bandwidth = 2 * source.numel() * source.element_size() / timer(lambda: target.copy_(source))
+    return bandwidth / 1e9, 0.5, 0.5e12 / bandwidth
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        pytest.param(measure_with(counted=1), "reads every byte and writes it again",
+                     id="copy-counted-once"),
+        pytest.param(measure_with(per_number=1), "Count bytes, not numbers",
+                     id="numbers-not-bytes"),
+        pytest.param(measure_with(numbers=2**16), "fits in this machine's caches",
+                     id="copy-small-enough-for-the-cache"),
+        pytest.param(measure_with(n=64), "too small to keep this machine's compute busy",
+                     id="memory-bound-matmul"),
+        pytest.param(measure_with(flops_per_mac=1), "2 FLOPs", id="one-flop-per-multiply-add"),
+        pytest.param(measure_with(gb=2**30), "not 2\\*\\*30", id="gib-not-gb"),
+        pytest.param(measure_with(ridge=lambda flops, bandwidth: bandwidth / flops),
+                     "That is bytes per FLOP", id="ridge-upside-down"),
+        pytest.param(measure_with(ridge=lambda flops, bandwidth: flops / 1e12 / (bandwidth / 1e9)),
+                     "same units", id="ridge-of-tflops-over-gbs"),
+        pytest.param(measure_with(allocate_inside=True), "makes a tensor",
+                     id="allocation-timed"),
+        pytest.param(_peak_from_a_datasheet, "never timed a matmul", id="no-matmul-timed"),
+        pytest.param(lambda *args: _measure(*args)[:2], "three numbers", id="two-numbers"),
+    ],
+)  # fmt: skip
+def test_measure_roofline_rejects_likely_mistakes(wrong, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        check.exercise_measure_roofline(wrong)
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        pytest.param(measure_with(op="add"), id="bandwidth-of-an-add"),
+        pytest.param(lambda *args: [np.float64(v) for v in _measure(*args)], id="numpy-list"),
+        pytest.param(lambda *args: tuple(torch.tensor(v) for v in _measure(*args)),
+                     id="0-d-tensors"),
+    ],
+)  # fmt: skip
+def test_measure_roofline_accepts_any_copy_and_number_type(right, capsys):
+    check.exercise_measure_roofline(right)
+    assert "PASSED" in capsys.readouterr().out
+
+
+def test_the_fake_machine_charges_each_operation_at_its_roofline():
+    machine = check.FakeMachine(bandwidth_gbs=100.0, tflops=1.0)
+    big, small = torch.ones(2**23), torch.ones(2**10)  # 32 MiB and 4 KiB of fp32
+    target = torch.empty_like(big)
+    assert machine.timer(lambda: target.copy_(big)) == pytest.approx(2 * 2**25 / 100e9)
+    in_cache = machine.timer(lambda: small.clone())
+    assert in_cache == pytest.approx(2 * 2**12 / (check.CACHE_SPEEDUP * 100e9))
+    a = torch.ones(1024, 1024)
+    assert machine.timer(lambda: a @ a) == pytest.approx(2 * 1024**3 / 1e12)  # compute-bound

@@ -34,6 +34,13 @@ def _normalize(
     return text if strip_first else "\n".join(strip(line) for line in text.split("\n"))
 
 
+def _nfc_before_controls(text):
+    """The four rules in the wrong order: NFC first, so a control character between a letter
+    and its accent keeps them apart."""
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
+    return _normalize(text, form=None)
+
+
 @pytest.mark.parametrize(
     "wrong, hint",
     [
@@ -57,6 +64,8 @@ def _normalize(
         pytest.param(lambda t: _normalize(t).replace("\t", ""), "Keep tabs and newlines",
                      id="tabs_dropped"),
         pytest.param(lambda t: _normalize(t).encode(), "as a str", id="bytes_returned"),
+        pytest.param(_nfc_before_controls, "Remove control characters before NFC",
+                     id="nfc_before_controls_go"),
     ],
 )  # fmt: skip
 def test_normalize_rejects_likely_mistakes(wrong, hint):
@@ -139,37 +148,87 @@ def test_bpe_merges_accepts_a_correct_loop_returning_lists(capsys):
     assert "PASSED" in capsys.readouterr().out
 
 
-def _pack(documents, block_size, eos_id, eos_first=False, eos=True, keep_partial=False):
-    stream = []
+def _pack(documents, block_size, eos_id, *, eos=True, eos_first=False, drop_last=False,
+          row_positions=True, doc_positions=True, first_label=-100, eos_label=True, shift=False,
+          pad_label=-100, as_type=list):  # fmt: skip
+    """A learner's packing, right by default; each argument swaps in one mistake."""
+    ids, positions, labels = [], [], []
     for document in documents:
-        stream += ([eos_id] if eos and eos_first else []) + list(document)
-        stream += [eos_id] if eos and not eos_first else []
-    end = len(stream) if keep_partial else len(stream) // block_size * block_size
-    return [stream[i : i + block_size] for i in range(0, end, block_size)]
+        tokens = [eos_id, *document] if eos_first else [*document, eos_id] if eos else document
+        for place, token in enumerate(tokens):
+            position = place if doc_positions else len(ids)
+            if row_positions:  # count from the row's start when the document began earlier
+                position = min(position, len(ids) % block_size)
+            ids.append(token)
+            positions.append(position)
+            label = token if place or first_label is None else first_label
+            labels.append(-100 if token == eos_id and not eos_label and not eos_first else label)
+    if shift:
+        labels = [*ids[1:], -100]
+    real = len(ids)
+    keep = real // block_size * block_size if drop_last else -(-real // block_size) * block_size
+    ids, positions = (v[:keep] + [eos_id] * (keep - len(v)) for v in (ids, positions))
+    labels = labels[:keep] + [pad_label] * (keep - len(labels))
+    return {key: as_type([v[i : i + block_size] for i in range(0, keep, block_size)])
+            for key, v in [("input_ids", ids), ("position_ids", positions), ("labels", labels)]}
 
 
 @pytest.mark.parametrize(
-    "wrong, hint",
+    "mistake, hint",
     [
-        pytest.param(lambda d, b, e: _pack(d, b, e, eos=False),
-                     "Append eos_id after every document", id="no_eos"),
-        pytest.param(lambda d, b, e: _pack(d, b, e, eos_first=True),
-                     "after each document, not before", id="eos_before"),
-        pytest.param(lambda d, b, e: _pack(d, b, e, keep_partial=True),
-                     "Drop the incomplete last block", id="partial_block_kept"),
-        pytest.param(lambda d, b, e: [row + [e] * (b - len(row))
-                                      for row in _pack(d, b, e, keep_partial=True)],
-                     "Do not pad the last block", id="last_block_padded"),
+        pytest.param(dict(eos=False), "Put eos_id after every document", id="no_eos"),
+        pytest.param(dict(eos_first=True), "after each document, not before", id="eos_before"),
+        pytest.param(dict(drop_last=True), "Keep the last, incomplete row", id="last_row_dropped"),
+        pytest.param(dict(doc_positions=False, row_positions=False),
+                     "where a document begins", id="positions_of_the_stream"),
+        pytest.param(dict(doc_positions=False), "where a document begins",
+                     id="positions_of_the_row_only"),
+        pytest.param(dict(row_positions=False), "where a row begins",
+                     id="positions_run_on_across_rows"),
+        pytest.param(dict(first_label=None), "first token gets -100", id="first_token_learned"),
+        pytest.param(dict(eos_label=False), "Keep eos_id's label", id="eos_not_learned"),
+        pytest.param(dict(shift=True), "Do not shift the labels", id="labels_shifted"),
+        pytest.param(dict(pad_label=0), "Padding is not text", id="padding_learned"),
     ],
 )  # fmt: skip
-def test_pack_rejects_likely_mistakes(wrong, hint):
+def test_pack_rejects_likely_mistakes(mistake, hint):
     with pytest.raises(ExerciseFailed, match=hint):
-        check.exercise_pack(wrong)
+        check.exercise_pack(lambda d, b, e: _pack(d, b, e, **mistake))
 
 
-def test_pack_accepts_arrays_too(capsys):
-    check.exercise_pack(lambda d, b, e: np.array(_pack(d, b, e), dtype=np.int64).reshape(-1, b))
+def _pack_in_place(documents, block_size, eos_id):
+    """Right rows, but each document gets its eos_id appended in place."""
+    for document in documents:
+        document.append(eos_id)
+    return _pack([document[:-1] for document in documents], block_size, eos_id)
+
+
+def test_pack_must_leave_its_input_alone():
+    with pytest.raises(ExerciseFailed, match="changed its input"):
+        check.exercise_pack(_pack_in_place)
+
+
+@pytest.mark.parametrize("as_type", [lambda rows: np.array(rows, dtype=np.int32).reshape(
+    -1, len(rows[0]) if rows else 1), torch.tensor, list], ids=["numpy", "tensor", "lists"])
+def test_pack_accepts_arrays_tensors_and_lists(as_type, capsys):
+    check.exercise_pack(lambda d, b, e: _pack(d, b, e, as_type=as_type))
     assert "PASSED" in capsys.readouterr().out
+
+
+def test_pack_accepts_any_label_on_a_rows_first_token(capsys):
+    """The model shifts labels left, so the label at column 0 is never a target."""
+    def first_column_ignored(d, b, e):
+        packed = _pack(d, b, e)
+        packed["labels"] = [[-7, *row[1:]] for row in packed["labels"]]
+        return packed
+
+    check.exercise_pack(first_column_ignored)
+    assert "PASSED" in capsys.readouterr().out
+
+
+def test_pack_refuses_what_is_not_three_arrays():
+    with pytest.raises(ExerciseFailed, match="return a dict"):
+        check.exercise_pack(lambda d, b, e: _pack(d, b, e)["input_ids"])
 
 
 UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)

@@ -6,13 +6,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
+IGNORE_INDEX = -100  # the label the loss skips (PyTorch's and transformers' convention)
 
-def pack(documents: Sequence[Sequence[int]], block_size: int, eos_id: int) -> np.ndarray:
-    """Concatenate the documents, each followed by `eos_id`, and cut the stream into full blocks
-    of `block_size` (the incomplete last block is dropped). Shape: (blocks, block_size)."""
-    stream = [token for doc in documents for token in (*doc, eos_id)]
-    blocks = len(stream) // block_size
-    return np.array(stream[: blocks * block_size], dtype=np.int64).reshape(blocks, block_size)
+
+def pack(documents: Sequence[Sequence[int]], block_size: int, eos_id: int) -> dict[str, np.ndarray]:
+    """Documents end to end, each followed by `eos_id`, cut into rows of `block_size` tokens;
+    the last row is padded with `eos_id`, so no token is dropped. Each array: (rows, block_size).
+
+    - `position_ids`: a token's place in its document, restarting at 0 where a document or a row
+      begins (attention reaches neither the previous document nor the previous row);
+    - `labels`: the tokens as transformers wants them (the model shifts them): -100 on the first
+      token of each document, which nothing in its own document comes before, and on padding.
+    With one row, this is what transformers' DataCollatorWithFlattening returns.
+    """
+    ids, labels, starts = [], [], []
+    for document in documents:
+        tokens = [*document, eos_id]
+        starts.append(len(ids))
+        ids += tokens
+        labels += [IGNORE_INDEX, *tokens[1:]]
+    rows = -(-len(ids) // block_size)
+    padding = rows * block_size - len(ids)
+    starts.append(len(ids))  # the padding is a segment of its own
+    ids += [eos_id] * padding
+    labels += [IGNORE_INDEX] * padding
+    index = np.arange(len(ids))
+    begins = np.zeros(len(ids), dtype=bool)
+    begins[[start for start in starts if start < len(ids)]] = True
+    begins[::block_size] = True
+    positions = index - np.maximum.accumulate(np.where(begins, index, 0))
+    return {name: np.array(values, dtype=np.int64).reshape(rows, block_size)
+            for name, values in [("input_ids", ids), ("position_ids", positions),
+                                 ("labels", labels)]}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ is checked by recording the PyTorch operations its timed function runs.
 
 import random
 import statistics
+from typing import NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -140,17 +141,27 @@ MAKES_DATA = ("rand", "empty", "zeros", "ones", "full", "normal", "uniform", "co
               "arange", "fill")  # fmt: skip
 
 
+class Op(NamedTuple):
+    """One PyTorch operation: its name, its tensor arguments and the tensor it returned."""
+
+    name: str
+    inputs: list[torch.Tensor]
+    output: torch.Tensor | None
+
+
 class RecordOps(TorchDispatchMode):
-    """Records the name and tensor arguments of every PyTorch operation run inside it."""
+    """Records every PyTorch operation run inside it."""
 
     def __init__(self):
         super().__init__()
-        self.ops: list[tuple[str, list[torch.Tensor]]] = []
+        self.ops: list[Op] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        output = func(*args, **(kwargs or {}))
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        self.ops.append((func.overloadpacket.__name__, tensors))
-        return func(*args, **(kwargs or {}))
+        written = output if isinstance(output, torch.Tensor) else None
+        self.ops.append(Op(func.overloadpacket.__name__, tensors, written))
+        return output
 
 
 class FakeTimer:
@@ -158,7 +169,7 @@ class FakeTimer:
 
     def __init__(self, seconds: float):
         self.seconds = seconds
-        self.ops: list[tuple[str, list[torch.Tensor]]] | None = None
+        self.ops: list[Op] | None = None
 
     def __call__(self, fn, **ignored) -> float:
         with RecordOps() as recorder:
@@ -175,17 +186,22 @@ def measure_matmul_tflops(n, dtype, device, timer=None) -> float:
     return bench.measure_matmul(n, name, device, repeats=10).tflops
 
 
+def _named(ops: list[Op], words: tuple[str, ...]) -> list[str]:
+    """The names of the operations whose name holds one of `words`."""
+    return sorted({op.name for op in ops if any(word in op.name for word in words)})
+
+
 def _check_timed_ops(name: str, text: str, ops, n: int, dtype: torch.dtype) -> None:
     if ops is None:
         raise ExerciseFailed(f"{name}: {text} never called `timer`: time the matmul with it.")
-    makers = sorted({op for op, _ in ops if any(word in op for word in MAKES_DATA)})
+    makers = _named(ops, MAKES_DATA)
     if makers:
         raise ExerciseFailed(
             f"{name}: {text}: the timed function also runs {', '.join(makers)}: it makes or "
             "copies tensors, and that time would count as matmul time. Create the inputs, in "
             "`dtype`, before timing; time only the matmul."
         )
-    matmuls = [tensors for op, tensors in ops if op in MATMUL_OPS]
+    matmuls = [op.inputs for op in ops if op.name in MATMUL_OPS]
     if len(matmuls) != 1:
         raise ExerciseFailed(f"{name}: {text}: the timed function ran {len(matmuls)} matmuls; "
                              "it should run exactly one.")  # fmt: skip
@@ -357,6 +373,157 @@ def exercise_matmul_roofline(roofline) -> None:
            "compute-bound")  # fmt: skip
 
 
+# ---------------------------------------------------------- Exercise 5: this machine's roofline
+
+CACHE_BYTES = 32 * 2**20  # the fake machine's cache: data that fits is moved 4x faster
+CACHE_SPEEDUP = 4
+# Operations that make a tensor: inside a timed function their allocation would be timed too.
+ALLOCATES = ("rand", "empty", "zeros", "ones", "full", "normal", "uniform", "arange")
+
+
+def _bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _moved(op: Op) -> int:
+    """Bytes an operation reads and writes: an in-place one (copy_, fill_) writes its first
+    argument instead of reading it."""
+    read = op.inputs[1:] if op.name.endswith("_") else op.inputs
+    return _bytes(read) + _bytes([op.output] if op.output is not None else [])
+
+
+def _flops(op: Op) -> int:
+    """2 FLOPs per multiply-add of a matmul: every output element is a dot product of length k."""
+    return 2 * op.output.numel() * op.inputs[-1].shape[-2] if op.name in MATMUL_OPS else 0
+
+
+class FakeMachine:
+    """Runs a timed function for real and says how long this machine would take: every operation
+    at its roofline, the slower of its FLOPs at `tflops` and its bytes at `bandwidth_gbs` (4x
+    that bandwidth for data that fits in its cache)."""
+
+    def __init__(self, bandwidth_gbs: float, tflops: float):
+        self.bandwidth_gbs, self.tflops = bandwidth_gbs, tflops
+        self.calls: list[list[Op]] = []
+
+    @property
+    def ridge(self) -> float:
+        return self.tflops * 1e12 / (self.bandwidth_gbs * 1e9)
+
+    def seconds(self, op: Op) -> float:
+        moved = _moved(op)
+        bandwidth = self.bandwidth_gbs * 1e9 * (CACHE_SPEEDUP if moved < CACHE_BYTES else 1)
+        return max(_flops(op) / (self.tflops * 1e12), moved / bandwidth)
+
+    def timer(self, fn, **ignored) -> float:
+        with RecordOps() as recorder:
+            fn()
+        self.calls.append(recorder.ops)
+        return sum(self.seconds(op) for op in recorder.ops)
+
+
+def measure_roofline(timer, device, dtype) -> tuple[float, float, float]:
+    """llmlab's answer to Exercise 5 (the lab uses it when the exercise is not done): the
+    bandwidth of a large copy, the FLOP/s of a large matmul, and the ridge point between them."""
+    source = torch.ones(2**25, dtype=dtype, device=device)  # 64-128 MB: far larger than caches
+    target = torch.empty_like(source)
+    bandwidth_gbs = 2 * _bytes([source]) / timer(lambda: target.copy_(source)) / 1e9
+    a, b = (torch.ones(2048, 2048, dtype=dtype, device=device) for _ in range(2))
+    tflops = bench.matmul_flops(2048, 2048, 2048) / timer(lambda: a @ b) / 1e12
+    return bandwidth_gbs, tflops, tflops * 1e12 / (bandwidth_gbs * 1e9)
+
+
+ROOFLINE_MACHINES = [  # (dtype, bandwidth GB/s, TFLOP/s): a CPU, a V100 in fp32, an H100 in bf16
+    (torch.float32, 40.0, 0.5),
+    (torch.float32, 900.0, 15.7),
+    (torch.bfloat16, 3350.0, 989.0),
+]
+
+
+def _split_calls(name: str, text: str, calls: list[list[Op]]) -> tuple[list[Op], list[Op]]:
+    """The timed memory operations and the timed matmul calls, after checking each call."""
+    memory, matmuls = [], []
+    for ops in calls:
+        makers = _named(ops, ALLOCATES)
+        if makers:
+            raise ExerciseFailed(
+                f"{name}: {text}: a timed function runs {', '.join(makers)}: it makes a tensor, "
+                "and the time to allocate it would count as time to move or multiply data. "
+                "Make every tensor before timing."
+            )
+        kinds = {op.name in MATMUL_OPS for op in ops}
+        if len(kinds) > 1:
+            raise ExerciseFailed(f"{name}: {text}: a timed function mixes a matmul with other "
+                                 "work; time the copy and the matmul separately.")  # fmt: skip
+        (matmuls if True in kinds else memory).extend(ops)
+    if not memory or not matmuls:
+        missing = "a memory copy (nothing but moving bytes)" if not memory else "a matmul"
+        raise ExerciseFailed(f"{name}: {text} never timed {missing} with `timer`.")
+    return memory, matmuls
+
+
+def _bandwidth_hint(got: float, machine: FakeMachine, memory: list[Op], dtype) -> str:
+    if max(_moved(op) for op in memory) < CACHE_BYTES:
+        return (f"Your copy moves {max(_moved(op) for op in memory) / 2**20:.1f} MiB: that fits in "
+                "this machine's caches, which are faster than its memory. Copy hundreds of "
+                "megabytes, far more than any cache holds.")  # fmt: skip
+    size = torch.empty((), dtype=dtype).element_size()
+    wrong = [
+        (0.5, "A copy reads every byte and writes it again: count both."),
+        (1 / size, "Count bytes, not numbers: each takes element_size() bytes."),
+        (1e9 / 2**30, "1 GB is 1e9 bytes, not 2**30."),
+        (1e3, "Units: GB/s is 1e9 bytes per second."),
+    ]  # fmt: skip
+    return next((text for factor, text in wrong
+                 if is_close(got, machine.bandwidth_gbs * factor, 1e-6)), "")  # fmt: skip
+
+
+def _tflops_hint(got: float, machine: FakeMachine, matmuls: list[Op]) -> str:
+    if any(_flops(op) / (machine.tflops * 1e12) < machine.seconds(op) for op in matmuls):
+        return ("Your matmul is too small to keep this machine's compute busy: moving its "
+                "matrices takes longer than its FLOPs. Measure the peak with a larger one.")
+    wrong = [(0.5, "A multiply-add is 2 FLOPs."),
+             (1e3, "Units: 1 TFLOP/s is 1e12 FLOP/s.")]  # fmt: skip
+    return next((text for factor, text in wrong
+                 if is_close(got, machine.tflops * factor, 1e-6)), "")  # fmt: skip
+
+
+def _check_machine(name: str, roofline, dtype, bandwidth_gbs: float, tflops: float) -> None:
+    machine = FakeMachine(bandwidth_gbs, tflops)
+    text = f"measure_roofline(timer, 'cpu', {dtype}) on a machine of {bandwidth_gbs:g} GB/s and " \
+           f"{tflops:g} TFLOP/s"
+    got = call(name, roofline, machine.timer, torch.device("cpu"), dtype)
+    if not (isinstance(got, tuple | list) and len(got) == 3):
+        raise ExerciseFailed(f"{name}: {text} returned {got!r}; return three numbers: "
+                             "(GB/s, TFLOP/s, ridge in FLOPs per byte).")  # fmt: skip
+    bandwidth, peak, ridge = (expect_real(name, f"{text}[{i}]", v) for i, v in enumerate(got))
+    memory, matmuls = _split_calls(name, text, machine.calls)
+    if not is_close(bandwidth, bandwidth_gbs, 1e-6):
+        hint = _bandwidth_hint(bandwidth, machine, memory, dtype)
+        raise ExerciseFailed(f"{name}: {text} measured {bandwidth:.6g} GB/s, expected "
+                             f"{bandwidth_gbs:g}. {hint}".strip())  # fmt: skip
+    if not is_close(peak, tflops, 1e-6):
+        raise ExerciseFailed(f"{name}: {text} measured {peak:.6g} TFLOP/s, expected {tflops:g}. "
+                             f"{_tflops_hint(peak, machine, matmuls)}".strip())  # fmt: skip
+    if not is_close(ridge, machine.ridge, 1e-6):
+        hint = ("That is bytes per FLOP: the ridge is the FLOPs a byte must feed for compute, "
+                "not memory, to set the time." if is_close(ridge, 1 / machine.ridge, 1e-6) else
+                "Put both rates in the same units (FLOP/s and bytes/s) before dividing.")
+        raise ExerciseFailed(f"{name}: {text} returned the ridge {ridge:.6g}, expected "
+                             f"{machine.ridge:.6g} FLOPs per byte. {hint}")  # fmt: skip
+
+
+@exercise(fallback=measure_roofline,
+          fallback_name="llmlab.course.checks.lab00.measure_roofline")  # fmt: skip
+def exercise_measure_roofline(roofline) -> None:
+    """Exercise 5: measure_roofline(timer, device, dtype) -> (GB/s, TFLOP/s, FLOPs per byte)."""
+    name = "Exercise 5 (this machine's roofline)"
+    for dtype, bandwidth_gbs, tflops in ROOFLINE_MACHINES:
+        _check_machine(name, roofline, dtype, bandwidth_gbs, tflops)
+    passed(name, "bandwidth from a copy larger than the caches, the peak from a compute-bound "
+                 "matmul, and the ridge between them, on three fake machines")  # fmt: skip
+
+
 NOTEBOOK = "00_environment.ipynb"
 # The function each exercise asks for -> its check (tests/test_checks.py runs them all).
 EXERCISES = {
@@ -364,4 +531,5 @@ EXERCISES = {
     "matmul_tflops": exercise_matmul_tflops,
     "training_dtype": exercise_training_dtype,
     "matmul_roofline": exercise_matmul_roofline,
+    "measure_roofline": exercise_measure_roofline,
 }

@@ -3,14 +3,16 @@
 import json
 import operator
 import random
+import unicodedata
 from collections import Counter
+from collections.abc import Mapping
 from itertools import pairwise
 
 import numpy as np
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from llmlab.course.checks import ExerciseFailed, call, exercise, passed
-from llmlab.data.clean import CONTROL_CHARACTERS, normalize_text
+from llmlab.data.clean import CONTROL_CHARACTERS, NEWLINES, normalize_text
 from llmlab.data.packing import pack
 from llmlab.data.shards import token_dtype
 
@@ -36,6 +38,8 @@ NORMALIZE_CASES = [
     "    indented code  \n\tstays indented\t\n",
     "the ligature in ﬁne stays, and so does ２",
     "spaces before an escape character \x1b\nare trailing too",
+    # A control character between a letter and its accent: NFC composes them only once it is gone.
+    "a bell between the letter and its accent: cafe\x07\u0301",
     "C1 controls go too: a next-line\x85 and a CSI\x9b from a terminal log\x80",
     # Text that `str.isprintable()` calls unprintable, yet is not a control character. The
     # trailing no-break space is whitespace, so stripping trailing whitespace removes that one.
@@ -45,6 +49,12 @@ NORMALIZE_CASES = [
 ]
 TEXT_NOT_CONTROLS = {"\u00a0": "no-break space", "\u00ad": "soft hyphen",
                      "\u200d": "zero-width joiner"}  # fmt: skip
+
+
+def _nfc_before_controls(text: str) -> str:
+    """The four rules with NFC run before the control characters go (a wrong order)."""
+    text = CONTROL_CHARACTERS.sub("", unicodedata.normalize("NFC", NEWLINES.sub("\n", text)))
+    return "\n".join(line.rstrip() for line in text.split("\n"))
 
 
 def _normalize_hint(text: str, got: str, expected: str) -> str:
@@ -65,6 +75,10 @@ def _normalize_hint(text: str, got: str, expected: str) -> str:
         return "Remove control characters (like '\\x07', '\\x00', '\\x1b') but keep '\\t', '\\n'."
     if got == normalize_text(text, "NFKC"):
         return "Use NFC: NFKC also rewrites compatibility characters ('ﬁ' -> 'fi', '２' -> '2')."
+    if got == _nfc_before_controls(text):
+        return ("Remove control characters before NFC: a control character between a letter and "
+                "its accent keeps NFC from composing them, and removing it afterwards leaves the "
+                "pair apart.")  # fmt: skip
     if "\u0301" in got:
         return "Compose characters: unicodedata.normalize('NFC', text) turns 'e\\u0301' into 'é'."
     pairs = zip(expected.split("\n"), got.split("\n"), strict=False)
@@ -234,55 +248,135 @@ def _rows(blocks) -> list[list[int]]:
     return [[int(token) for token in row] for row in blocks]
 
 
-def _full_blocks(stream: list[int], block_size: int) -> list[list[int]]:
-    full = len(stream) // block_size * block_size
-    return [stream[i : i + block_size] for i in range(0, full, block_size)]
+PACKED = ("input_ids", "position_ids", "labels")
 
 
-def _pack_variants(documents, block_size, eos_id) -> list[tuple[list, str]]:
-    """What likely mistakes return, each with its hint."""
-    with_eos = [t for doc in documents for t in (*doc, eos_id)]
-    partial = [with_eos[i : i + block_size] for i in range(0, len(with_eos), block_size)]
-    padded = partial[:-1] + [partial[-1] + [eos_id] * (block_size - len(partial[-1]))]
-    return [
-        (_full_blocks([t for doc in documents for t in doc], block_size),
-         "Append eos_id after every document: the model must learn where documents end."),
-        (_full_blocks([t for doc in documents for t in (eos_id, *doc)], block_size),
-         "Put eos_id after each document, not before it."),
-        (partial, "Drop the incomplete last block: every block has exactly block_size tokens."),
-        (padded, "Do not pad the last block, drop it: packing exists to avoid padding."),
+def _packed_rows(name: str, call_text: str, got, block_size: int) -> dict[str, list[list[int]]]:
+    """The learner's three arrays as lists of rows, or a failure that says what to return."""
+    if not isinstance(got, Mapping) or any(key not in got for key in PACKED):
+        raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}: return a dict "
+                             "with the keys 'input_ids', 'position_ids' and 'labels', each a list "
+                             "of rows (or a 2-D array or tensor).")  # fmt: skip
+    rows = {}
+    for key in PACKED:
+        try:
+            rows[key] = _rows(got[key])
+        except (TypeError, ValueError):
+            raise ExerciseFailed(f"{name}: {call_text}[{key!r}] is {got[key]!r}: make it a list "
+                                 "of rows of ints (or a 2-D array).") from None  # fmt: skip
+        lengths = {len(row) for row in rows[key]} - {block_size}
+        if lengths:
+            raise ExerciseFailed(f"{name}: {call_text}[{key!r}] has a row of {min(lengths)} "
+                                 f"entries: every row holds exactly block_size = {block_size}.")
+    return rows
+
+
+def _ids_hint(expected: int, got: int, eos_id: int) -> str:
+    if expected == eos_id:
+        return "Put eos_id after every document: the model must learn where documents end."
+    if got == eos_id:
+        return "Put eos_id after each document, not before it."
+    return ""
+
+
+def _positions_hint(index: int, block_size: int, starts: set[int]) -> str:
+    if index in starts:
+        return ("Restart the positions at 0 where a document begins: its tokens do not follow "
+                "the previous document's.")  # fmt: skip
+    if index % block_size == 0:
+        return ("Restart the positions at 0 where a row begins, even in the middle of a "
+                "document: attention does not reach the previous row, so nothing stands before "
+                "this token.")  # fmt: skip
+    return "A position counts the tokens before it in its document and its row."
+
+
+def _labels_hint(index: int, got: int, ids: list[int], starts: set[int], eos_id: int) -> str:
+    if index >= len(ids):
+        return "Padding is not text: give it the label -100."
+    if index in starts:
+        return ("A document's first token gets -100: the only token before it is the previous "
+                "document's eos_id, which says nothing about the new document.")  # fmt: skip
+    if got == -100 and ids[index] == eos_id:
+        return ("Keep eos_id's label: the model must learn to end a document. The -100 goes on "
+                "the first token of the next document.")  # fmt: skip
+    if index + 1 < len(ids) and got == ids[index + 1]:
+        return ("Do not shift the labels: a transformers model shifts them itself, so the label "
+                "at each position is the token at that position.")  # fmt: skip
+    return ""
+
+
+def _check_packed(name: str, call_text: str, rows: dict, documents, block_size, eos_id) -> None:
+    expected = {key: value.tolist() for key, value in pack(documents, block_size, eos_id).items()}
+    ids = [token for document in documents for token in (*document, eos_id)]
+    starts, begin = set(), 0
+    for document in documents:
+        starts.add(begin)
+        begin += len(document) + 1
+    if any(len(rows[key]) != len(expected[key]) for key in PACKED):
+        dropped = len(rows["input_ids"]) == len(ids) // block_size
+        raise ExerciseFailed(
+            f"{name}: {call_text} returned {[len(rows[key]) for key in PACKED]} rows of input_ids, "
+            f"position_ids and labels; expected {len(expected['input_ids'])} of each, to hold "
+            f"{len(ids)} tokens with the eos_ids. "
+            + ("Keep the last, incomplete row: pad it to block_size, so no token is dropped."
+               if dropped else "")
+        )  # fmt: skip
+    flat = {key: [value for row in rows[key] for value in row] for key in PACKED}
+    want = {key: [value for row in expected[key] for value in row] for key in PACKED}
+    checks = [  # (key, which positions must agree, hint)
+        ("input_ids", range(len(ids)), lambda i: _ids_hint(want["input_ids"][i],
+                                                            flat["input_ids"][i], eos_id)),
+        ("position_ids", range(len(ids)), lambda i: _positions_hint(i, block_size, starts)),
+        # A row's first label is never used (the model shifts it out): any value there is right.
+        ("labels", [i for i in range(len(want["labels"])) if i % block_size],
+         lambda i: _labels_hint(i, flat["labels"][i], ids, starts, eos_id)),
     ]  # fmt: skip
+    for key, indices, hint in checks:
+        wrong = next((i for i in indices if flat[key][i] != want[key][i]), None)
+        if wrong is not None:
+            row, column = divmod(wrong, block_size)
+            raise ExerciseFailed(
+                f"{name}: {call_text}: {key}[{row}] is {rows[key][row]}, expected "
+                f"{expected[key][row]} (first difference at column {column}). "
+                f"{hint(wrong)}".strip()
+            )
+
+
+def _random_pack_case(seed: int) -> tuple[list[list[int]], int, int]:
+    rng = random.Random(seed)
+    documents = [[rng.randrange(1, 50) for _ in range(rng.randint(0, 11))]
+                 for _ in range(rng.randint(1, 5))]  # fmt: skip
+    return documents, rng.randint(2, 7), rng.randrange(50, 60)
 
 
 PACK_CASES = [
-    ([[5, 6, 7], [8, 9], [10, 11, 12, 13]], 4, 0),
-    ([[1, 2, 3, 4, 5], [6, 7]], 3, 99),
+    ([[5, 6, 7], [8, 9], [10, 11, 12, 13]], 4, 0),  # rows end exactly with the last eos_id
+    ([[1, 2, 3, 4, 5, 6, 7, 8, 9]], 4, 99),  # one document over three rows, the last padded
     ([[3] * 10, [4] * 2, [5]], 8, 1),
-    ([[7, 8]], 4, 0),  # one block's worth is not there: no blocks at all
+    ([[7], [], [8]], 2, 0),  # an empty document is an eos_id alone
+    ([], 4, 0),  # nothing to pack: no rows
+    *(_random_pack_case(seed) for seed in range(8)),
 ]
 
 
 @exercise(fallback=pack, fallback_name="llmlab.data.packing.pack")
 def exercise_pack(pack_documents) -> None:
-    """Exercise 3: pack(documents, block_size, eos_id) -> blocks of exactly block_size tokens."""
-    name = "Exercise 3 (pack documents into blocks)"
+    """Exercise 3: pack(documents, block_size, eos_id) -> {"input_ids", "position_ids",
+    "labels"}: rows of block_size, positions and labels that stay inside each document."""
+    name = "Exercise 3 (pack documents, keeping their boundaries)"
     for documents, block_size, eos_id in PACK_CASES:
-        expected = _rows(pack(documents, block_size, eos_id))
         copies = [list(doc) for doc in documents]  # the learner's code may change its input
         call_text = f"pack({documents}, {block_size}, {eos_id})"
         got = _call(name, call_text, pack_documents, copies, block_size, eos_id)
-        try:
-            got_rows = _rows(got)
-        except TypeError:
-            got_rows = None
-        if got_rows == expected:
-            continue
-        hint = next((h for rows, h in _pack_variants(documents, block_size, eos_id)
-                     if rows == got_rows), "")  # fmt: skip
-        raise ExerciseFailed(
-            f"{name}: {call_text} returned {got_rows or got!r}, expected {expected}. {hint}".strip()
-        )
-    passed(name, "each document ends with eos_id; only full blocks are kept")
+        if copies != documents:
+            raise ExerciseFailed(
+                f"{name}: {call_text} changed its input: the documents are now {copies}. The "
+                "caller still needs them (another epoch, another block size): build new lists."
+            )
+        rows = _packed_rows(name, call_text, got, block_size)
+        _check_packed(name, call_text, rows, documents, block_size, eos_id)
+    passed(name, "every token once, eos_id after each document, positions and labels that "
+                 "never reach across a document or a row, the last row padded")  # fmt: skip
 
 
 # --------------------------------------------------------------- Exercise 4: the token dtype
