@@ -20,9 +20,11 @@ LAYER = {
     "prune": 7, "quant": 7, "evaluate": 8,
     "course": 9, "plots": 9, "cli": 9, "__main__": 9, "__init__": 9,
 }  # fmt: skip
-# Imports a package must not make even from below it: the planner stays plain arithmetic, and the
-# trainer and the job tooling stay apart.
-FORBIDDEN = {"scale": ("torch.distributed",), "jobs": ("llmlab.train",), "train": ("llmlab.jobs",)}
+# Imports a package must not make even from below it: the planner stays plain arithmetic, the
+# trainer and the job tooling stay apart, and quantization needs nothing of pruning's (the
+# matrices of a block are llmlab.models').
+FORBIDDEN = {"scale": ("torch.distributed",), "jobs": ("llmlab.train",), "train": ("llmlab.jobs",),
+             "quant": ("llmlab.prune",)}  # fmt: skip
 
 
 def top_module(path: Path, package: Path = PACKAGE) -> str:

@@ -7,11 +7,10 @@ import pytest
 import torch
 from transformers.pytorch_utils import Conv1D
 
-from llmlab.models import ModelShape, build_model
+from llmlab.models import ModelShape, build_model, linear_from_conv1d
 from llmlab.quant import nf4_dequantize, nf4_quantize
 from llmlab.quant.bnb import nf4_bits_per_weight, nf4_model
 from llmlab.quant.torchao_int8 import (
-    conv1d_as_linear,
     int8_bits_per_weight,
     int8_model,
     replace_conv1d,
@@ -64,7 +63,7 @@ def test_conv1d_becomes_an_equal_linear():
     conv = Conv1D(nf=12, nx=8)
     torch.nn.init.normal_(conv.bias)
     x = torch.randn(3, 8)
-    torch.testing.assert_close(conv1d_as_linear(conv)(x), conv(x))
+    torch.testing.assert_close(linear_from_conv1d(conv)(x), conv(x))
     model = tiny()
     replace_conv1d(model)
     assert not any(isinstance(m, Conv1D) for m in model.modules())

@@ -43,7 +43,7 @@ from transformers.pytorch_utils import Conv1D
 
 from llmlab.distributed.mesh import check_tensor_parallel
 from llmlab.models import ModelShape
-from llmlab.models.blocks import transformer_blocks
+from llmlab.models.blocks import linear_from_conv1d, transformer_blocks
 
 # ---------------------------------------------------------------------------------------------
 # By hand: the two conjugate ops and a column-parallel -> row-parallel MLP.
@@ -124,17 +124,6 @@ class SplitQKV(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.q(x), self.k(x), self.v(x)], dim=-1)
-
-
-def linear_from_conv1d(conv: Conv1D, rows: slice = slice(None)) -> nn.Linear:
-    """GPT-2's `Conv1D` is a linear layer with its weight stored (in, out); torch's tensor
-    parallel styles know only nn.Linear (weight (out, in)). Same numbers, transposed."""
-    weight = conv.weight.detach().t()[rows]
-    linear = nn.Linear(weight.shape[1], weight.shape[0], device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        linear.weight.copy_(weight)
-        linear.bias.copy_(conv.bias.detach()[rows])
-    return linear
 
 
 def prepare_for_tensor_parallel(model: nn.Module) -> nn.Module:

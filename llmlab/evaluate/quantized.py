@@ -20,7 +20,7 @@ from llmlab.bench import markdown_table
 from llmlab.env import GB
 from llmlab.evaluate.compare import eval_latency_seconds, size_on_disk, timed_batch
 from llmlab.evaluate.next_token import score_tokens
-from llmlab.prune.targets import prunable_weights
+from llmlab.models import block_matrices
 from llmlab.quant.model import ModelQuantization
 from llmlab.quant.pack import save_packed
 
@@ -45,7 +45,7 @@ class QuantRow:
 
 def float_variant(name: str, model: nn.Module) -> Variant:
     """A float model (fp32, bf16): its block matrices' own width, its save_pretrained files."""
-    first = next(iter(prunable_weights(model).values()))  # the blocks' first Linear / Conv1D
+    first = next(iter(block_matrices(model).values()))  # the blocks' first Linear / Conv1D
     return Variant(name, model, torch.finfo(first.weight.dtype).bits, size_on_disk(model))
 
 

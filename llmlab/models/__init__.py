@@ -1,7 +1,14 @@
 """Model presets and builders (through `transformers` configs), parameter and FLOP counts, and an
 LSTM language model to compare with the transformer."""
 
-from llmlab.models.blocks import transformer_blocks
+from llmlab.models.blocks import (
+    BLOCK_MATRIX_TYPES,
+    block_matrices,
+    input_dim,
+    linear_from_conv1d,
+    named_blocks,
+    transformer_blocks,
+)
 from llmlab.models.counts import (
     FlopCounts,
     ParamCounts,
@@ -25,9 +32,10 @@ from llmlab.models.presets import (
 from llmlab.models.rnn import LSTMLanguageModel, lstm_flops_per_token, lstm_layer_parameters
 
 __all__ = [
-    "ATTENTION", "PRESETS", "SMOKE_VOCAB", "FlopCounts", "LSTMLanguageModel", "ModelShape",
-    "ParamCounts", "as_shape", "block_parameters", "build_model", "count_model_parameters",
-    "count_parameters", "lstm_flops_per_token", "lstm_layer_parameters", "measure_training_flops",
+    "ATTENTION", "BLOCK_MATRIX_TYPES", "PRESETS", "SMOKE_VOCAB", "FlopCounts", "LSTMLanguageModel",
+    "ModelShape", "ParamCounts", "as_shape", "block_matrices", "block_parameters", "build_model",
+    "count_model_parameters", "count_parameters", "input_dim", "linear_from_conv1d",
+    "lstm_flops_per_token", "lstm_layer_parameters", "measure_training_flops", "named_blocks",
     "parameter_table", "preset", "stage_parameters", "training_flops_per_token",
     "transformer_blocks",
 ]  # fmt: skip

@@ -42,15 +42,15 @@ from llmlab.prune.structured import (
     neuron_scores,
     remove_mlp_neurons,
 )
-from llmlab.prune.targets import input_dim, named_blocks, prunable_weights
+from llmlab.prune.targets import prunable_weights
 from llmlab.prune.wanda import input_norms, wanda_mask, wanda_prune
 
 __all__ = [
     "Heads", "SparsityRow", "apply_masks", "attention_heads", "head_masks", "head_scores",
     "kept_heads", "remove_heads", "check_sparsity", "cubic_sparsity", "current_weight",
-    "fit_masks", "global_masks", "input_dim", "input_norms", "kept_neurons", "layerwise_masks",
+    "fit_masks", "global_masks", "input_norms", "kept_neurons", "layerwise_masks",
     "load_masks", "load_pruned", "make_permanent", "mask_sparsity", "masked_weights",
-    "named_blocks", "neuron_masks", "neuron_scores", "nm_mask", "nm_masks", "prunable_weights",
+    "neuron_masks", "neuron_scores", "nm_mask", "nm_masks", "prunable_weights",
     "pruned_state_dict", "pruning_steps", "remove_mlp_neurons", "save_masks", "save_pruned",
     "smallest_mask", "sparsity_report", "sparsity_table", "wanda_mask", "wanda_prune",
 ]  # fmt: skip

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from llmlab.models import transformer_blocks
+from llmlab.models import input_dim, named_blocks, transformer_blocks
 from llmlab.prune.keep import current_weight
 from llmlab.prune.structured import output_dim, sliced
-from llmlab.prune.targets import input_dim, named_blocks
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import nn
 
+from llmlab.models import input_dim
 from llmlab.models.finite import require_finite
 from llmlab.prune.keep import current_weight
-from llmlab.prune.targets import input_dim, prunable_weights
+from llmlab.prune.targets import prunable_weights
 
 
 def check_sparsity(sparsity: float) -> float:

@@ -13,10 +13,9 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from llmlab.models import transformer_blocks
+from llmlab.models import input_dim, named_blocks, transformer_blocks
 from llmlab.prune.keep import current_weight
 from llmlab.prune.masks import check_sparsity
-from llmlab.prune.targets import input_dim, named_blocks
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,12 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from llmlab.models import input_dim, named_blocks
 from llmlab.models.finite import require_finite, require_finite_parameters
 from llmlab.models.observe import observe_inputs
 from llmlab.prune.keep import apply_masks, current_weight
 from llmlab.prune.masks import check_sparsity
-from llmlab.prune.targets import input_dim, named_blocks, prunable_weights
+from llmlab.prune.targets import prunable_weights
 
 
 @torch.no_grad()

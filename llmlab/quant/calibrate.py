@@ -7,8 +7,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from llmlab.models import BLOCK_MATRIX_TYPES
 from llmlab.models.observe import observe_inputs
-from llmlab.prune.targets import PRUNABLE
 
 
 def check_batches(batches: Iterable[torch.Tensor], window: int | None = None) -> list:
@@ -39,12 +39,12 @@ def find_layers(model: nn.Module, names: Iterable[str]) -> dict[str, nn.Module]:
     modules = dict(model.named_modules())
     missing = [name for name in names if name not in modules]
     if missing:
-        known = [name for name, module in modules.items() if isinstance(module, PRUNABLE)]
+        known = [name for name, module in modules.items() if isinstance(module, BLOCK_MATRIX_TYPES)]
         raise KeyError(
             f"no module named {', '.join(map(repr, missing))} in this "
             f"{type(model).__name__}: its Linear/Conv1D layers are e.g. {', '.join(known[:4])}"
         )
-    wrong = [name for name in names if not isinstance(modules[name], PRUNABLE)]
+    wrong = [name for name in names if not isinstance(modules[name], BLOCK_MATRIX_TYPES)]
     if wrong:
         raise TypeError(
             f"{', '.join(map(repr, wrong))} not a Linear or Conv1D: only those have a weight "

@@ -15,8 +15,8 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers.pytorch_utils import Conv1D
 
+from llmlab.models import BLOCK_MATRIX_TYPES, named_blocks
 from llmlab.models.finite import require_finite_parameters
-from llmlab.prune.targets import PRUNABLE, named_blocks
 from llmlab.quant.calibrate import check_batches, record_inputs
 from llmlab.quant.formats import Quantized, check_bits
 from llmlab.quant.gptq import gptq, hessian
@@ -87,7 +87,7 @@ def quantize_model(
     blocks = named_blocks(model)
     for block_name, block in tqdm(blocks, desc=f"{method} blocks", disable=not progress):
         here = {name: module for name, module in block.named_modules(prefix=block_name)
-                if isinstance(module, PRUNABLE)}  # fmt: skip
+                if isinstance(module, BLOCK_MATRIX_TYPES)}  # fmt: skip
         if method == "gptq":  # this block's inputs, through the already quantized blocks
             inputs = record_inputs(model, here, batches, window)
         for name, module in here.items():

@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from transformers.pytorch_utils import Conv1D
 
-from llmlab.prune.targets import prunable_weights
+from llmlab.models import block_matrices
 from llmlab.quant.formats import check_bits, fake_quantize
 from llmlab.quant.model import ModelQuantization, matrix, size_report, write_back
 from llmlab.quant.rtn import rtn
@@ -62,7 +62,7 @@ def prepare_qat(model: nn.Module, bits: int = 4, group_size: int = 128) -> list[
         raise TypeError(f"group_size must be a positive integer, got {group_size!r}")
     # The same layers quantize_model quantizes: every block matrix, embeddings and head left out.
     layers = {name.removesuffix(".weight"): module
-              for name, module in prunable_weights(model).items()}  # fmt: skip
+              for name, module in block_matrices(model).items()}  # fmt: skip
     for name, module in layers.items():  # check them all before changing any
         if parametrize.is_parametrized(module, "weight"):
             raise ValueError(

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from llmlab.prune.targets import prunable_weights
+from llmlab.models import block_matrices
 
 QLORA_BLOCKSIZE = 64  # weights per NF4 scale, as in QLoRA (Dettmers et al. 2023)
 
@@ -70,7 +70,7 @@ def qlora_model(
     if not 0 <= dropout < 1:
         raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
     try:
-        targets = prunable_weights(model)
+        targets = block_matrices(model)
     except TypeError as error:  # transformer_blocks found no blocks: say it in QLoRA's words
         raise ValueError(
             f"found no transformer blocks in this {type(model).__name__}: qlora_model needs a "

@@ -14,29 +14,17 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from llmlab.prune.targets import named_blocks
+from llmlab.models import linear_from_conv1d, named_blocks
 from llmlab.quant.fallback import device_or_cpu
 
 KINDS = ("weight-only", "dynamic")
-
-
-def conv1d_as_linear(module: Conv1D) -> nn.Linear:
-    """An nn.Linear computing exactly what this Conv1D does: its (in, out) weight transposed."""
-    weight = module.weight
-    linear = nn.Linear(module.nx, module.nf, bias=module.bias is not None,
-                       device=weight.device, dtype=weight.dtype)  # fmt: skip
-    with torch.no_grad():
-        linear.weight.copy_(weight.T)
-        if module.bias is not None:
-            linear.bias.copy_(module.bias)
-    return linear
 
 
 def replace_conv1d(module: nn.Module) -> None:
     """Swap every Conv1D inside `module` for its equal nn.Linear, in place."""
     for name, child in module.named_children():
         if isinstance(child, Conv1D):
-            setattr(module, name, conv1d_as_linear(child))
+            setattr(module, name, linear_from_conv1d(child))
         else:
             replace_conv1d(child)
 

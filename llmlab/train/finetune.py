@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
-from transformers.pytorch_utils import Conv1D
 
 from llmlab.memory import (
     MeasuredStep,
@@ -34,8 +33,7 @@ from llmlab.memory import (
     optimizer_by_name,
     prepare,
 )
-from llmlab.models import ModelShape
-from llmlab.models.blocks import transformer_blocks
+from llmlab.models import ModelShape, block_matrices
 from llmlab.train.lora import add_lora
 
 PARTS = ("full", "lora", "head")
@@ -98,15 +96,9 @@ def target_loss(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> to
                            ignore_index=IGNORE)  # fmt: skip
 
 
-def block_matrices(model: nn.Module) -> list[str]:
+def lora_targets(model: nn.Module) -> list[str]:
     """Full names of every Linear/Conv1D layer inside the transformer blocks: LoRA's targets."""
-    blocks = {id(block) for block in transformer_blocks(model)}
-    names = []
-    for name, module in model.named_modules():
-        if id(module) in blocks:
-            names += [f"{name}.{sub}" for sub, layer in module.named_modules()
-                      if isinstance(layer, nn.Linear | Conv1D)]  # fmt: skip
-    return names
+    return [name.removesuffix(".weight") for name in block_matrices(model)]
 
 
 def finetune_copy(model: nn.Module, part: str, rank: int = 8, alpha: float = 16) -> nn.Module:
@@ -118,7 +110,7 @@ def finetune_copy(model: nn.Module, part: str, rank: int = 8, alpha: float = 16)
     if part == "full":
         model.requires_grad_(True)
     elif part == "lora":
-        add_lora(model, block_matrices(model), rank, alpha)
+        add_lora(model, lora_targets(model), rank, alpha)
     else:
         model.requires_grad_(False)
         head = model.get_output_embeddings()

@@ -13,11 +13,11 @@ from llmlab.memory import TrainingSetup
 from llmlab.models import build_model, preset
 from llmlab.train.finetune import (
     IGNORE,
-    block_matrices,
     encode_example,
     finetune,
     finetune_copy,
     finetune_memory,
+    lora_targets,
     target_loss,
     task_batch,
     task_batches,
@@ -75,7 +75,7 @@ def test_each_part_trains_what_it_names_and_leaves_the_original_alone(model):
     assert trainable_parameters(full) == sum(p.numel() for p in model.parameters())
     lora = finetune_copy(model, "lora", rank=4)
     wrapped = [m for m in lora.modules() if isinstance(m, LoRALinear)]
-    assert len(wrapped) == len(block_matrices(model)) == 2 * 4  # 4 matrices per GPT-2 block
+    assert len(wrapped) == len(lora_targets(model)) == 2 * 4  # 4 matrices per GPT-2 block
     assert trainable_parameters(lora) == sum(4 * (m.lora_A.in_features + m.lora_B.out_features)
                                              for m in wrapped)  # fmt: skip
     head = finetune_copy(model, "head")

@@ -17,12 +17,11 @@ from torch import nn
 from torch.nn.utils import prune
 
 from llmlab.course.checks import ExerciseFailed, call, exercise, passed, real_number
-from llmlab.models import build_model, preset
+from llmlab.models import build_model, input_dim, preset
 from llmlab.models.observe import observe_inputs
 from llmlab.prune import (
     cubic_sparsity,
     current_weight,
-    input_dim,
     nm_mask,
     prunable_weights,
     smallest_mask,
