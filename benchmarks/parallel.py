@@ -27,8 +27,8 @@ from llmlab.distributed.deepspeed_run import compare_deepspeed, deepspeed_availa
 from llmlab.distributed.equivalence import (
     SMOKE_SHAPE,
     compare_to_single_process,
+    parameters_error,
     reference_parameters,
-    relative_error,
 )
 from llmlab.distributed.model_parallel import token_batches, train_tensor_parallel
 from llmlab.distributed.pipeline import train_pipeline
@@ -111,12 +111,12 @@ def model_parallel(nprocs: int, steps: int) -> list[Row]:
     runs, seconds = [run for run, _ in timed], max(seconds for _, seconds in timed)
     handed = runs[0].comm_bytes.get("all_reduce", 0)  # one forward and backward pass
     formula = tensor_parallel_bytes(batch, seq, SMOKE_SHAPE.d_model, SMOKE_SHAPE.n_layer, nprocs)
-    rows = [Row(f"TP {nprocs}", max(relative_error(r.params, reference) for r in runs), 1e-5,
+    rows = [Row(f"TP {nprocs}", max(parameters_error(r.params, reference) for r in runs), 1e-5,
                 None, None, ring_bytes("all_reduce", handed, nprocs), formula["sent"], seconds,
                 reference_seconds, "activations all-reduced; memory not measured here")]
     stages = launch(partial(train_pipeline, steps=steps, batch=batch, seq=seq), nprocs)
     whole = {name: p for stage in stages for name, p in stage.params.items()}
-    rows.append(Row(f"PP {nprocs} (GPipe)", relative_error(whole, reference), 1e-5, None, None,
+    rows.append(Row(f"PP {nprocs} (GPipe)", parameters_error(whole, reference), 1e-5, None, None,
                     None, None, max(stage.step_seconds for stage in stages), reference_seconds,
                     "sends activations point to point (not counted); memory not measured"))
     return rows  # fmt: skip

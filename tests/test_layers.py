@@ -15,7 +15,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "llmlab"
 LAYER = {
-    "_quiet": 0, "network": 0, "env": 0, "device": 0, "bench": 0,
+    "_quiet": 0, "network": 0, "env": 0, "device": 0, "bench": 0, "numerics": 0,
     "data": 1, "models": 2, "memory": 3, "scale": 4, "distributed": 5, "train": 6, "jobs": 6,
     "prune": 7, "quant": 7, "evaluate": 8,
     "course": 9, "plots": 9, "cli": 9, "__main__": 9, "__init__": 9,

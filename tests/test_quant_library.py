@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from llmlab.models import ModelShape, build_model
+from llmlab.numerics import relative_error
 from llmlab.quant import gptq, hessian, quantize_model, rtn
 from llmlab.quant.library import (
     calibration_examples,
@@ -72,10 +73,9 @@ def calibration(seed=1, count=4):
     return [torch.randint(0, VOCAB, (4, SEQ), generator=generator) for _ in range(count)]
 
 
-def relative_error(model, reference_logits, ids):
+def logits_error(model, reference_logits, ids):
     with torch.no_grad():
-        logits = model(ids).logits.float()
-    return float((logits - reference_logits).norm() / reference_logits.norm())
+        return relative_error(model(ids).logits.float(), reference_logits)
 
 
 @pytest.mark.slow
@@ -102,9 +102,9 @@ def test_gptqmodel_checkpoint_round_trips(float_folder, tmp_path, monkeypatch):
     reference, plain = (AutoModelForCausalLM.from_pretrained(float_folder).eval() for _ in "ab")
     quantize_model(reference, "gptq", calibration(), bits=4, group_size=64)
     quantize_model(plain, "rtn", bits=4, group_size=64)
-    got = relative_error(loaded, exact, ids)
-    assert 0 < got < 1.2 * relative_error(reference, exact, ids), got
-    assert got < relative_error(plain, exact, ids)
+    got = logits_error(loaded, exact, ids)
+    assert 0 < got < 1.2 * logits_error(reference, exact, ids), got
+    assert got < logits_error(plain, exact, ids)
     # int4 codes + an fp16 scale and a 4-bit zero per 64 weights + an int32 group index per
     # input column (128 columns, 512 or 128 rows in this model's matrices)
     bits = checkpoint_bits_per_weight(folder)

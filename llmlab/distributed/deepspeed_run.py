@@ -31,7 +31,7 @@ from torch import nn
 from llmlab.distributed.comm import count_collectives, drop_collectives
 from llmlab.distributed.data_parallel import split_batch
 from llmlab.distributed.deepspeed_config import deepspeed_config, write_deepspeed_config
-from llmlab.distributed.equivalence import SMOKE_SHAPE, global_batches, loss_on, relative_error
+from llmlab.distributed.equivalence import SMOKE_SHAPE, global_batches, loss_on, parameters_error
 from llmlab.distributed.groups import default_backend, process_group
 from llmlab.distributed.launch import launch
 from llmlab.memory import MemoryTracker, TrainingSetup, estimate_memory
@@ -236,7 +236,7 @@ def compare_deepspeed(
         stage=stage,
         nprocs=nprocs,
         steps=steps,
-        max_rel_error=max(relative_error(r["params"], reference) for r in ranks),
+        max_rel_error=max(parameters_error(r["params"], reference) for r in ranks),
         step_seconds=ranks[0]["seconds"],
         reference_step_seconds=reference_seconds,
         peak_bytes=tuple(r["peak_bytes"] for r in ranks),
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         if me.is_main:
             for step, loss in enumerate(run["losses"], start=1):
                 print(f"step {step} rank 0 loss {loss!r}")  # repr: every digit, to compare runs
-            error = relative_error(run["params"], train_alone(config, SMOKE_SHAPE, batches)[0])
+            error = parameters_error(run["params"], train_alone(config, SMOKE_SHAPE, batches)[0])
             print(f"DeepSpeed ZeRO-{args.stage} on {me.world_size} processes, {args.steps} steps: "
                   f"max relative error {error:.1e} against one process (target {TARGET:.0e}); "
                   f"peak {run['peak_bytes'] / 1e6:.1f} MB per rank, "

@@ -8,7 +8,7 @@ to floating-point summation order. Remove the strategy's communication and they 
 (Memory per rank is measured separately: `llmlab.distributed.rank_memory`.)
 
 Other strategies (tensor, pipeline parallel) reuse `reference_parameters`, `global_batches` and
-`relative_error` with their own per-rank step.
+`parameters_error` with their own per-rank step.
 """
 
 import statistics
@@ -32,6 +32,7 @@ from llmlab.distributed.data_parallel import (
 )
 from llmlab.distributed.launch import launch
 from llmlab.models import ModelShape, build_model, preset
+from llmlab.numerics import relative_error
 from llmlab.scale.comm_cost import ddp_bytes, fsdp_bytes, zero1_bytes
 
 # The smoke model, made small enough that 5 steps on 2 ranks take seconds: the "tiny" preset's
@@ -89,11 +90,10 @@ def loss_on(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
 
 
-def relative_error(params: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> float:
-    """max over parameters of ||p - p_ref|| / ||p_ref||: 0 for the same weights."""
-    return max(
-        ((params[name] - ref).norm() / ref.norm()).item() for name, ref in reference.items()
-    )
+def parameters_error(params: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> float:
+    """The largest relative error of any parameter against the reference's: 0 for the same
+    weights."""
+    return max(relative_error(params[name], ref) for name, ref in reference.items())
 
 
 def reference_optimizer(parameters, name: str = "sgd") -> torch.optim.Optimizer:
@@ -163,7 +163,7 @@ def _rank_run(strategy, batches, shape, optimizer_name, reference, drop, comm_ho
         counted.append((seconds, counter.sent_bytes))
     params = full_parameters(wrapped)
     return {
-        "error": relative_error(params, reference),
+        "error": parameters_error(params, reference),
         "seconds": statistics.median(s for s, _ in counted),
         "bytes": counted[-1][1],
         "formula": formula,

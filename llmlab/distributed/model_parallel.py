@@ -3,7 +3,7 @@
 The runs use `equivalence`'s harness: the same smoke model, the same GLOBAL batches and the same
 optimizer as its one-process reference (`reference_parameters`). A correct split computes the
 same function with the same gradients, so its parameters after the steps match the reference up
-to rounding (sums are added in another order): `relative_error` says by how much.
+to rounding (sums are added in another order): `parameters_error` says by how much.
 """
 
 import contextlib

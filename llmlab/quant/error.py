@@ -4,10 +4,12 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.numerics import relative_error
+
 
 @dataclass(frozen=True)
 class QuantError:
-    relative: float  # ||W - W_hat||_F / ||W||_F
+    relative: float  # ||W - W_hat||_F / ||W||_F (llmlab.numerics.relative_error)
     mse: float  # mean((W - W_hat)^2)
 
 
@@ -17,7 +19,5 @@ def quant_error(original: torch.Tensor, approx: torch.Tensor) -> QuantError:
         raise ValueError(
             f"shapes differ: original {tuple(original.shape)}, approx {tuple(approx.shape)}"
         )
-    original, diff = original.double(), original.double() - approx.double()
-    norm = original.norm()
-    relative = diff.norm() / norm if norm > 0 else diff.norm()  # an all-zero original: absolute
-    return QuantError(relative=float(relative), mse=float(diff.pow(2).mean()))
+    diff = original.double() - approx.double()
+    return QuantError(relative=relative_error(approx, original), mse=float(diff.pow(2).mean()))

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from llmlab.models.observe import observe_inputs
+from llmlab.numerics import relative_error
 from llmlab.quant.calibrate import check_batches, find_layers
 
 OUTLIER_THRESHOLD = 6.0  # LLM.int8()'s magnitude for an outlier feature (Sec. 3.2 of the paper)
@@ -97,11 +98,7 @@ def matmul_errors(
 ) -> dict[str, float]:
     """Relative error of x @ weight.T against float: plain vector-wise int8 and LLM.int8()."""
     exact = x.double() @ weight.double().T
-
-    def relative(approx: torch.Tensor) -> float:
-        return float((approx.double() - exact).norm() / exact.norm())
-
     return {
-        "int8": relative(int8_matmul(x, weight)),
-        "LLM.int8()": relative(llm_int8_matmul(x, weight, threshold)),
+        "int8": relative_error(int8_matmul(x, weight), exact),
+        "LLM.int8()": relative_error(llm_int8_matmul(x, weight, threshold), exact),
     }

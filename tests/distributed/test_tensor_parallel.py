@@ -16,7 +16,7 @@ from llmlab.distributed import tensor_parallel as tp_module
 from llmlab.distributed.data_parallel import full_parameters
 from llmlab.distributed.equivalence import (
     SMOKE_SHAPE,
-    relative_error,
+    parameters_error,
 )
 from llmlab.distributed.mesh import device_mesh
 from llmlab.distributed.model_parallel import train_tensor_parallel
@@ -153,7 +153,7 @@ def test_five_steps_of_tensor_parallel_match_one_process(smoke_reference, sequen
     run = partial(train_tensor_parallel, tp=2, sequence_parallel=sequence_parallel)
     runs = launch(run, nprocs=2, timeout_s=120)
     for run in runs:
-        assert relative_error(run.params, smoke_reference) < TOLERANCE
+        assert parameters_error(run.params, smoke_reference) < TOLERANCE
     per_block, at_the_ends = (8, 2) if sequence_parallel else (4, 0)
     assert sum(runs[0].comm_counts.values()) == per_block * SMOKE_SHAPE.n_layer + at_the_ends
 
@@ -163,7 +163,7 @@ def test_the_comparison_fails_without_the_row_parallel_all_reduce(smoke_referenc
     plan = tensor_parallel_plan(build_model(SMOKE_SHAPE))
     plan["mlp.c_proj"] = RowwiseParallel(output_layouts=Partial())  # keep the partial sums
     run = launch(partial(train_tensor_parallel, tp=2, plan=plan), nprocs=2, timeout_s=120)
-    assert relative_error(run[0].params, smoke_reference) > 1e-2
+    assert parameters_error(run[0].params, smoke_reference) > 1e-2
 
 
 @pytest.mark.slow
@@ -171,7 +171,7 @@ def test_the_comparison_fails_without_the_row_parallel_all_reduce(smoke_referenc
 def test_2d_data_and_tensor_parallel_on_four_ranks_matches_one_process(average, smoke_reference):
     runs = launch(partial(train_tensor_parallel, tp=2, average_gradients=average), nprocs=4,
                   timeout_s=120)  # fmt: skip
-    errors = [relative_error(run.params, smoke_reference) for run in runs]
+    errors = [parameters_error(run.params, smoke_reference) for run in runs]
     if average:
         assert max(errors) < TOLERANCE
     else:  # without the data-parallel gradient average each half of the batch trains alone

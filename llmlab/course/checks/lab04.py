@@ -29,6 +29,7 @@ from llmlab.distributed.tensor_parallel import CopyToTensorParallel, ReduceFromT
 from llmlab.env import GB
 from llmlab.memory import TrainingSetup
 from llmlab.models import preset
+from llmlab.numerics import relative_error
 from llmlab.scale.layout import choose_layouts, stage_estimate
 
 WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
@@ -356,10 +357,6 @@ def _single_process(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return start, buffers, _flat(model.parameters()), grads
 
 
-def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
-    return float((got - expected).abs().max() / expected.abs().max())
-
-
 def _gradient_hint(world: int, by_rank: list[dict], expected: dict) -> str | None:
     """What is wrong with the first step's averaged gradients, or None when they are right."""
     def close(a, b):  # the ranks add in another order than one process: rounding differs
@@ -407,7 +404,7 @@ def _ddp_verdict(name: str, world: int, results: list[dict], seed: int) -> None:
         raise ExerciseFailed(f"{name}: with {world} ranks, the first step: {hint}")
     for rank, result in enumerate(results):
         for label, got in (("your", result["final"]), ("the library's DDP", result["ddp_final"])):
-            error = _relative(got, final)
+            error = relative_error(got, final)
             if error > 1e-5:
                 raise ExerciseFailed(
                     f"{name}: with {world} ranks, rank {rank}: after {DDP_STEPS} steps {label} "
