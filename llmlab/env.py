@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 GB = 10**9  # the course's unit: GB means 10^9 bytes, as GPU makers and papers use it
+MB = 10**6  # and MB 10^6 (MiB, 2^20, only where a tool reports it: DCGM)
 
 REQUIRED_PACKAGES: tuple[str, ...] = (
     "torch", "numpy", "transformers", "tokenizers", "datasets", "accelerate", "safetensors",

@@ -41,6 +41,7 @@ import torch
 
 from llmlab import bench
 from llmlab.data.atomic import write_atomically
+from llmlab.env import MB
 
 DEFAULT_BUDGET_S = 480.0  # the "about 8 minutes on one H100"
 MODEL = "gpt2-124m"  # GPT-2 small: the course's GPU reference model
@@ -390,7 +391,7 @@ def _stall_rows(device: torch.device) -> list[dict]:
         for mode in ("sync", "async"):
             run = _stall_run(mode, device, Path(folder))
             rows.append(row(f"checkpoint stall, {mode}", round(run.median_stall, 3), "s median",
-                            f"exact: {run.exact}, {run.checkpoint_bytes / 1e6:.0f} MB"))
+                            f"exact: {run.exact}, {run.checkpoint_bytes / MB:.0f} MB"))
     return rows  # fmt: skip
 
 

@@ -34,6 +34,7 @@ from llmlab.data.tokenization import (
     tokenizer_fingerprint,
     train_bpe,
 )
+from llmlab.env import MB
 
 ENCODE_BATCH = 64  # documents per encode call: bounds the memory of the encodings in flight
 
@@ -84,11 +85,11 @@ class PipelineReport:
     cleaning: CleaningReport | None = None
 
     def stage_mb_per_s(self) -> dict[str, float]:
-        return {stage: self.input_bytes / 1e6 / s for stage, s in self.seconds.items()}
+        return {stage: self.input_bytes / MB / s for stage, s in self.seconds.items()}
 
     def mb_per_s(self, stages: Sequence[str] = ("read", "clean", "tokenize", "write")) -> float:
         """Throughput of the whole pipeline; tokenizer training is left out (it happens once)."""
-        return self.input_bytes / 1e6 / sum(self.seconds[s] for s in stages)
+        return self.input_bytes / MB / sum(self.seconds[s] for s in stages)
 
 
 @contextmanager

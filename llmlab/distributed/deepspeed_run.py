@@ -34,6 +34,7 @@ from llmlab.distributed.deepspeed_config import deepspeed_config, write_deepspee
 from llmlab.distributed.equivalence import SMOKE_SHAPE, global_batches, loss_on, parameters_error
 from llmlab.distributed.groups import default_backend, process_group
 from llmlab.distributed.launch import launch
+from llmlab.env import MB
 from llmlab.memory import MemoryTracker, TrainingSetup, estimate_memory
 from llmlab.models import ModelShape, build_model, count_parameters
 from llmlab.scale.comm_cost import fsdp_bytes, zero1_bytes
@@ -277,8 +278,8 @@ def main(argv: list[str] | None = None) -> None:
             error = parameters_error(run["params"], train_alone(config, SMOKE_SHAPE, batches)[0])
             print(f"DeepSpeed ZeRO-{args.stage} on {me.world_size} processes, {args.steps} steps: "
                   f"max relative error {error:.1e} against one process (target {TARGET:.0e}); "
-                  f"peak {run['peak_bytes'] / 1e6:.1f} MB per rank, "
-                  f"{run['bytes'] / 1e6:.1f} MB sent per step")  # fmt: skip
+                  f"peak {run['peak_bytes'] / MB:.1f} MB per rank, "
+                  f"{run['bytes'] / MB:.1f} MB sent per step")  # fmt: skip
 
 
 if __name__ == "__main__":

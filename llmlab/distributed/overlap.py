@@ -35,10 +35,10 @@ from llmlab.distributed.data_parallel import (
 )
 from llmlab.distributed.equivalence import global_batches, loss_on
 from llmlab.distributed.launch import launch
+from llmlab.env import MB
 from llmlab.models import build_model, preset, transformer_blocks
 from llmlab.scale.comm_cost import ddp_bytes, fsdp_bytes
 
-MB = 1e6  # the course's MB: 10^6 bytes
 SHAPE = preset("small", vocab_size=512, context=32)
 GLOBAL_BATCH = 4  # sequences per step over all ranks
 BUCKETS_MB = (0.25, 1.0, 5.0, 25.0, 100.0)  # 25: DDP's default

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from llmlab.distributed.data_parallel import STRATEGIES, make_optimizer, unwrap, wrap_model
 from llmlab.distributed.equivalence import SMOKE_SHAPE
 from llmlab.distributed.launch import launch
+from llmlab.env import MB
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.memory.measure import measure_training_step
 from llmlab.models import ModelShape, build_model
@@ -48,8 +49,8 @@ class RankMemory:
     def table(self) -> str:
         lines = [f"{self.strategy} on {self.nprocs} ranks, per rank   measured MB  planned MB"]
         for name, error in self.relative_errors().items():
-            lines.append(f"  {name:<28}{self.measured[name] / 1e6:>9.2f}"
-                         f"{self.planned[name] / 1e6:>12.2f}   {error:+.1%}")  # fmt: skip
+            lines.append(f"  {name:<28}{self.measured[name] / MB:>9.2f}"
+                         f"{self.planned[name] / MB:>12.2f}   {error:+.1%}")  # fmt: skip
         return "\n".join(lines)
 
 

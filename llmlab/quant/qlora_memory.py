@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.env import MB
 from llmlab.memory import (
     MeasuredStep,
     MemoryEstimate,
@@ -62,7 +63,7 @@ class QLoRAMemory:
         lines = [f"{'':<{width}}{'measured MB':>12}{'planned MB':>12}{'ratio':>8}"]
         for name, (measured, planned) in rows.items():
             ratio = f"{measured / planned:.3f}" if planned else "-"
-            lines.append(f"{name:<{width}}{measured / 1e6:>12.3f}{planned / 1e6:>12.3f}{ratio:>8}")
+            lines.append(f"{name:<{width}}{measured / MB:>12.3f}{planned / MB:>12.3f}{ratio:>8}")
         return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.env import MB
 from llmlab.memory.measure import measure_training_step
 from llmlab.train.config import TrainConfig
 from llmlab.train.loop import BatchSource, Trainer
@@ -96,7 +97,7 @@ def _peak_memory_mb(trainer: Trainer, data: BatchSource) -> float:
     step = measure_training_step(
         trainer.model, trainer.optimizer, inputs.to(trainer.device), trainer.precision.dtype
     )
-    return step.peak_bytes / 1e6  # MB = 10^6 bytes, like the course's GB = 10^9
+    return step.peak_bytes / MB
 
 
 def runs_table(runs: list[QuickRun], baseline: str | None = None) -> str:

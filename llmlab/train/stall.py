@@ -24,6 +24,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
+from llmlab.env import MB
+
 MODES = ("sync", "async")
 
 
@@ -43,7 +45,7 @@ class StallRun:
     def row(self) -> dict:
         """One row of a table (llmlab.bench.markdown_table)."""
         return {"mode": self.mode, "saves": len(self.stalls),
-                "checkpoint MB": f"{self.checkpoint_bytes / 1e6:.1f}",
+                "checkpoint MB": f"{self.checkpoint_bytes / MB:.1f}",
                 "median stall s": f"{self.median_stall:.3f}",
                 "max stall s": f"{max(self.stalls):.3f}",
                 "median step s": f"{statistics.median(self.step_seconds):.3f}",
