@@ -1,4 +1,5 @@
-"""Choose the device and the training dtype, each with the reason; seed; mixed-precision autocast.
+"""Choose the device and the training dtype, each with the reason; seed; mixed-precision autocast;
+the CPU in place of a CUDA device a machine does not have.
 
 The dtype rule is the one the course teaches, written as a pure function
 (`training_dtype_for`) so it can be read and tested without the hardware it describes.
@@ -7,6 +8,7 @@ The dtype rule is the one the course teaches, written as a pure function
 import contextlib
 import os
 import random
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -170,3 +172,18 @@ def autocast(
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+
+
+def device_or_cpu(device: str | torch.device | None, library: str) -> torch.device:
+    """The device a library was asked to run on (the CPU when None), or the CPU with a warning
+    when it is a CUDA device and this machine has none: a notebook run on a laptop finishes
+    (slower) instead of stopping."""
+    device = torch.device("cpu" if device is None else device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(
+            f"{device} was asked for but this machine has no CUDA GPU: {library} runs on the CPU "
+            "instead (the same numbers, more slowly)",
+            stacklevel=3,
+        )
+        return torch.device("cpu")
+    return device

@@ -102,3 +102,13 @@ def test_autocast_on_cpu_sets_the_matmul_dtype(dtype):
     a, b = torch.randn(8, 8), torch.randn(8, 8)
     with autocast("cpu", dtype):
         assert (a @ b).dtype == dtype
+
+
+def test_a_cuda_device_on_a_machine_without_one_becomes_the_cpu_with_a_warning(monkeypatch):
+    from llmlab.device import device_or_cpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match="cuda:0 was asked for .* torchao runs on the CPU"):
+        assert device_or_cpu("cuda:0", "torchao") == torch.device("cpu")
+    assert device_or_cpu(None, "torchao") == torch.device("cpu")
+    assert device_or_cpu("cpu", "torchao") == torch.device("cpu")

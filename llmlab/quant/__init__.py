@@ -9,7 +9,6 @@ transformers' GPTQConfig are in llmlab.quant.library (imported on use: GPTQModel
 from llmlab.quant.bnb import int8_linear, nf4_bits_per_weight, nf4_model
 from llmlab.quant.calibrate import check_batches, find_layers, record_inputs
 from llmlab.quant.error import QuantError, quant_error
-from llmlab.quant.fallback import device_or_cpu
 from llmlab.quant.formats import (
     Quantized,
     check_bits,
@@ -56,7 +55,7 @@ from llmlab.quant.torchao_int8 import int8_bits_per_weight, int8_model
 __all__ = [
     "FP8Quantized", "ModelQuantization", "OUTLIER_THRESHOLD", "QLORA_BLOCKSIZE", "QLoRAMemory",
     "QuantError", "Quantized", "bits_per_weight", "check_batches", "check_bits", "code_range",
-    "device_or_cpu", "fake_quantize", "feature_absmax", "find_layers", "finish_qat", "fit_grid",
+    "fake_quantize", "feature_absmax", "find_layers", "finish_qat", "fit_grid",
     "format_errors", "fp8_fake_quantize", "fp8_formats_table", "fp8_quantize", "gptq",
     "gptq_linear", "group_count", "hessian", "int8_bits_per_weight", "int8_linear",
     "int8_matmul", "int8_model", "inverse_hessian_factor", "llm_int8_matmul", "load_packed",

@@ -11,7 +11,7 @@ import tempfile
 import torch
 from torch import nn
 
-from llmlab.quant.fallback import device_or_cpu
+from llmlab.device import device_or_cpu
 
 
 def nf4_model(

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from llmlab.device import device_or_cpu
 from llmlab.models import linear_from_conv1d, named_blocks
-from llmlab.quant.fallback import device_or_cpu
 
 KINDS = ("weight-only", "dynamic")
 
