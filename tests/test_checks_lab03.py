@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab03 as check
 from llmlab.course.checks.lab03 import IGNORE, accumulate_token_weighted
+from llmlab.train import next_token_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,7 +167,87 @@ def test_accumulation_rejects_likely_mistakes(wrong, hint):
         check.exercise_accumulation(wrong)
 
 
-# ---------------------------------------------------------------- Exercise 2
+# ---------------------------------------------------------------- Exercise 2: the whole step
+
+
+def _step(model, optimizer, scaler, micro_batches, max_norm, *, scale=True, divide=True,
+          unscale_first=True, clip_norm_out=False, scaler_step=True, update=True, zero=True,
+          zero_first=False, backward_in_loop=True, loss_sum=False, scaled_loss=False,
+          pair=True):  # fmt: skip
+    """The trainer's step, right by default; each argument swaps in one mistake."""
+    if zero_first:
+        optimizer.zero_grad()
+    k = len(micro_batches)
+    losses = []
+    for inputs, targets in micro_batches:
+        loss = next_token_loss(model, inputs, targets) / (k if divide else 1)
+        scaled = scaler.scale(loss) if scale else loss
+        if backward_in_loop:
+            scaled.backward()
+        losses.append((scaled if scaled_loss else loss) * (1 if divide else 1 / k))
+    if not backward_in_loop:
+        sum(scaler.scale(loss) for loss in losses).backward()
+    if unscale_first:
+        scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if clip_norm_out:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+    (scaler.step if scaler_step else lambda optimizer: optimizer.step())(optimizer)
+    if update:
+        scaler.update()
+    if zero and not zero_first:
+        optimizer.zero_grad()
+    loss = sum(loss.item() for loss in losses) * (k if loss_sum else 1)
+    return (loss, norm) if pair else loss
+
+
+def step_with(**mistake):
+    return lambda *args: _step(*args, **mistake)
+
+
+@pytest.mark.parametrize("right", [
+    step_with(),
+    step_with(zero_first=True),  # gradients cleared at the start of the step instead of the end
+    lambda *args: tuple(np.float32(value) for value in _step(*args)),
+    lambda *args: tuple(torch.as_tensor(value) for value in _step(*args)),
+], ids=["trainer", "zero-first", "numpy", "tensors"])  # fmt: skip
+def test_train_step_accepts_every_correct_form(right, capsys):
+    check.exercise_train_step(right)
+    assert "PASSED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    pytest.param(dict(unscale_first=False), "Unscale them", id="clipped-before-unscaling"),
+    pytest.param(dict(scale=False), "did not use scaler.scale", id="loss-not-scaled"),
+    pytest.param(dict(divide=False), "divide each micro-batch's loss", id="not-divided-by-k"),
+    pytest.param(dict(clip_norm_out=True), "norm after clipping", id="norm-after-clipping"),
+    pytest.param(dict(scaler_step=False), "scaler.step", id="optimizer-step-after-overflow"),
+    pytest.param(dict(update=False), "scaler.update", id="no-update"),
+    pytest.param(dict(zero=False), "adds to .grad", id="gradients-never-cleared"),
+    pytest.param(dict(backward_in_loop=False), "activations were all in memory",
+                 id="one-backward-after-the-loop"),
+    pytest.param(dict(loss_sum=True), "sum over the micro-batches", id="loss-summed"),
+    pytest.param(dict(scaled_loss=True), "scaled loss", id="scaled-loss-returned"),
+    pytest.param(dict(pair=False), "return a pair", id="loss-only"),
+])  # fmt: skip
+def test_train_step_rejects_likely_mistakes(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        check.exercise_train_step(step_with(**mistake))
+
+
+def test_the_fallback_step_is_the_trainers_and_leaves_the_callers_random_state():
+    model = check._tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = [tuple(torch.randint(0, check.VOCAB, (2, 8)) for _ in range(2))]
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    loss, norm = check.trainer_step(model, optimizer, check._scaler(), batch, 1.0)
+    assert torch.equal(torch.get_rng_state(), before)  # Trainer() seeds; the step gives it back
+    assert math.isfinite(float(loss)) and float(norm) > 0
+    assert all(p.grad is None for p in model.parameters())
+
+
+# ---------------------------------------------------------------- Exercise 3
 
 
 def warmup_from_zero(step, max_steps, warmup, lr, min_lr):
@@ -244,7 +325,7 @@ def test_warmup_cosine_rejects_likely_mistakes(wrong, hint):
         check.exercise_warmup_cosine(wrong)
 
 
-# ---------------------------------------------------------------- Exercise 3
+# ---------------------------------------------------------------- Exercise 4
 
 
 @pytest.mark.parametrize("right", [
@@ -273,7 +354,7 @@ def test_mfu_check_quotes_the_course_formula(capsys):
     assert "8.6% MFU" in capsys.readouterr().out  # 6N alone would say 7.5%
 
 
-# ---------------------------------------------------------------- Exercise 4
+# ---------------------------------------------------------------- Exercise 5
 
 
 class Reseeding:

@@ -19,7 +19,7 @@ from llmlab.course.checks import (
     passed,
 )
 from llmlab.models import build_model, preset, training_flops_per_token
-from llmlab.train import TrainConfig, learning_rate
+from llmlab.train import TrainConfig, Trainer, learning_rate
 from llmlab.train.checkpoint import capture_rng, restore_rng
 
 IGNORE = -100  # the target id cross-entropy skips (PyTorch's and Hugging Face's convention)
@@ -221,11 +221,173 @@ def exercise_accumulation(accumulate) -> None:
                  "micro-batch in memory at a time")  # fmt: skip
 
 
-# ---------------------------------------------------------------- Exercise 2: the schedule
+# ---------------------------------------------------------------- Exercise 2: the whole step
+
+STEP_SCALE = 2.0**12  # a power of 2: scaling and unscaling fp32 gradients by it is exact
+STEP_LR = 0.1  # plain SGD, so the weights move by exactly the clipped gradient
+
+
+class _Batches:
+    """The given micro-batches, one per next_batch(): all a Trainer's step asks of its data."""
+
+    def __init__(self, micro_batches):
+        self.batches = iter(micro_batches)
+
+    def next_batch(self):
+        return next(self.batches)
+
+
+def trainer_step(model, optimizer, scaler, micro_batches, max_norm):
+    """llmlab.train.Trainer.train_step with Exercise 2's arguments: the lab's fallback and the
+    check's reference. The learning rate stays the optimizer's (a constant schedule)."""
+    inputs, _ = micro_batches[0]
+    config = TrainConfig(
+        max_steps=1, micro_batch_size=inputs.shape[0], seq_len=inputs.shape[1],
+        grad_accum_steps=len(micro_batches), lr=optimizer.param_groups[0]["lr"],
+        schedule="constant", warmup_steps=0, dtype="fp32", device="cpu", progress=False,
+        grad_clip=None if math.isinf(max_norm) else max_norm,
+    )  # fmt: skip
+    generators = capture_rng()  # the Trainer seeds every generator: give the caller's back
+    trainer = Trainer(model, config, _Batches(micro_batches))
+    restore_rng(generators)
+    trainer.optimizer, trainer.scaler = optimizer, scaler
+    return trainer.train_step()
+
+
+def _scaler() -> torch.amp.GradScaler:
+    # growth_interval=1: every good step doubles the scale, so a missing update() shows.
+    return torch.amp.GradScaler("cpu", init_scale=STEP_SCALE, growth_interval=1)
+
+
+def _overflowing(model: torch.nn.Module) -> torch.nn.Module:
+    """The model, with one parameter whose gradient comes out inf, as an fp16 one can."""
+    next(model.parameters()).register_hook(lambda grad: torch.full_like(grad, math.inf))
+    return model
+
+
+def _step_cases():
+    """(two steps' micro-batches, max_norm, overflow): the trainer's equal-shape windows."""
+    generator = torch.Generator().manual_seed(7)
+
+    def batches(k: int, rows: int, length: int):
+        return [tuple(torch.randint(0, VOCAB, (rows, length), generator=generator)
+                      for _ in range(2)) for _ in range(k)]  # fmt: skip
+
+    return [
+        ([batches(3, 2, 12), batches(3, 2, 12)], 0.05, False),  # clipping at work
+        ([batches(1, 4, 16), batches(1, 4, 16)], math.inf, False),  # one micro-batch, no clip
+        ([batches(2, 3, 10), batches(2, 3, 10)], 1e3, False),  # a limit the norm stays under
+        ([batches(2, 2, 8), batches(2, 2, 8)], 1.0, True),  # overflowed: both steps skipped
+    ]
+
+
+def _read_step_answer(name: str, text: str, got) -> tuple[float, float]:
+    if not (isinstance(got, tuple | list) and len(got) == 2):
+        raise ExerciseFailed(f"{name}: {text} returned {got!r}; return a pair (the mean loss, "
+                             "the gradient norm before clipping).")  # fmt: skip
+    return expect_real(name, text + "[0]", got[0]), expect_real(name, text + "[1]", got[1])
+
+
+def _norm_hint(got: float, expected: float, k: int, max_norm: float) -> str:
+    wrong = [
+        (expected * STEP_SCALE, f"That norm is {STEP_SCALE:g}x the true one: it was measured on "
+         "the scaled gradients. Unscale them (scaler.unscale_) before clipping."),
+        (expected * k, f"That norm is {k}x the true one: divide each micro-batch's loss by the "
+         "number of micro-batches."),
+        (min(expected, max_norm), "That is the norm after clipping: return the one before "
+         "(clip_grad_norm_ returns it), which says how far the gradient was clipped."),
+    ]  # fmt: skip
+    return next((text for value, text in wrong if is_close(got, value, 1e-4)), "")
+
+
+def _weights(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _check_step(name, text, got, expected, k, max_norm, overflow) -> None:
+    loss, norm = _read_step_answer(name, text, got)
+    want_loss, want_norm = float(expected[0]), float(expected[1])
+    if not overflow and not is_close(norm, want_norm, 1e-4):
+        raise ExerciseFailed(f"{name}: {text} returned the gradient norm {norm!r}, expected "
+                             f"about {want_norm:.6g}. {_norm_hint(norm, want_norm, k, max_norm)}"
+                             .strip())  # fmt: skip
+    if not is_close(loss, want_loss, 1e-5):
+        hint = next((h for factor, h in [
+            (k, "That is the sum over the micro-batches: return their mean."),
+            (STEP_SCALE, "That is the scaled loss: return the loss itself."),
+        ] if is_close(loss, want_loss * factor, 1e-5)), "")  # fmt: skip
+        raise ExerciseFailed(f"{name}: {text} returned the loss {loss!r}, expected about "
+                             f"{want_loss:.6g}. {hint}".strip())  # fmt: skip
+
+
+def _check_step_case(name: str, train_step, steps, max_norm: float, overflow: bool) -> None:
+    reference, mine = _tiny_model(), _tiny_model()
+    if overflow:
+        reference, mine = _overflowing(reference), _overflowing(mine)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=STEP_LR)
+    optimizer = torch.optim.SGD(mine.parameters(), lr=STEP_LR)
+    reference_scaler, scaler = _scaler(), _scaler()
+    recorder = _Recorder(mine)
+    start = _weights(mine)
+    for step, micro_batches in enumerate(steps, 1):
+        k = len(micro_batches)
+        text = (f"train_step(model, optimizer, scaler, {k} micro-batch{'es' * (k > 1)} of "
+                f"{tuple(micro_batches[0][0].shape)}, max_norm={max_norm}) (step {step})")
+        expected = trainer_step(reference, reference_optimizer, reference_scaler, micro_batches,
+                                max_norm)  # fmt: skip
+        stale = any(p.grad is not None and bool(p.grad.any()) for p in mine.parameters())
+        try:
+            got = call(name, train_step, mine, optimizer, scaler, micro_batches, max_norm)
+        except ExerciseFailed:
+            raise
+        except Exception as error:  # the learner's own bug (torch's message names it): no source
+            raise ExerciseFailed(f"{name}: {text} raised {type(error).__name__}: {error}") from None
+        if recorder.overlapped():
+            raise ExerciseFailed(
+                f"{name}: {text}: a micro-batch ran forward before the previous one's backward(), "
+                "so their activations were all in memory together. Call backward() once per "
+                "micro-batch, inside the loop."
+            )
+        _check_step(name, text, got, expected, k, max_norm, overflow)
+        if overflow and not torch.equal(_weights(mine), start):
+            raise ExerciseFailed(
+                f"{name}: {text}: a gradient overflowed (it is inf), yet the weights changed. "
+                "Step with scaler.step(optimizer): it skips the update when unscale_ found inf "
+                "or NaN, where optimizer.step() would write them into the weights."
+            )
+        difference = float((_weights(mine) - _weights(reference)).abs().max())
+        if not overflow and difference > 1e-6:
+            hint = ("backward() adds to .grad: clear the gradients once per step "
+                    "(optimizer.zero_grad()), or the last step's gradient comes back."
+                    if stale else "Clip the unscaled gradients to max_norm, then step with "
+                    "scaler.step(optimizer).")  # fmt: skip
+            raise ExerciseFailed(f"{name}: {text}: the weights after the step differ from "
+                                 f"llmlab's Trainer.train_step's by up to {difference:.3g}. "
+                                 f"{hint}")  # fmt: skip
+        if scaler.get_scale() != reference_scaler.get_scale():
+            raise ExerciseFailed(
+                f"{name}: {text}: the loss scale is {scaler.get_scale():g} after the step, "
+                f"expected {reference_scaler.get_scale():g}. Call scaler.update() once per step: "
+                "it grows the scale after good steps and shrinks it after an overflow."
+            )
+
+
+@exercise(fallback=trainer_step, fallback_name="llmlab.train.Trainer.train_step")
+def exercise_train_step(train_step) -> None:
+    """Exercise 2: train_step(model, optimizer, scaler, micro_batches, max_norm) -> (mean loss,
+    gradient norm before clipping), the weights as llmlab's Trainer.train_step leaves them."""
+    name = "Exercise 2 (the whole training step)"
+    for steps, max_norm, overflow in _step_cases():
+        _check_step_case(name, train_step, steps, max_norm, overflow)
+    passed(name, "two steps each on a tiny model: the same weights, norm, loss and loss scale "
+                 "as llmlab's Trainer.train_step, an overflowed step skipped")  # fmt: skip
+
+
+# ---------------------------------------------------------------- Exercise 3: the schedule
 
 
 def warmup_cosine_reference(step, max_steps, warmup_steps, lr, min_lr) -> float:
-    """llmlab's schedule (llmlab.train.learning_rate) with Exercise 2's arguments."""
+    """llmlab's schedule (llmlab.train.learning_rate) with Exercise 3's arguments."""
     config = TrainConfig(max_steps=max_steps, warmup_steps=warmup_steps, lr=lr,
                          min_lr_ratio=min_lr / lr)  # fmt: skip
     return learning_rate(step, config)
@@ -249,8 +411,8 @@ def _schedule_cases() -> list[tuple[int, int, float, float]]:
 
 @exercise(fallback=warmup_cosine_reference, fallback_name="llmlab.train.learning_rate")
 def exercise_warmup_cosine(warmup_cosine) -> None:
-    """Exercise 2: warmup_cosine(step, max_steps, warmup_steps, lr, min_lr), at every step."""
-    name = "Exercise 2 (warm-up then cosine)"
+    """Exercise 3: warmup_cosine(step, max_steps, warmup_steps, lr, min_lr), at every step."""
+    name = "Exercise 3 (warm-up then cosine)"
     for max_steps, warmup, lr, min_lr in _schedule_cases():
         for step in range(max_steps + 1):
             args = f"warmup_cosine({step}, {max_steps}, {warmup}, {lr:.4g}, {min_lr:.4g})"
@@ -273,18 +435,18 @@ def exercise_warmup_cosine(warmup_cosine) -> None:
     passed(name, "every step of six schedules: linear warm-up, then a half cosine to min_lr")
 
 
-# ---------------------------------------------------------------- Exercise 3: MFU
+# ---------------------------------------------------------------- Exercise 4: MFU
 
 
 def mfu_reference(tokens_per_s, flops_per_token, peak_tflops) -> float:
-    """llmlab.bench.mfu with the peak in TFLOP/s, as Exercise 3 takes it."""
+    """llmlab.bench.mfu with the peak in TFLOP/s, as Exercise 4 takes it."""
     return mfu(tokens_per_s, flops_per_token, peak_tflops * 1e12)
 
 
 @exercise(fallback=mfu_reference, fallback_name="llmlab.bench.mfu")
 def exercise_mfu(model_flops_utilization) -> None:
-    """Exercise 3: MFU from tokens/s, FLOPs per token and the peak in TFLOP/s (a fraction)."""
-    name = "Exercise 3 (MFU)"
+    """Exercise 4: MFU from tokens/s, FLOPs per token and the peak in TFLOP/s (a fraction)."""
+    name = "Exercise 4 (MFU)"
     gpt2_small = training_flops_per_token("gpt2-124m", 1024).total  # the course's own count
     cases = [(1.0e5, gpt2_small, 989.0), (4500.0, 3.31e7, 0.9), (np.float32(2.5e4), 6e8, 312)]
     for tokens_per_s, flops_per_token, peak in cases:
@@ -305,11 +467,11 @@ def exercise_mfu(model_flops_utilization) -> None:
                  f"{expected:.1%} MFU")  # fmt: skip
 
 
-# ---------------------------------------------------------------- Exercise 4: resumable RNG
+# ---------------------------------------------------------------- Exercise 5: resumable RNG
 
 
 class RandomStateReference:
-    """llmlab's answer to Exercise 4, from llmlab.train.checkpoint.capture_rng/restore_rng."""
+    """llmlab's answer to Exercise 5, from llmlab.train.checkpoint.capture_rng/restore_rng."""
 
     def __init__(self, data):
         self.generators = capture_rng()
@@ -375,8 +537,8 @@ def _reseed_everything(seed: int) -> None:
 @exercise(fallback=RandomStateReference,
           fallback_name="llmlab.train.checkpoint.capture_rng / restore_rng")  # fmt: skip
 def exercise_random_state(random_state) -> None:
-    """Exercise 4: RandomState(data) captures; .restore(data) continues bit for bit."""
-    name = "Exercise 4 (an exactly resumable random state)"
+    """Exercise 5: RandomState(data) captures; .restore(data) continues bit for bit."""
+    name = "Exercise 5 (an exactly resumable random state)"
     _reseed_everything(1234)
     data = _Windows(seed=5)
     for _ in range(3):  # part-way through a run, not just after seeding
@@ -403,6 +565,7 @@ NOTEBOOK = "03_training.ipynb"
 # The function each exercise asks for -> its check (tests/test_checks.py runs them all).
 EXERCISES = {
     "accumulate": exercise_accumulation,
+    "train_step": exercise_train_step,
     "warmup_cosine": exercise_warmup_cosine,
     "model_flops_utilization": exercise_mfu,
     "RandomState": exercise_random_state,
