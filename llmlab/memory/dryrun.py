@@ -30,10 +30,11 @@ def optimizer_by_name(
     kind = {"fused": True} if fused else {"foreach": True}
     if name in ("sgd", "sgd-momentum"):
         momentum = {"momentum": 0.9} if name == "sgd-momentum" else {}
-        return torch.optim.SGD(parameters, lr=lr or 1e-3, **momentum, **kind, **options)
+        lr = 1e-3 if lr is None else lr
+        return torch.optim.SGD(parameters, lr=lr, **momentum, **kind, **options)
     if name in ("adam", "adamw"):
         adam = torch.optim.Adam if name == "adam" else torch.optim.AdamW
-        return adam(parameters, lr=lr or 1e-4, **kind, **options)
+        return adam(parameters, lr=1e-4 if lr is None else lr, **kind, **options)
     if name == "adam-8bit":
         try:
             import bitsandbytes  # optional: only this optimizer needs it
@@ -43,7 +44,7 @@ def optimizer_by_name(
                 "bitsandbytes`, or use 'adamw'"
             ) from error
         # AdamW's states stored in 8 bits with block-wise scales: 2 bytes/param instead of 8.
-        return bitsandbytes.optim.AdamW8bit(parameters, lr=lr or 1e-4, **options)
+        return bitsandbytes.optim.AdamW8bit(parameters, lr=1e-4 if lr is None else lr, **options)
     raise ValueError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZER_STATES)}")
 
 
