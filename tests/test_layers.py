@@ -16,8 +16,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "llmlab"
 LAYER = {
     "_quiet": 0, "network": 0, "env": 0, "device": 0, "bench": 0, "numerics": 0,
-    "data": 1, "models": 2, "memory": 3, "scale": 4, "distributed": 5, "train": 6, "jobs": 6,
-    "prune": 7, "quant": 7, "evaluate": 8,
+    "profiler": 0, "data": 1, "models": 2, "kernels": 2, "memory": 3, "scale": 4,
+    "distributed": 5, "train": 6, "jobs": 6,
+    "prune": 7, "quant": 7, "evaluate": 8, "inference": 8,
     "course": 9, "plots": 9, "cli": 9, "__main__": 9, "__init__": 9,
 }  # fmt: skip
 # Imports a package must not make even from below it: the planner stays plain arithmetic, the
