@@ -540,3 +540,68 @@ def finetune_methods(
     fig.suptitle(title or "Fine-tuning methods")
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- Lab 09: profiling and rooflines
+
+
+def step_timeline(
+    bars: Mapping[str, Sequence[tuple[float, float]]],
+    phases: Mapping[str, tuple[float, float]],
+    memory: tuple[Sequence[float], Sequence[int]] | None = None,
+    title: str = "",
+) -> Figure:
+    """A profiled step: a row of bars per kind of operator ({kind: [(start ms, duration ms)]}),
+    the phases shaded ({phase: (start ms, end ms)}), and below, when `memory` is given as
+    (times ms, bytes), the memory allocated since the step began."""
+    fig, axes = plt.subplots(2 if memory else 1, 1, figsize=(10, 5 if memory else 3.2),
+                             sharex=True, squeeze=False)  # fmt: skip
+    axes = [row[0] for row in axes]
+    top = axes[0]
+    for row, spans in enumerate(bars.values()):
+        top.broken_barh(list(spans), (row - 0.4, 0.8), color=f"C{row % 10}")
+    top.set_yticks(range(len(bars)), list(bars), fontsize=8)
+    top.invert_yaxis()  # the first kind on top, as in a table
+    for index, (phase, (start, end)) in enumerate(phases.items()):
+        for ax in axes:
+            ax.axvspan(start, end, color="0.88" if index % 2 else "0.96", zorder=0)
+        top.annotate(phase, ((start + end) / 2, 1.0), xycoords=("data", "axes fraction"),
+                     ha="center", va="bottom", fontsize=8)  # fmt: skip
+    if memory:
+        times, levels = memory
+        axes[1].step(list(times), [b / 2**20 for b in levels], where="post")
+        axes[1].set_ylabel("MiB allocated\nsince the step began")
+        axes[1].grid(True, alpha=0.3)
+    axes[-1].set_xlabel("ms since the step began")
+    fig.suptitle(title or "Where a training step's time goes")
+    fig.tight_layout()
+    return fig
+
+
+def operator_roofline(
+    points: Sequence, bandwidth_gbs: float, peak_tflops: float, title: str = ""
+) -> Figure:
+    """Operators on a machine's roofline, log scales: each point (an object with `name`,
+    `intensity` in FLOPs per byte and `gflops_per_s` achieved) under the roof, the slower of
+    the bandwidth times the intensity and the peak; the ridge point dotted between them."""
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    intensities = [p.intensity for p in points]
+    ridge = peak_tflops * 1e12 / (bandwidth_gbs * 1e9)
+    low, high = min(intensities + [ridge]) / 4, max(intensities + [ridge]) * 4
+    xs = [low * (high / low) ** (i / 200) for i in range(201)]
+    roof = f"roofline: {bandwidth_gbs:.0f} GB/s, {peak_tflops * 1e3:.0f} GFLOP/s"
+    ax.plot(xs, [min(peak_tflops * 1e3, bandwidth_gbs * x) for x in xs], color="black", label=roof)
+    ax.axvline(ridge, linestyle=":", color="gray", label=f"ridge point {ridge:.1f} FLOPs/byte")
+    for index, p in enumerate(points):
+        ax.scatter(p.intensity, p.gflops_per_s, color=f"C{index % 10}", zorder=3)
+        ax.annotate(p.name, (p.intensity, p.gflops_per_s), textcoords="offset points",
+                    xytext=(5, -10), fontsize=8)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
+    ax.set_ylabel("achieved GFLOP/s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title or "Operators on this machine's roofline")
+    fig.tight_layout()
+    return fig

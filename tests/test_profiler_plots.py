@@ -1,0 +1,37 @@
+"""Lab 09's figures (a profiled step's timeline, operators on a roofline) draw what they are
+given and return the Figure."""
+
+import matplotlib
+
+from llmlab import plots
+from llmlab.profiler import RooflinePoint
+
+matplotlib.use("Agg")
+
+
+def test_step_timeline_has_a_row_per_kind_and_shades_each_phase():
+    bars = {"matmul": [(0.0, 2.0), (5.0, 0.5)], "GELU": [(3.0, 1.0)]}
+    phases = {"forward": (0.0, 3.0), "backward": (3.0, 6.0)}
+    fig = plots.step_timeline(bars, phases)
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["matmul", "GELU"]
+    assert len(ax.collections) == 2  # one broken_barh per row
+    assert len(ax.patches) == 2  # a shaded span per phase
+    assert [t.get_text() for t in ax.texts] == ["forward", "backward"]
+
+
+def test_step_timeline_draws_memory_in_mib_below_when_given():
+    fig = plots.step_timeline({"matmul": [(0.0, 1.0)]}, {"forward": (0.0, 1.0)},
+                              memory=([0.0, 1.0], [2**20, 3 * 2**20]))  # fmt: skip
+    top, bottom = fig.axes
+    assert list(bottom.lines[0].get_ydata()) == [1.0, 3.0]
+
+
+def test_operator_roofline_draws_the_roof_the_ridge_and_a_point_per_operator():
+    points = [RooflinePoint("gelu", 8e6, 8e6, 1e-3), RooflinePoint("mm", 2e9, 2e7, 0.1)]
+    ax = plots.operator_roofline(points, bandwidth_gbs=10, peak_tflops=0.03).axes[0]
+    roof = ax.lines[0]
+    assert max(roof.get_ydata()) == 30  # the peak, in GFLOP/s
+    assert ax.lines[1].get_xdata()[0] == 3.0  # the ridge: 30 GFLOP/s over 10 GB/s
+    assert len(ax.collections) == 2
+    assert [t.get_text() for t in ax.texts] == ["gelu", "mm"]
