@@ -34,6 +34,10 @@ def silence_third_party_noise() -> None:
     os.environ.setdefault("DATASETS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # torch.profiler's backend (kineto) prints a timestamped line to stderr at every profile's
+    # start and stop, at its highest log level: only level 6 hides them, its errors with them
+    # (llmlab.profiler.profile_step says when a GPU profile comes back without kernels).
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     # The Rust tokenizers warn after every fork (data-loader workers, datasets.map processes).
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # torchao (GPTQModel's dependency, which transformers imports when it is installed) logs

@@ -584,7 +584,7 @@ def operator_roofline(
     """Operators on a machine's roofline, log scales: each point (an object with `name`,
     `intensity` in FLOPs per byte and `gflops_per_s` achieved) under the roof, the slower of
     the bandwidth times the intensity and the peak; the ridge point dotted between them."""
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     intensities = [p.intensity for p in points]
     ridge = peak_tflops * 1e12 / (bandwidth_gbs * 1e9)
     low, high = min(intensities + [ridge]) / 4, max(intensities + [ridge]) * 4
@@ -592,16 +592,17 @@ def operator_roofline(
     roof = f"roofline: {bandwidth_gbs:.0f} GB/s, {peak_tflops * 1e3:.0f} GFLOP/s"
     ax.plot(xs, [min(peak_tflops * 1e3, bandwidth_gbs * x) for x in xs], color="black", label=roof)
     ax.axvline(ridge, linestyle=":", color="gray", label=f"ridge point {ridge:.1f} FLOPs/byte")
+    markers = "osD^v<>ph*"  # colour and shape together tell ten operators apart
     for index, p in enumerate(points):
-        ax.scatter(p.intensity, p.gflops_per_s, color=f"C{index % 10}", zorder=3)
-        ax.annotate(p.name, (p.intensity, p.gflops_per_s), textcoords="offset points",
-                    xytext=(5, -10), fontsize=8)  # fmt: skip
+        ax.scatter(p.intensity, p.gflops_per_s, color=f"C{index % 10}", zorder=3,
+                   marker=markers[index % len(markers)], label=p.name)  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
     ax.set_ylabel("achieved GFLOP/s")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    # Outside the axes: points cluster (the matmuls) where a legend inside would hide them.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(title or "Operators on this machine's roofline")
     fig.tight_layout()
     return fig

@@ -60,6 +60,9 @@ def profile_step(
         step()
         if cuda:
             torch.cuda.synchronize()  # kernels run after their launch: wait for the last one
+    if cuda and not any(e.device_type == DeviceType.CUDA for e in prof.events()):
+        raise RuntimeError("the profiler recorded no CUDA kernel: is CUPTI available? Run with "
+                           "KINETO_LOG_LEVEL=2 to see the profiler's own errors.")
     if trace_path is not None:
         Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))

@@ -3,6 +3,8 @@ a GPU's idle gaps) and operator costs against hand counts. Times are injected wh
 depends on them; nothing asserts on how fast this machine is."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -55,6 +57,14 @@ def test_profile_step_counts_the_flops_and_memory_of_its_operators():
 def test_profile_step_rejects_a_negative_warmup():
     with pytest.raises(ValueError, match="warmup"):
         profiler.profile_step(lambda: None, warmup=-1)
+
+
+def test_importing_llmlab_silences_the_profiler_s_start_and_stop_lines():
+    code = ("import llmlab, torch\nwith torch.profiler.profile():\n    torch.ones(2) + 1\n"
+            "print('profiled')")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "profiled"
+    assert "profiler_start" not in run.stderr and "USDT" not in run.stderr
 
 
 def op(name, start, duration, self_us=None, **fields):
