@@ -18,9 +18,10 @@ from torch.profiler import ProfilerActivity, profile
 @dataclass(frozen=True)
 class OpEvent:
     """One operator (or, on a GPU, one kernel) the profiler saw, times in microseconds from the
-    start of the profile. `memory_bytes` is what it allocated minus what it freed, its children
-    excluded; `phase` is forward, backward or optimizer; `outer` marks an aten operator called
-    by no other aten operator (the model's, autograd's or the optimizer's own calls)."""
+    start of the profile. `memory_bytes` is what it allocated minus what it freed (in CPU and
+    GPU memory), its children excluded; `phase` is forward, backward or optimizer; `outer` marks
+    an aten operator called by no other aten operator (the model's, autograd's or the
+    optimizer's own calls)."""
 
     name: str
     start_us: float
@@ -99,19 +100,22 @@ def events_of(function_events: Iterable) -> StepProfile:
         root = ancestors[-1].name if ancestors else e.name
         outer = e.name.startswith("aten::") and not any(
             a.name.startswith("aten::") for a in ancestors)
-        ops.append(OpEvent(e.name, start, duration, e.self_cpu_time_total,
-                           e.self_cpu_memory_usage, e.flops or 0, _phase(root), outer))  # fmt: skip
+        memory = e.self_cpu_memory_usage + e.self_device_memory_usage
+        ops.append(OpEvent(e.name, start, duration, e.self_cpu_time_total, memory,
+                           e.flops or 0, _phase(root), outer))  # fmt: skip
     return StepProfile(ops, kernels)
 
 
 CATEGORIES = ("matmul", "attention", "layer norm", "softmax and loss", "GELU", "optimizer",
-              "other element-wise", "copies and allocation")  # fmt: skip
+              "other element-wise", "copies and allocation", "CUDA runtime")  # fmt: skip
 _CATEGORY_WORDS = {  # the first category with a word in the operator's name wins
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "gemm"),
     "attention": ("attention", "flash"),
     "layer norm": ("layer_norm",),
     "softmax and loss": ("softmax", "nll_loss", "cross_entropy"),
     "GELU": ("gelu",),
+    # On a GPU the CPU's own time goes to launching kernels and waiting (cudaLaunchKernel, ...).
+    "CUDA runtime": ("cuda",),
     "copies and allocation": ("copy", "cat", "fill", "zero", "empty", "memcpy", "memset",
                               "aten::to", "contiguous", "[memory]"),  # fmt: skip
 }
@@ -243,7 +247,7 @@ def operator_cost(name: str, shape: Sequence[int], dtype: torch.dtype) -> tuple[
     and a bias of d; softmax and gelu: any shape; adamw: (parameters,), reading a parameter,
     its gradient and the two moments, writing the parameter and the moments.
     """
-    size = torch.empty((), dtype=dtype).element_size()
+    size = dtype.itemsize
     if name == "matmul":
         m, k, n = shape
         return 2 * m * k * n, size * (m * k + k * n + m * n)

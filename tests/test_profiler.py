@@ -97,10 +97,11 @@ def test_categories_by_name_and_phase():
                                      "forward"),
         ("aten::native_layer_norm_backward", "backward"), ("aten::_log_softmax", "forward"),
         ("aten::gelu_backward", "backward"), ("aten::addcdiv_", "optimizer"),
-        ("aten::add", "forward"), ("aten::copy_", "forward")]}  # fmt: skip
+        ("aten::add", "forward"), ("aten::copy_", "forward"),
+        ("cudaMemcpyAsync", "forward")]}  # fmt: skip
     assert list(kinds.values()) == ["matmul", "attention", "layer norm", "softmax and loss",
                                     "GELU", "optimizer", "other element-wise",
-                                    "copies and allocation"]  # fmt: skip
+                                    "copies and allocation", "CUDA runtime"]  # fmt: skip
 
 
 def test_category_shares_add_up_to_one():

@@ -40,7 +40,7 @@ def _cost_pair(call_text: str, got) -> tuple[float, float]:
 
 def _bytes_mistakes(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> list[tuple]:
     """(bytes a likely mistake gives, what to say) for one case."""
-    size = torch.empty((), dtype=dtype).element_size()
+    size = dtype.itemsize
     _, right = operator_cost(name, shape, dtype)
     elements = math.prod(shape)
     if name == "matmul":
@@ -87,7 +87,7 @@ def exercise_operator_cost(cost) -> None:
         # The weight and bias of a layer norm are tiny beside its input: with or without them.
         accepted = [right_bytes]
         if name == "layer_norm":
-            accepted.append(right_bytes - 2 * shape[-1] * torch.empty((), dtype=dtype).itemsize)
+            accepted.append(right_bytes - 2 * shape[-1] * dtype.itemsize)
         if any(is_close(moved, value, 1e-6) for value in accepted):
             continue
         hint = next((text for value, text in _bytes_mistakes(name, shape, dtype)
