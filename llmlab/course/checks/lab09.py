@@ -55,7 +55,7 @@ def _bytes_mistakes(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> li
     ]  # fmt: skip
     if size != 4:
         mistakes.append((right * 4 / size, f"it counts 4 bytes per number, but {dtype} takes "
-                                           f"{size}: what does element_size() say?"))  # fmt: skip
+                                           f"{size}: what does dtype.itemsize say?"))  # fmt: skip
     if name == "adamw":
         mistakes += [
             (3 * size * elements, "it moves only the parameter and its gradient: AdamW keeps "
