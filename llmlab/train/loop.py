@@ -110,6 +110,32 @@ def next_token_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch
 
 
 class Trainer:
+    """Trains a language model on next-token prediction: `Trainer(model, config, train_data,
+    val_data).fit()` runs `config.max_steps` optimizer steps and returns a TrainResult.
+
+    Built once: the device and dtype are chosen, everything is seeded, the model is wrapped for
+    several processes (DDP, ZeRO-1 or FSDP2 under torchrun; as it is in one), and the optimizer,
+    the fp16 grad scaler and the checkpointing component (`self.checkpointer`) are made.
+
+    One step of `fit` (`train_step`, read it beside nanoGPT's train.py), in order:
+    1. set this step's learning rate from the schedule;
+    2. for each of the grad_accum_steps micro-batches: forward under autocast, loss / k, scaled
+       backward (the ranks' gradients are averaged on the last micro-batch only);
+    3. unscale the gradients, measure their global norm and clip it to grad_clip;
+    4. the optimizer step (skipped on every rank when the mean loss is not finite), the grad
+       scaler's update, gradients cleared.
+    Around the step: every eval_interval steps the validation loss (and a sample), every
+    log_interval steps the metrics (tokens/s, MFU, memory, stragglers).
+
+    Checkpointing (with an out_dir) happens in three places, all in `self.checkpointer`
+    (llmlab.train.checkpointer): before the first step (rank 0 locks out_dir and chooses the
+    checkpoint to resume from: with resume=True the newest intact one), on resuming (weights,
+    optimizer, scaler, each rank's RNG and data position), and after every
+    checkpoint_interval-th step and the last one (`save`). A run killed at any point and resumed
+    ends with the same weights, bit for bit, as one never stopped (tests/test_train_restart.py
+    kills runs with SIGKILL to check it).
+    """
+
     def __init__(
         self,
         model: torch.nn.Module,
