@@ -7,17 +7,16 @@ import hashlib
 
 import pytest
 
-from llmlab.data.atomic import atomic_folder
-from llmlab.data.checksums import (
+from llmlab.files import (
     FOLDER_CHECKSUMS,
     DamagedFile,
+    atomic_folder,
     checksums_beside,
     verify_checksums,
     verify_folder,
     write_checksums,
     write_folder_checksums,
 )
-from llmlab.data.errors import DataError
 
 
 def verify(path):
@@ -53,7 +52,7 @@ def test_damage_is_refused_naming_the_file_and_what_to_do(tmp_path, damage, mess
     with pytest.raises(DamagedFile, match=f"artifact .*data.bin is damaged: .*{message}") as caught:
         verify(path)
     assert str(caught.value).endswith("Save it again")
-    assert isinstance(caught.value, DataError)  # the data layer's one error type
+    assert isinstance(caught.value, ValueError)  # bad input, as the data layer's DataError
 
 
 def test_a_folder_lists_every_file_and_refuses_an_unlisted_one(tmp_path):

@@ -1,11 +1,11 @@
 """Data flows one way through llmlab: no module imports one above it (DESIGN.md, house rules).
 
 data -> models -> memory -> scale -> distributed -> train / jobs -> (prune, quant) -> evaluate;
-env, device, bench and network sit underneath everything; course, plots and cli sit on top. The
-planner (scale) is plain arithmetic below the ranks' code: it never imports torch.distributed.
-The job tooling (jobs) surrounds a run and never imports the trainer, nor the trainer it.
-A lower module that reached up would make a learner read the whole package to understand one
-part, and would risk import cycles.
+env, device, bench, network, numerics and files sit underneath everything; course, plots and cli
+sit on top. The planner (scale) is plain arithmetic below the ranks' code: it never imports
+torch.distributed. The job tooling (jobs) surrounds a run and never imports the trainer, nor the
+trainer it. A lower module that reached up would make a learner read the whole package to
+understand one part, and would risk import cycles.
 """
 
 import ast
@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "llmlab"
 LAYER = {
     "_quiet": 0, "network": 0, "env": 0, "device": 0, "bench": 0, "numerics": 0,
-    "profiler": 0, "data": 1, "models": 2, "kernels": 2, "memory": 3, "scale": 4,
+    "profiler": 0, "files": 0, "data": 1, "models": 2, "kernels": 2, "memory": 3, "scale": 4,
     "distributed": 5, "train": 6, "jobs": 6,
     "prune": 7, "quant": 7, "evaluate": 8, "inference": 8,
     "course": 9, "plots": 9, "cli": 9, "__main__": 9, "__init__": 9,

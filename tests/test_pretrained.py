@@ -9,9 +9,9 @@ from train_fakes import tiny_gpt2
 from transformers import GPT2LMHeadModel
 
 from llmlab.course import pretrained
-from llmlab.data.checksums import write_folder_checksums
 from llmlab.data.errors import DataError
 from llmlab.data.tokenization import train_bpe
+from llmlab.files import write_folder_checksums
 from llmlab.train import TrainConfig
 
 

@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from llmlab.data.checksums import checksums_beside, write_checksums
+from llmlab.files import checksums_beside, write_checksums
 from llmlab.models import ModelShape, build_model
 from llmlab.quant import code_range, quantize, quantize_model
 from llmlab.quant.model import matrix

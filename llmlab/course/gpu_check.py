@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from llmlab import bench
-from llmlab.data.atomic import write_atomically
 from llmlab.env import MB
+from llmlab.files import write_atomically
 
 DEFAULT_BUDGET_S = 480.0  # the "about 8 minutes on one H100"
 MODEL = "gpt2-124m"  # GPT-2 small: the course's GPU reference model

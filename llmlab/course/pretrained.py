@@ -13,11 +13,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from llmlab.course.artifacts import artifacts_dir
 from llmlab.data import DatasetPaths, prepare_default_dataset
-from llmlab.data.atomic import atomic_folder, exclusive_lock
-from llmlab.data.checksums import DamagedFile, verify_folder, write_folder_checksums
 from llmlab.data.errors import DataError
 from llmlab.data.loaders import RandomWindows
 from llmlab.data.pipeline import PROFILE_SPECS
+from llmlab.files import (
+    DamagedFile,
+    atomic_folder,
+    exclusive_lock,
+    verify_folder,
+    write_folder_checksums,
+)
 from llmlab.models import ModelShape, build_model, preset, training_flops_per_token
 from llmlab.network import ONLINE_VARIABLE, online
 from llmlab.train import TrainConfig, Trainer, TrainResult

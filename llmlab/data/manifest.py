@@ -10,8 +10,8 @@ import platform
 from collections.abc import Sequence
 from pathlib import Path
 
-from llmlab.data.atomic import write_atomically
 from llmlab.data.documents import Document
+from llmlab.files import write_atomically
 
 
 def _sha256(text: str) -> str:

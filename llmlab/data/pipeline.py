@@ -16,12 +16,6 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerFast
 
-from llmlab.data.atomic import (
-    exclusive_lock,
-    remove_temporaries,
-    replace_folder,
-    temporary_sibling,
-)
 from llmlab.data.clean import CleaningConfig, CleaningReport, clean_documents
 from llmlab.data.corpus import corpus_version, load_corpus
 from llmlab.data.documents import Document, total_bytes
@@ -35,6 +29,12 @@ from llmlab.data.tokenization import (
     train_bpe,
 )
 from llmlab.env import MB
+from llmlab.files import (
+    exclusive_lock,
+    remove_temporaries,
+    replace_folder,
+    temporary_sibling,
+)
 
 ENCODE_BATCH = 64  # documents per encode call: bounds the memory of the encodings in flight
 

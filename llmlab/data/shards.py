@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from llmlab.data.atomic import atomic_file
 from llmlab.data.errors import DataError
+from llmlab.files import atomic_file
 
 MAGIC = b"llmlab token shard\n"
 HEADER_BYTES = 1024  # a multiple of 4, so the ids that follow stay aligned for uint32

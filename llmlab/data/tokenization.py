@@ -16,8 +16,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from tokenizers.processors import TemplateProcessing
 from transformers import PreTrainedTokenizerFast
 
-from llmlab.data.atomic import replace_folder, temporary_sibling
 from llmlab.data.errors import DataError
+from llmlab.files import replace_folder, temporary_sibling
 
 EOS = "<|endoftext|>"  # end of document; also the pad token (packed blocks need no padding)
 BYTE_ALPHABET = 256

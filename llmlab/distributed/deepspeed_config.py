@@ -10,7 +10,7 @@ import json
 import warnings
 from pathlib import Path
 
-from llmlab.data.atomic import write_atomically
+from llmlab.files import write_atomically
 from llmlab.memory import TrainingSetup
 from llmlab.models import ModelShape, as_shape, count_parameters
 

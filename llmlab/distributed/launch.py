@@ -38,8 +38,8 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from llmlab.data.atomic import write_atomically
 from llmlab.distributed.groups import leave_process_group
+from llmlab.files import write_atomically
 
 # Seconds the other ranks get to finish on their own after one rank failed, before they are
 # stopped: they are usually blocked in a collective that the failed rank will never join.

@@ -13,7 +13,7 @@ for it: `Accelerator(cpu=not torch.cuda.is_available())`.
 import json
 from pathlib import Path
 
-from llmlab.data.atomic import write_atomically
+from llmlab.files import write_atomically
 
 MIXED_PRECISION = ("no", "fp16", "bf16")
 

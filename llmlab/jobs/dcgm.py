@@ -17,8 +17,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmlab.data.atomic import write_atomically
 from llmlab.env import GB
+from llmlab.files import write_atomically
 
 MIB = 2**20  # DCGM reports framebuffer memory in MiB
 

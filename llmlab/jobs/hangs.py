@@ -36,8 +36,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from llmlab.data.atomic import write_atomically
 from llmlab.distributed.launch import launch
+from llmlab.files import write_atomically
 
 FLIGHT_RECORDER_ENTRIES = "2000"  # the newest collectives each rank remembers (a ring buffer)
 

@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from llmlab.data.atomic import write_atomically
+from llmlab.files import write_atomically
 
 # The rendezvous port on the first node; torchrun documents 29400 as its c10d default, 29500 is
 # the port torch.distributed uses elsewhere: any free port works if every node uses the same.

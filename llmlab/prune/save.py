@@ -9,8 +9,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from llmlab.data.atomic import atomic_file, atomic_folder
-from llmlab.data.checksums import (
+from llmlab.files import (
+    atomic_file,
+    atomic_folder,
     checksums_beside,
     verify_checksums,
     verify_folder,

@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from llmlab.data.atomic import atomic_folder
-from llmlab.data.checksums import (
+from llmlab.files import (
     FOLDER_CHECKSUMS,
     DamagedFile,
+    atomic_folder,
     verify_folder,
     write_folder_checksums,
 )

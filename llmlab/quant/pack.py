@@ -13,8 +13,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from llmlab.data.atomic import atomic_file
-from llmlab.data.checksums import DamagedFile, checksums_beside, verify_checksums, write_checksums
+from llmlab.files import (
+    DamagedFile,
+    atomic_file,
+    checksums_beside,
+    verify_checksums,
+    write_checksums,
+)
 from llmlab.quant.formats import Quantized, code_range
 from llmlab.quant.model import ModelQuantization
 

@@ -1,5 +1,6 @@
 """Training: the loop (loop.py), its settings (config.py), learning-rate schedules, the optimizer,
-checkpoints and metrics (one live run per out_dir: run_folder.py), and LoRA adapters (lora.py).
+checkpoints (their files: checkpoint.py; saving and resuming a run: checkpointer.py), metrics
+(one live run per out_dir: run_folder.py), and LoRA adapters (lora.py).
 `Trainer(model, TrainConfig(...), train_data, val_data).fit()`."""
 
 from llmlab.train.checkpoint import (
@@ -14,10 +15,10 @@ from llmlab.train.checkpoint import (
     sweep_stale_temporaries,
     verify_checkpoint,
 )
+from llmlab.train.checkpointer import EarlierRun
 from llmlab.train.config import TrainConfig
 from llmlab.train.loop import (
     BatchSource,
-    EarlierRun,
     Trainer,
     TrainingDiverged,
     TrainResult,

@@ -24,17 +24,20 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch.distributed.fsdp import FSDPModule
 
-from llmlab.data.atomic import (
+from llmlab.files import (
+    FOLDER_CHECKSUMS,
+    DamagedFile,
+    read_checksums,
     remove_folder,
     remove_temporaries,
     replace_folder,
     temporary_sibling,
+    verify_recorded,
     write_atomically,
+    write_checksums,
 )
-from llmlab.data.checksums import file_sha256
 
 STEP_DIR = re.compile(r"^step_(\d{7})$")
-CHECKSUMS = "checksums.sha256"
 CHECKED_FILES = ("model.safetensors", "state.pt", "meta.json")
 SHARDED_DIR = "dcp"  # a sharded checkpoint's weights and optimizer states, one file per rank
 IGNORED_CONFIG_KEYS = {
@@ -191,26 +194,7 @@ def _required_files(recorded: dict[str, str]) -> list[str]:
 
 def _write_checksums(folder: Path) -> None:
     """Record the sha256 of each file, read back from disk: what a later load must find."""
-    lines = [f"{file_sha256(folder / name)}  {name}\n" for name in _files_to_check(folder)]
-    (folder / CHECKSUMS).write_text("".join(lines), encoding="utf-8")
-
-
-def _read_checksums(path: Path) -> dict[str, str]:
-    """{file name: sha256} from the checkpoint's checksums.sha256; CheckpointCorrupt if unusable."""
-    try:
-        text = (path / CHECKSUMS).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CheckpointCorrupt(path, CHECKSUMS, "is missing (a damaged folder, or a checkpoint "
-                                "saved before llmlab recorded checksums)") from None  # fmt: skip
-    except (OSError, UnicodeDecodeError) as error:
-        raise CheckpointCorrupt(path, CHECKSUMS, f"cannot be read ({error})") from None
-    recorded = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        digest, _, name = line.partition("  ")
-        if not re.fullmatch(r"[0-9a-f]{64}", digest) or not name:
-            raise CheckpointCorrupt(path, CHECKSUMS, f"has a damaged line {number}: {line[:80]!r}")
-        recorded[name] = digest
-    return recorded
+    write_checksums(folder / FOLDER_CHECKSUMS, _files_to_check(folder))
 
 
 def verify_checkpoint(path: Path) -> None:
@@ -221,20 +205,12 @@ def verify_checkpoint(path: Path) -> None:
     path = Path(path)
     if not path.is_dir():
         raise CheckpointCorrupt(path, "the folder", "does not exist")
-    recorded = _read_checksums(path)
-    for name in _required_files(recorded):
-        if name not in recorded:
-            raise CheckpointCorrupt(path, CHECKSUMS, f"records no checksum for {name}")
-    for name in recorded:
-        try:
-            found = file_sha256(path / name)
-        except FileNotFoundError:
-            raise CheckpointCorrupt(path, name, "is missing") from None
-        except OSError as error:
-            raise CheckpointCorrupt(path, name, f"cannot be read ({error})") from None
-        if found != recorded[name]:
-            raise CheckpointCorrupt(path, name, "differs from the sha256 recorded when it was "
-                                    "saved (changed or damaged since)")  # fmt: skip
+    checksums, artifact = path / FOLDER_CHECKSUMS, f"checkpoint {path}"
+    try:
+        recorded = read_checksums(checksums, artifact, remedy="")
+        verify_recorded(checksums, recorded, _required_files(recorded), artifact, remedy="")
+    except DamagedFile as error:  # a CheckpointError, whose message says how to resume
+        raise CheckpointCorrupt(path, error.file, error.problem) from None
 
 
 def newest_verified_checkpoint(

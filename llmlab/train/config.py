@@ -14,6 +14,29 @@ NAN_POLICIES = ("stop", "skip")
 
 @dataclass
 class TrainConfig:
+    """Every setting of a training run, checked when it is made (a bad value is refused at once,
+    naming the field, rather than minutes into a run). The groups, in the order below:
+
+    - how much to train: `max_steps` optimizer steps, each over `grad_accum_steps` micro-batches
+      of `micro_batch_size` sequences of `seq_len` tokens per process;
+    - the optimizer: AdamW (or bitsandbytes' 8-bit AdamW), its learning rate, weight decay
+      (matrices only) and betas, and `grad_clip`, the largest global gradient norm allowed;
+    - the learning-rate schedule: cosine (a linear warm-up over `warmup_steps`, then down to
+      lr * min_lr_ratio at max_steps), constant, or cyclical (triangles of `cycle_steps` between
+      lr * min_lr_ratio and lr);
+    - speed and memory: `dtype` (auto picks bf16, fp16 with a grad scaler, or fp32 for the
+      device), gradient checkpointing (recompute activations in backward), torch.compile;
+    - several processes: `parallel`, how the ranks share the model ("ddp", "zero1", "fsdp");
+    - evaluation, logging and checkpoints: every `eval_interval` steps the loss on
+      `eval_batches` fixed validation batches (and a sample from `sample_prompt`); metrics every
+      `log_interval` steps; with `out_dir`, metrics.jsonl/metrics.csv and a checkpoint every
+      `checkpoint_interval` steps and at the end, the last `keep_last` (and the best) kept;
+    - the rest: what a NaN loss does (`nan_policy`), the seed, the device, the progress bar, and
+      when a rank counts as a straggler.
+
+    `to_dict`/`from_dict` give the JSON form saved in each checkpoint's meta.json.
+    """
+
     # How much to train: an optimizer step sees micro_batch_size * grad_accum_steps sequences
     # per process, times the number of processes.
     max_steps: int = 200

@@ -1,20 +1,18 @@
-"""The training loop: mixed precision, gradient accumulation, clipping, schedules, evaluation,
-metrics and checkpoints; one process or many (DDP under torchrun)."""
+"""The training loop: mixed precision, gradient accumulation, clipping, schedules, evaluation and
+metrics; one process or many (DDP, ZeRO-1 or FSDP2 under torchrun). Saving and resuming are the
+checkpointing component's (llmlab.train.checkpointer), which the trainer calls."""
 
 import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from tqdm.auto import tqdm
 
 from llmlab.bench import mfu
@@ -28,19 +26,7 @@ from llmlab.device import (
 )
 from llmlab.distributed import dist_info
 from llmlab.distributed.data_parallel import wrap_model
-from llmlab.train.checkpoint import (
-    SHARDED_DIR,
-    CheckpointMismatch,
-    capture_rng,
-    checkpoint_folders,
-    is_sharded,
-    load_checkpoint,
-    newest_verified_checkpoint,
-    restore_rng,
-    save_checkpoint,
-    sharded_checkpoint_folder,
-    sweep_stale_temporaries,
-)
+from llmlab.train.checkpointer import Checkpointer
 from llmlab.train.config import TrainConfig
 from llmlab.train.metrics import (
     DeviceMonitor,
@@ -53,7 +39,6 @@ from llmlab.train.metrics import (
     perplexity_of,
 )
 from llmlab.train.optim import build_optimizer
-from llmlab.train.run_folder import RunFolderBusy, RunLock
 from llmlab.train.schedule import learning_rate
 
 FIXED_DTYPES = {
@@ -105,11 +90,6 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite."""
 
 
-class EarlierRun(RuntimeError):
-    """out_dir holds an earlier run's checkpoints, and nothing said whether to continue it or to
-    start again."""
-
-
 @dataclass
 class TrainResult:
     history: list[StepMetrics]
@@ -130,6 +110,32 @@ def next_token_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch
 
 
 class Trainer:
+    """Trains a language model on next-token prediction: `Trainer(model, config, train_data,
+    val_data).fit()` runs `config.max_steps` optimizer steps and returns a TrainResult.
+
+    Built once: the device and dtype are chosen, everything is seeded, the model is wrapped for
+    several processes (DDP, ZeRO-1 or FSDP2 under torchrun; as it is in one), and the optimizer,
+    the fp16 grad scaler and the checkpointing component (`self.checkpointer`) are made.
+
+    One step of `fit` (`train_step`, read it beside nanoGPT's train.py), in order:
+    1. set this step's learning rate from the schedule;
+    2. for each of the grad_accum_steps micro-batches: forward under autocast, loss / k, scaled
+       backward (the ranks' gradients are averaged on the last micro-batch only);
+    3. unscale the gradients, measure their global norm and clip it to grad_clip;
+    4. the optimizer step (skipped on every rank when the mean loss is not finite), the grad
+       scaler's update, gradients cleared.
+    Around the step: every eval_interval steps the validation loss (and a sample), every
+    log_interval steps the metrics (tokens/s, MFU, memory, stragglers).
+
+    Checkpointing (with an out_dir) happens in three places, all in `self.checkpointer`
+    (llmlab.train.checkpointer): before the first step (rank 0 locks out_dir and chooses the
+    checkpoint to resume from: with resume=True the newest intact one), on resuming (weights,
+    optimizer, scaler, each rank's RNG and data position), and after every
+    checkpoint_interval-th step and the last one (`save`). A run killed at any point and resumed
+    ends with the same weights, bit for bit, as one never stopped (tests/test_train_restart.py
+    kills runs with SIGKILL to check it).
+    """
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -177,6 +183,8 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, config, self.strategy)
         # Loss scaling keeps small fp16 gradients from underflowing; a no-op otherwise.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.use_grad_scaler)
+        self.checkpointer = Checkpointer(config, self.model, self.optimizer, self.scaler,
+                                         self.train_data, self.strategy, self.dist)  # fmt: skip
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops or datasheet_peak_flops(self.device, self.precision.name)
         if self.peak_flops is None and measure_peak:
@@ -193,10 +201,6 @@ class Trainer:
     def tokens_per_step(self) -> int:
         c = self.config
         return c.micro_batch_size * c.grad_accum_steps * c.seq_len * self.dist.world_size
-
-    @property
-    def checkpoint_dir(self) -> Path | None:
-        return None if self.config.out_dir is None else self.config.out_dir / "checkpoints"
 
     # ------------------------------------------------------------------ the step
 
@@ -283,178 +287,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _rank_state(self) -> dict:
-        """What differs between processes: each draws its own data windows and random numbers."""
-        return {"rng": capture_rng(), "data": self.train_data.state_dict()}
-
-    def _gather_rank_states(self) -> list[dict] | None:
-        """Every rank's state, in rank order, on rank 0 (None elsewhere): rank 0 alone writes
-        checkpoints, so this works without a file system shared for writing."""
-        if not self.dist.distributed:
-            return [self._rank_state()]
-        states = [None] * self.dist.world_size if self.dist.is_main else None
-        dist.gather_object(self._rank_state(), states, dst=0)  # a few KB per rank
-        return states
-
     def save(self, val_loss: float | None = None) -> Path | None:
-        """Checkpoint the whole training state (rank 0 writes; the others wait)."""
-        if self.checkpoint_dir is None:
-            return None
-        rank_states = self._gather_rank_states()
-        shards = self._save_shards() if self.strategy == "fsdp" else None
-        if self.strategy == "zero1":
-            # Each rank holds 1/N of the AdamW states: gather them on rank 0, which writes them.
-            self.optimizer.consolidate_state_dict(to=0)
-        path = None
-        if self.dist.is_main:
-            state = {
-                # A sharded run's optimizer states are in its shards (dcp/), not here.
-                "optimizer": None if shards else self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "ranks": rank_states,
-                "tokens_seen": self.tokens_seen,
-            }
-            path = save_checkpoint(
-                self.checkpoint_dir,
-                self.step,
-                self.model,
-                state,
-                val_loss=val_loss,
-                train_config=self.config.to_dict(),
-                keep_last=self.config.keep_last,
-                shards=shards,
-            )
-        if self.dist.distributed:
-            dist.barrier()
-        return path
-
-    def _sharded_state(self) -> dict:
-        """This rank's shards of the weights and AdamW states, as DCP saves and loads them."""
-        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
-        return {"model": model_state, "optimizer": optimizer_state}
-
-    def _save_shards(self) -> Path:
-        """Every rank writes its shards into one new temporary folder that rank 0 names."""
-        folder = [None]
-        if self.dist.is_main:
-            folder = [sharded_checkpoint_folder(self.checkpoint_dir, self.step)]
-        dist.broadcast_object_list(folder, src=0)
-        dcp.save(self._sharded_state(), checkpoint_id=folder[0] / SHARDED_DIR)
-        return folder[0]
-
-    def _load_shards(self, checkpoint: Path) -> None:
-        state = self._sharded_state()
-        dcp.load(state, checkpoint_id=checkpoint / SHARDED_DIR)  # fills the tensors in place
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"])  # fmt: skip
+        """Checkpoint the whole training state at this step (self.checkpointer.save)."""
+        return self.checkpointer.save(self.step, self.tokens_seen, val_loss)
 
     def resume(self, checkpoint: Path | None = None) -> bool:
         """Continue from `checkpoint`, or the newest one in out_dir that verifies; False when
         there is none. Every rank takes its own data position and RNG state from it."""
-        checkpoint = checkpoint or (self.checkpoint_dir and self._newest_verified())
+        checkpoint = checkpoint or self.checkpointer.newest_verified()
         if not checkpoint:
             return False
-        if is_sharded(checkpoint) != (self.strategy == "fsdp"):
-            kind = "sharded (fsdp)" if is_sharded(checkpoint) else "unsharded (one weights file)"
-            raise CheckpointMismatch(
-                f"{checkpoint} is {kind} and this run's strategy is {self.strategy!r}: resume "
-                "with the strategy that saved it (meta.json's train_config.parallel), or start "
-                "fresh in another out_dir"
-            )
-        state = load_checkpoint(checkpoint, self.model)
-        saved_by = len(state["ranks"])
-        if saved_by != self.dist.world_size:
-            raise CheckpointMismatch(
-                f"{checkpoint} was saved by {saved_by} process(es) and this run has "
-                f"{self.dist.world_size}: each process resumes its own data position and random "
-                f"state, so resume with {saved_by} (torchrun --nproc_per_node {saved_by}), or "
-                f"start fresh in another out_dir"
-            )
-        if self.strategy == "fsdp":
-            self._load_shards(checkpoint)
-        else:
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.scaler.load_state_dict(state["scaler"])
-        mine = state["ranks"][self.dist.rank]
-        restore_rng(mine["rng"])
-        self.train_data.load_state_dict(mine["data"])
-        self.step, self.tokens_seen = state["step"], state["tokens_seen"]
-        self._say(f"resumed from step {self.step} (checkpoint {checkpoint})")
+        self.step, self.tokens_seen = self.checkpointer.load(checkpoint)
         return True
-
-    def _newest_verified(self) -> Path | None:
-        """The newest checkpoint whose files match their checksums and that was saved from a model
-        like this one; says which were skipped."""
-        checkpoint, skipped = newest_verified_checkpoint(self.checkpoint_dir, self.model)
-        for reason in skipped:
-            self._say(reason)
-        return checkpoint
-
-    def _say(self, message: str) -> None:
-        if self.dist.is_main:
-            print(message, flush=True)
-
-    # ------------------------------------------------------------------ the start of a run
-
-    def _choose_start(self, resume: bool, fresh: bool) -> Path | None:
-        """The checkpoint to resume from (None: start at step 1), decided by rank 0 while it
-        holds out_dir's lock. EarlierRun when starting at step 1 could lose earlier checkpoints;
-        a folder without any has nothing to lose, so a run killed before its first checkpoint
-        starts again with the same command (a restarted torchrun worker, a requeued job)."""
-        for stale in sweep_stale_temporaries(self.checkpoint_dir):
-            print(f"removed {stale.name}, left by an interrupted save", flush=True)
-        if fresh:
-            self._set_aside_checkpoints()
-            return None
-        found = self._newest_verified() if resume else None
-        if found is not None:
-            return found
-        if checkpoint_folders(self.checkpoint_dir):
-            raise EarlierRun(self._start_problem(resume))
-        if (self.config.out_dir / "metrics.jsonl").exists():
-            print(f"no checkpoint in {self.config.out_dir}: starting at step 1 (the metrics so "
-                  "far are kept, then a restart record)", flush=True)  # fmt: skip
-        return None
-
-    def _start_problem(self, resume: bool) -> str:
-        """Why this run does not start at step 1 in an out_dir that holds checkpoints."""
-        if resume:
-            return (
-                f"{self.checkpoint_dir} holds checkpoints but none this run can resume from "
-                "(the lines above say why): start again at step 1 with fresh=True (llmlab train "
-                "--fresh; they are set aside, the metrics appended to), or use another out_dir"
-            )
-        return (
-            f"{self.checkpoint_dir} holds an earlier run's checkpoints: continue it with "
-            "resume=True, start again with fresh=True (they are set aside, the metrics appended "
-            "to), or use another out_dir"
-        )
-
-    def _set_aside_checkpoints(self) -> None:
-        """A fresh run in a used out_dir keeps the earlier checkpoints under another name."""
-        if not checkpoint_folders(self.checkpoint_dir):
-            return  # nothing to keep: no empty checkpoints-before-* folder
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        aside = self.checkpoint_dir.with_name(f"checkpoints-before-{stamp}")
-        self.checkpoint_dir.rename(aside)
-        print(f"starting fresh: the earlier checkpoints are now in {aside}", flush=True)
-
-    def _plan_start(self, lock: RunLock | None, resume: bool, fresh: bool) -> Path | None:
-        """Rank 0 locks out_dir and chooses where to start; the others follow, so every rank
-        loads the same checkpoint or stops with the same error."""
-        plan = [None, None]
-        if lock is not None:
-            try:
-                lock.acquire()
-                plan = [self._choose_start(resume, fresh), None]
-            except (RunFolderBusy, EarlierRun) as problem:
-                plan = [None, problem]
-        if self.dist.distributed:
-            dist.broadcast_object_list(plan, src=0)
-        checkpoint, problem = plan
-        if problem is not None:
-            raise problem
-        return checkpoint
 
     # ------------------------------------------------------------------ the run
 
@@ -468,18 +312,15 @@ class Trainer:
         marks where this run takes over (llmlab.train.metrics). One run at a time: rank 0 holds
         out_dir's lock until the run ends, and a second run there is refused (RunFolderBusy).
         """
-        out_dir = self.config.out_dir
-        lock = RunLock(out_dir) if self.dist.is_main and out_dir is not None else None
         try:
-            checkpoint = self._plan_start(lock, resume, fresh)
+            checkpoint = self.checkpointer.plan_start(resume, fresh)
             if checkpoint is not None:
                 self.resume(checkpoint)
             if self.step >= self.config.max_steps:
                 return self._already_complete(checkpoint)
             return self._train(checkpoint)
         finally:
-            if lock is not None:
-                lock.release()
+            self.checkpointer.release()
 
     def _train(self, resumed_from: Path | None) -> TrainResult:
         c = self.config
@@ -519,10 +360,10 @@ class Trainer:
 
     def _already_complete(self, checkpoint: Path | None) -> TrainResult:
         """A resumed run that has nothing left to do: say so, and report its validation loss."""
-        self._say(
-            f"the run in {self.config.out_dir} is already complete (step {self.step}, max_steps "
-            f"{self.config.max_steps}): nothing to train. Ask for more steps to continue it."
-        )
+        if self.dist.is_main:
+            print(f"the run in {self.config.out_dir} is already complete (step {self.step}, "
+                  f"max_steps {self.config.max_steps}): nothing to train. Ask for more steps to "
+                  "continue it.", flush=True)  # fmt: skip
         return TrainResult([], self.step, self.evaluate(), checkpoint)
 
     def _timed_step(self) -> StepMetrics:
@@ -569,7 +410,7 @@ class Trainer:
 
     def _handle_non_finite(self, loss_value: float) -> None:
         self.skipped_in_a_row += 1
-        last_good = self.checkpoint_dir and newest_verified_checkpoint(self.checkpoint_dir)[0]
+        last_good = self.checkpointer.last_good()
         where = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint yet"
         if self.config.nan_policy == "stop" or self.skipped_in_a_row > MAX_SKIPPED_IN_A_ROW:
             raise TrainingDiverged(
