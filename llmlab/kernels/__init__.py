@@ -38,14 +38,28 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def check_triton_mode() -> None:
+    """Fail with what to do when Triton cannot run a kernel here: no GPU and no interpreter, or
+    an interpreter switched on after Triton was imported (its own functions, tl.max and the
+    rest, were then made for a GPU, and the interpreter stops at the first with a riddle)."""
+    import torch  # here, not at the top: llmlab's start-up imports this package without torch
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    fix = ("set TRITON_INTERPRET=1 in the environment before Python starts, or import llmlab "
+           "before triton (llmlab sets it on a machine without an NVIDIA driver), then restart "
+           "Python (in Jupyter: restart the kernel).")  # fmt: skip
+    if not interpreted() and not torch.cuda.is_available():
+        raise RuntimeError(f"There is no CUDA device and Triton's interpreter is off: {fix}")
+    if interpreted() and not isinstance(tl.max, InterpretedFunction):
+        raise RuntimeError(f"Triton was imported before its interpreter was switched on: {fix}")
+
+
 def check_input(name: str, tensor) -> None:
     """Refuse a tensor the kernels cannot take here, saying what to do instead."""
-    import torch  # here, not at the top: llmlab's start-up imports this package without torch
+    import torch
 
-    if not interpreted() and not torch.cuda.is_available():
-        raise RuntimeError("There is no CUDA device and Triton's interpreter is off: start Python "
-                           "with TRITON_INTERPRET=1 in the environment to run the kernels on the "
-                           "CPU (it must be set before Triton is imported).")  # fmt: skip
+    check_triton_mode()
     if interpreted() and tensor.dtype != torch.float32:
         raise ValueError(
             f"{name} is {tensor.dtype}, but without a CUDA device the kernels run under Triton's "

@@ -18,7 +18,7 @@ from llmlab.kernels import check_input
 @triton.jit
 def attention_forward_kernel(o_ptr, q_ptr, k_ptr, v_ptr, seq_len, scale,
                              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                             BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):  # fmt: skip
+                             BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     # q, k, v, o: contiguous (batch * heads, seq_len, HEAD_DIM); this program's head and rows.
     head = tl.program_id(1).to(tl.int64) * seq_len * HEAD_DIM
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)

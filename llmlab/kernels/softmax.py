@@ -16,7 +16,7 @@ MAX_COLS = 2**16  # one program holds a whole row: longer rows need a loop over 
 
 @triton.jit
 def softmax_forward_kernel(y_ptr, x_ptr, y_row_stride, x_row_stride, n_cols,
-                           BLOCK: tl.constexpr):  # fmt: skip
+                           BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride may pass 2**31 on a big tensor
     cols = tl.arange(0, BLOCK)
     inside = cols < n_cols  # BLOCK is a power of 2; lanes past the row stay off
@@ -31,7 +31,7 @@ def softmax_forward_kernel(y_ptr, x_ptr, y_row_stride, x_row_stride, n_cols,
 
 @triton.jit
 def softmax_backward_kernel(dx_ptr, dy_ptr, y_ptr, dx_row_stride, dy_row_stride, y_row_stride,
-                            n_cols, BLOCK: tl.constexpr):  # fmt: skip
+                            n_cols, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     inside = cols < n_cols

@@ -1,6 +1,7 @@
 """llmlab switches Triton to its interpreter where there is no NVIDIA driver, before anything can
 import Triton, and the kernels refuse what the interpreter cannot run, saying what to do."""
 
+import os
 import subprocess
 import sys
 
@@ -42,8 +43,19 @@ def test_llmlab_start_up_imports_neither_torch_nor_triton():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="what happens without a GPU")
 def test_without_a_gpu_or_the_interpreter_the_kernels_say_how_to_run(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1 in the environment"):
+    with pytest.raises(RuntimeError, match="no CUDA device and Triton's interpreter is off"):
         kernels.check_input("x", torch.zeros(2))
+
+
+@pytest.mark.skipif(kernels._cuda_driver_present(), reason="llmlab's switch is for no driver")
+def test_an_interpreter_switched_on_after_triton_was_imported_is_named():
+    # What a notebook that imports triton before llmlab gets, in a fresh process.
+    code = ("import triton, torch, llmlab\n"
+            "from llmlab.kernels.softmax import softmax_forward\n"
+            "softmax_forward(torch.zeros(2, 3))")  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert "Triton was imported before its interpreter was switched on" in result.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's rules")

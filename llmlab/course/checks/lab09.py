@@ -98,8 +98,9 @@ def _softmax_mistake(x, x_buffer, got, out_buffer, expected, extreme: bool) -> s
 def exercise_softmax_kernel(fn) -> None:
     """The softmax kernel exercise: fn(x, out) writes softmax over each row of the 2-D float32
     tensor x into out, any row strides; compared with torch.softmax."""
-    from llmlab.kernels import interpreted
+    from llmlab.kernels import check_triton_mode, interpreted
 
+    check_triton_mode()
     name, device = _KERNEL, "cpu" if interpreted() else "cuda"
     generator = torch.Generator().manual_seed(9)
     extreme = torch.tensor([[1e4, -1e4, 0.0, 1e4 - 3, 9999.5, -float("inf"), 1e4, 20.0, 1e4,

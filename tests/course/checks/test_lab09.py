@@ -121,6 +121,13 @@ def test_softmax_kernel_not_done_falls_back_to_llmlabs(capsys):
     assert "not done yet" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what happens without a GPU")
+def test_softmax_kernel_without_a_gpu_or_the_interpreter_says_what_to_do(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match="Triton's interpreter is off: set TRITON_INTERPRET=1"):
+        check.exercise_softmax_kernel(softmax_with())
+
+
 @triton.jit
 def _stub_kernel(y_ptr, x_ptr):
     raise NotImplementedError("the hint")
