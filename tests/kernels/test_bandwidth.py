@@ -28,3 +28,15 @@ def test_softmax_bandwidth_on_a_gpu():
     table = softmax_bandwidth(rows=256, cols=1000)
     assert [row["softmax"] for row in table][-1] == "Triton (llmlab.kernels.softmax)"
     assert all(row["time (us)"] > 0 and row["GB/s"] > 0 for row in table)
+
+
+def test_softmax_bandwidth_counts_one_read_and_one_write_against_the_datasheet(monkeypatch):
+    # A fake clock (every softmax takes 10 us) and a card the table knows: the arithmetic alone.
+    monkeypatch.setattr("triton.testing.do_bench", lambda fn: 0.01)
+    monkeypatch.setattr("torch.cuda.get_device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    table = softmax_bandwidth(rows=1000, cols=500, dtype=torch.float32, device="cpu")
+    assert len(table) == 4
+    # 1000 x 500 float32 read once and written once: 4 MB in 10 us is 400 GB/s, of 3350 GB/s.
+    assert {(row["time (us)"], row["GB/s"], row["of datasheet"]) for row in table} == {
+        (10.0, 400, "12% of 3350 GB/s")
+    }
