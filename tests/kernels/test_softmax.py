@@ -73,3 +73,16 @@ def test_out_of_the_wrong_shape_is_refused():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="what happens without a GPU")
 def test_without_a_gpu_the_interpreter_is_on():
     assert interpreted()
+
+
+def test_random_shapes_forward_and_backward():
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(5):
+        rows, n_cols = (int(n) for n in torch.randint(1, 300, (2,), generator=generator))
+        x = (torch.randn(rows % 9 + 1, n_cols, generator=generator) * 20).to(DEVICE)
+        ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        dy = torch.randn(x.shape, generator=generator).to(DEVICE)
+        torch.testing.assert_close(softmax(ours), torch.softmax(theirs, dim=-1))
+        softmax(ours).backward(dy)
+        torch.softmax(theirs, dim=-1).backward(dy)
+        torch.testing.assert_close(ours.grad, theirs.grad)
