@@ -8,9 +8,11 @@ prune) -> evaluate -> plots, course, cli.
 """
 
 from llmlab._quiet import silence_third_party_noise
+from llmlab.kernels import use_interpreter_without_driver
 from llmlab.network import apply_network_policy
 
 __version__ = "0.1.0"
 
 silence_third_party_noise()
 apply_network_policy()  # before transformers/datasets are imported anywhere
+use_interpreter_without_driver()  # before triton is imported anywhere (torch.compile imports it)

@@ -606,3 +606,32 @@ def operator_roofline(
     ax.set_title(title or "Operators on this machine's roofline")
     fig.tight_layout()
     return fig
+
+
+# -------------------------------------------------------- Lab 09, section 4: a Triton kernel
+
+
+def attention_memory(
+    seq_lens: Sequence[int],
+    curves: Mapping[str, Sequence[float]],
+    limit: tuple[str, float] | None = None,
+    title: str = "",
+) -> Figure:
+    """Bytes against sequence length, one line per way of holding attention's scores
+    ({"N x N scores": [bytes per length], ...}), log scales; `limit` ("80 GB", bytes) is drawn
+    as a dashed line."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, values in curves.items():
+        ax.plot(seq_lens, values, "o-", label=label)
+    if limit:
+        ax.axhline(limit[1], color="gray", linestyle="--", linewidth=1)
+        ax.annotate(limit[0], (seq_lens[0], limit[1]), va="bottom", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length N")
+    ax.set_ylabel("bytes (log scale)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Attention's scores: all at once, or a tile at a time")
+    fig.tight_layout()
+    return fig

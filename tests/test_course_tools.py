@@ -39,6 +39,16 @@ def test_load_definitions_runs_imports_and_defs_but_not_other_statements(tmp_pat
         load_definitions(path, ["square"])
 
 
+def test_loaded_definitions_can_read_their_own_source(tmp_path):
+    # triton.jit reads a kernel's source with inspect: it must get the function, not the JSON
+    # of the notebook file.
+    path = tmp_path / "nb.ipynb"
+    cell = "import inspect\n\ndef show():\n    return inspect.getsource(show)"
+    nbformat.write(new_notebook(cells=[new_code_cell(cell)]), path)
+    source = load_definitions(path, ["show"])["show"]()
+    assert source == "def show():\n    return inspect.getsource(show)"
+
+
 @pytest.mark.parametrize("value, expected", [("1", True), ("yes", True), ("0", False), ("", False)])
 def test_online_switch(monkeypatch, value, expected):
     monkeypatch.setenv("LLMLAB_ONLINE", value)

@@ -5,6 +5,7 @@ imports and the top-level `def`/`class` statements of the notebook's code cells 
 """
 
 import ast
+import linecache
 from pathlib import Path
 
 import nbformat
@@ -29,8 +30,13 @@ def load_definitions(path: str | Path, names: list[str] | None = None) -> dict:
             elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 if names is None or node.name in names:
                     kept.append(node)
+    # Code that reads its own source (inspect.getsource; triton.jit does, to compile a kernel)
+    # finds it in linecache under this name, as it finds a Jupyter cell's.
+    source = ast.unparse(ast.Module(body=kept, type_ignores=[]))
+    filename = f"<definitions of {path}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     namespace: dict = {}
-    exec(compile(ast.Module(body=kept, type_ignores=[]), str(path), "exec"), namespace)
+    exec(compile(source, filename, "exec"), namespace)
     missing = [name for name in names or [] if name not in namespace]
     if missing:
         raise LookupError(f"{path} defines no {', '.join(missing)}")

@@ -4,7 +4,15 @@ import math
 
 import torch
 
-from llmlab.course.checks import ExerciseFailed, call, exercise, is_close, passed, real_number
+from llmlab.course.checks import (
+    ExerciseFailed,
+    ExerciseNotDone,
+    call,
+    exercise,
+    is_close,
+    passed,
+    real_number,
+)
 from llmlab.profiler import operator_cost
 
 # ---------------------------------------------------------------- Profiling and rooflines
@@ -100,6 +108,129 @@ def exercise_operator_cost(cost) -> None:
 # ---------------------------------------------------------------- A Triton kernel
 # (section 4 of the lab)
 
+_KERNEL = "Exercise (a softmax kernel in Triton)"
+_POISON = -1.0  # no softmax output is negative: a -1 left in `out` was never written
+
+
+def softmax_rows(x, out):
+    """The lab's fallback for the softmax kernel exercise: llmlab's kernel, writing softmax over
+    each row of the 2-D tensor x into out (llmlab.kernels.softmax.softmax_forward)."""
+    from llmlab.kernels.softmax import softmax_forward  # Triton only when a kernel is run
+
+    return softmax_forward(x, out)
+
+
+def _strided(storage, rows: int, row_stride: int, n_cols: int):
+    """A (rows, n_cols) view of `storage` whose rows start `row_stride` elements apart."""
+    return storage[: rows * row_stride].view(rows, row_stride)[:, :n_cols]
+
+
+def _softmax_case(rows, n_cols, x_stride, out_stride, values, device):
+    """x and out inside larger buffers: NaN fills x's buffer around its rows (a kernel reading
+    past a row picks it up), -1 fills all of out's buffer; each buffer runs a tile past its last
+    row, so a kernel without masks stays inside memory the check owns."""
+    import triton
+
+    tail = triton.next_power_of_2(n_cols)
+    x_buffer = torch.full((rows * x_stride + tail,), float("nan"), device=device)
+    x = _strided(x_buffer, rows, x_stride, n_cols)
+    x.copy_(values)
+    out_buffer = torch.full((rows * out_stride + tail,), _POISON, device=device)
+    return x, x_buffer, _strided(out_buffer, rows, out_stride, n_cols), out_buffer
+
+
+def _run_kernel(name: str, fn, x, out) -> None:
+    from triton.runtime.errors import InterpreterError
+
+    try:
+        call(name, fn, x, out)
+    except InterpreterError as error:  # the interpreter wraps what a kernel raises
+        if isinstance(error.__cause__, NotImplementedError):
+            raise ExerciseNotDone(name) from None
+        raise
+
+
+def _softmax_mistake(x, x_buffer, got, out_buffer, expected, extreme: bool) -> str:
+    """Name the mistake `got` shows, or say where it differs from torch.softmax."""
+    rows, n_cols = x.shape
+    if x.stride(0) != n_cols:
+        packed = torch.softmax(x_buffer.as_strided(x.shape, (n_cols, 1)), dim=-1)
+        if torch.allclose(got, packed, rtol=1e-4, atol=1e-6, equal_nan=True):
+            return (f"x's rows start {x.stride(0)} elements apart here, and your kernel read them "
+                    f"{n_cols} apart (n_cols): pass x.stride(0) as the row stride.")  # fmt: skip
+    if got.stride(0) != n_cols:
+        packed = out_buffer.as_strided(got.shape, (n_cols, 1))
+        if torch.allclose(packed, expected, rtol=1e-4, atol=1e-6):
+            return (f"out's rows start {got.stride(0)} elements apart here, and your kernel "
+                    f"wrote them {n_cols} apart (n_cols): pass out.stride(0) as its row "
+                    "stride.")  # fmt: skip
+    if (got == _POISON).any():
+        return ("some elements of out were never written (the check fills out with -1 first): "
+                "does every row get a program, do the lanes cover the whole row, and are the "
+                "pointers passed in the order the kernel takes them?")  # fmt: skip
+    if torch.isnan(got).any() or torch.isinf(got).any():
+        if extreme:
+            return ("inf or NaN on rows with entries near +-1e4: exp(1e4) overflows float32 to "
+                    "inf, and inf / inf is NaN (exp(-1e4) underflows to 0, and 0 / 0 too). "
+                    "Subtract the row's maximum before exp: softmax does not change, and the "
+                    "largest term becomes exp(0) = 1.")  # fmt: skip
+        return ("NaN in your output, where the input has none: your kernel read past the end of "
+                "a row (the check keeps NaN in the memory after each row). Lanes at or past "
+                "n_cols must stay off: mask the load.")  # fmt: skip
+    block = 1 << max(n_cols - 1, 0).bit_length()  # next power of 2
+    zeros = torch.zeros(rows, block - n_cols, device=x.device)
+    zero_padded = torch.softmax(torch.cat([x, zeros], dim=-1), dim=-1)[:, :n_cols]
+    if block > n_cols and torch.allclose(got, zero_padded, rtol=1e-4, atol=1e-6):
+        return ("your rows sum to less than 1: the lanes past the row were loaded as 0, and "
+                "exp(0 - max) counts in the sum. Load them as -inf (the `other` of tl.load), "
+                "so exp gives 0 there.")  # fmt: skip
+    error = (got - expected).abs()
+    row, col = divmod(int(error.argmax()), n_cols)
+    return (f"differs from torch.softmax by up to {error.max().item():.3g}: at row {row}, column "
+            f"{col}, x = {x[row, col].item():.6g}, expected {expected[row, col].item():.6g}, got "
+            f"{got[row, col].item():.6g}.")  # fmt: skip
+
+
+@exercise(fallback=softmax_rows, fallback_name="llmlab.kernels.softmax.softmax_forward")
+def exercise_softmax_kernel(fn) -> None:
+    """The softmax kernel exercise: fn(x, out) writes softmax over each row of the 2-D float32
+    tensor x into out, any row strides; compared with torch.softmax."""
+    from llmlab.kernels import check_triton_mode, interpreted
+
+    check_triton_mode()
+    name, device = _KERNEL, "cpu" if interpreted() else "cuda"
+    generator = torch.Generator().manual_seed(9)
+    extreme = torch.tensor([[1e4, -1e4, 0.0, 1e4 - 3, 9999.5, -float("inf"), 1e4, 20.0, 1e4,
+                             -5.0, 1e4 - 1, 3.0, 1e4 - 50]] * 2)  # fmt: skip
+    extreme[1] = extreme[1] - 2e4  # every entry near -1e4 (or -inf)
+    # (what the case adds, rows, n_cols, x's row stride, out's row stride, values)
+    cases = [("4 rows of 16", 4, 16, 16, 16, None), ("5 rows of 37", 5, 37, 37, 37, None),
+             ("one element", 1, 1, 1, 1, None), ("3 rows of 3", 3, 3, 3, 3, None),
+             ("2 rows of 1000", 2, 1000, 1000, 1000, None),
+             ("rows 50 apart in x, 40 in out", 6, 37, 50, 40, None),
+             ("entries of +-1e4 and -inf", 2, 13, 16, 13, extreme)]  # fmt: skip
+    for what, rows, n_cols, x_stride, out_stride, values in cases:
+        if values is None:
+            values = 3 * torch.randn(rows, n_cols, generator=generator)
+        x, x_buffer, out, out_buffer = _softmax_case(rows, n_cols, x_stride, out_stride,
+                                                     values.to(device), device)  # fmt: skip
+        _run_kernel(name, fn, x, out)
+        expected = torch.softmax(x, dim=-1)
+        text = f"{name}: {what} (x {tuple(x.shape)} with row stride {x_stride}, out {out_stride})"
+        outside = torch.ones_like(out_buffer, dtype=torch.bool)
+        _strided(outside, rows, out_stride, n_cols).fill_(False)
+        if not torch.allclose(out, expected, rtol=1e-4, atol=1e-6):
+            mistake = _softmax_mistake(x, x_buffer, out, out_buffer, expected, values is extreme)
+            raise ExerciseFailed(f"{text}: {mistake}")
+        if (out_buffer[outside] != _POISON).any():
+            raise ExerciseFailed(f"{text}: your kernel wrote past the end of a row (the check "
+                                 "watches the memory after each row of out). Mask the store "
+                                 "as well as the load.")  # fmt: skip
+    passed(name, "agrees with torch.softmax on 7 cases: odd row lengths (1, 3, 37, 1000), "
+                 "strided rows in x and in out, entries of +-1e4 and -inf; nothing written "
+                 "outside the rows")  # fmt: skip
+
+
 
 # ---------------------------------------------------------------- torch.compile and precision
 # (sections 3 and 5 of the lab)
@@ -117,6 +248,7 @@ EXERCISES = {
 
 
     # Triton kernel
+    "my_softmax": exercise_softmax_kernel,
 
 
     # compile and precision
@@ -125,3 +257,8 @@ EXERCISES = {
     # KV cache and inference
 
 }
+# Other definitions of the notebook an exercise's function calls (tests/test_checks.py loads them).
+HELPERS = (
+    # Triton kernel
+    "my_softmax_kernel",
+)
