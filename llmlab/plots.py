@@ -635,3 +635,25 @@ def attention_memory(
     ax.set_title(title or "Attention's scores: all at once, or a tile at a time")
     fig.tight_layout()
     return fig
+
+
+# ------------------------------------------------ Lab 09, sections 3 and 5: precision, compile
+
+
+def accumulation_errors(errors: Mapping[str, Mapping[int, float]], title: str = "") -> Figure:
+    """Relative error of a sum against its length K, one line per accumulator
+    ({"bf16 accumulator": {16: 1e-3, ...}}), log-log: a slope of 1/2 is error that grows like
+    the square root of K, random roundings partly cancelling."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, by_length in errors.items():
+        lengths = sorted(by_length)
+        ax.plot(lengths, [by_length[k] for k in lengths], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("terms summed, K (log scale)")
+    ax.set_ylabel("relative error (log scale)")
+    ax.set_title(title or "Accumulation error against the length of the sum")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
