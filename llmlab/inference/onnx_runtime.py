@@ -7,7 +7,6 @@ Python or PyTorch: ONNX Runtime here, TensorRT, or a phone's runtime. Its input 
 """
 
 import copy
-import logging
 from pathlib import Path
 
 import torch
@@ -82,16 +81,8 @@ def quantize_onnx_int8(path: str | Path, folder: str | Path) -> Path:
     path, folder = Path(path), Path(folder)
     if not path.is_file():
         raise FileNotFoundError(f"no ONNX model at {path}: make one with export_onnx first")
-    # The quantizer advises a pre-processing step on the root logger at every call, whatever the
-    # model: hidden for the call, so the notebook's output stays the same between runs.
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        with atomic_folder(folder) as building:
-            quantize_dynamic(path, building / ONNX_FILE, weight_type=QuantType.QInt8)
-    finally:
-        root.setLevel(level)
+    with atomic_folder(folder) as building:
+        quantize_dynamic(path, building / ONNX_FILE, weight_type=QuantType.QInt8)
     return folder / ONNX_FILE
 
 

@@ -4,22 +4,20 @@ clock it is given (no test here measures speed); bad requests are refused with w
 
 import pytest
 import torch
+from train_fakes import VOCAB, tiny_gpt2
 
 from llmlab.inference.generate import greedy_generate, time_generation
 from llmlab.inference.kv_cache import KVCache
-from llmlab.models import build_model, preset
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    return build_model(preset("tiny", vocab_size=96, context=48, n_layer=2, d_model=32,
-                              n_head=4)).eval()  # fmt: skip
+    return tiny_gpt2(width=32, context=48).eval()
 
 
 @pytest.fixture(scope="module")
 def prompt():
-    return torch.randint(0, 96, (2, 7), generator=torch.Generator().manual_seed(1))
+    return torch.randint(0, VOCAB, (2, 7), generator=torch.Generator().manual_seed(1))
 
 
 def test_the_cache_generates_what_recomputation_generates(model, prompt):
@@ -39,7 +37,7 @@ def test_each_step_is_timed_by_the_clock_given(model, prompt):
     ticks = iter(range(0, 100, 2))  # each reading 2 s after the previous one
     generated = greedy_generate(model, prompt, 3, KVCache, clock=lambda: next(ticks))
     assert generated.step_seconds == (2, 2, 2)
-    assert generated.tokens.shape == (2, 3) and generated.logits.shape == (2, 3, 96)
+    assert generated.tokens.shape == (2, 3) and generated.logits.shape == (2, 3, VOCAB)
 
 
 def test_timing_gives_a_rate_and_one_time_per_step(model, prompt):

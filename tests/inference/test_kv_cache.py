@@ -5,20 +5,18 @@ than extended, a single new query masked as if it were the first token."""
 
 import pytest
 import torch
+from train_fakes import VOCAB, tiny_gpt2
 
 from llmlab.inference.kv_cache import FullAttention, KVCache, decoder_forward
-from llmlab.models import build_model, preset
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    return build_model(preset("tiny", vocab_size=96, context=48, n_layer=2, d_model=32,
-                              n_head=4)).eval()  # fmt: skip
+    return tiny_gpt2(width=32, context=48).eval()
 
 
 def text(length, batch=2, seed=0):
-    return torch.randint(0, 96, (batch, length), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 def test_full_attention_gives_transformers_logits(model):
