@@ -1,6 +1,7 @@
 """One table for the ways of running a model: size, latency, and agreement with a reference on
-the same token ids (largest logit difference, same most likely token, next-token loss)."""
+the same token ids (largest logit difference, same most likely token, perplexity)."""
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -18,7 +19,7 @@ class EngineRow:
     latency_ms: float  # median of bench.time_fn over one call on the ids
     max_abs_diff: float  # largest |logit - reference logit|
     same_argmax: float  # fraction of positions whose most likely token is the reference's
-    next_token_loss: float  # mean cross-entropy of the ids' next tokens (nats)
+    perplexity: float  # exp(mean cross-entropy of the ids' next tokens), as in Lab 07
 
 
 def engine_rows(
@@ -48,7 +49,7 @@ def engine_rows(
             latency_ms=seconds * 1000,
             max_abs_diff=(logits - reference).abs().max().item(),
             same_argmax=(logits.argmax(-1) == reference.argmax(-1)).float().mean().item(),
-            next_token_loss=loss.item(),
+            perplexity=math.exp(loss.item()),
         ))  # fmt: skip
     return rows
 
@@ -56,7 +57,7 @@ def engine_rows(
 def engine_table(rows: Sequence[EngineRow]) -> str:
     """The rows as Markdown, numbers rounded for reading."""
     formats = {"size_mb": "{:.2f}", "latency_ms": "{:.1f}", "max_abs_diff": "{:.2g}",
-               "same_argmax": "{:.4f}", "next_token_loss": "{:.4f}"}  # fmt: skip
+               "same_argmax": "{:.4f}", "perplexity": "{:.3f}"}  # fmt: skip
     return markdown_table([
         {key: formats.get(key, "{}").format(value) for key, value in asdict(row).items()}
         for row in rows
