@@ -27,6 +27,8 @@ _DEEPSPEED_NOISE = _DropMessagesStartingWith(
     "**** You are using ZeRO with an untested optimizer",
 )
 
+_ONNX_QUANTIZE_ADVICE = _DropMessagesStartingWith("Please consider to run pre-processing")
+
 
 def silence_third_party_noise() -> None:
     # Hugging Face libraries log advisory warnings at import and on every model build.
@@ -58,5 +60,12 @@ def silence_third_party_noise() -> None:
     # peft asks transformers 5 for a model's `is_gradient_checkpointing`, an old name, on every
     # get_peft_model (QLoRA in Lab 07).
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
+    # torch.onnx's exporter names, at every export, each torchvision operator it skips (the
+    # course needs none), and torch.export warns about an old tree-spec type transformers uses.
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    # ONNX Runtime's quantize_dynamic advises a pre-processing step on the root logger at every
+    # call, whatever the model.
+    logging.getLogger().addFilter(_ONNX_QUANTIZE_ADVICE)
     # Jupyter's TqdmWarning when ipywidgets is missing is handled by tqdm's text fallback.
     warnings.filterwarnings("ignore", message="IProgress not found")

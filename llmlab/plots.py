@@ -657,3 +657,25 @@ def accumulation_errors(errors: Mapping[str, Mapping[int, float]], title: str = 
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- Lab 09, section 6: inference
+
+
+def generation_step_times(
+    step_seconds: Mapping[str, Sequence[float]], prompt_length: int, title: str = ""
+) -> Figure:
+    """Milliseconds per generated token against its position ({way: seconds of each step}; the
+    first step reads the prompt): recomputing grows with the text, a KV cache stays nearly flat."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for name, seconds in step_seconds.items():
+        positions = range(prompt_length, prompt_length + len(seconds))
+        ax.plot(positions, [s * 1000 for s in seconds], label=name, linewidth=1.2)
+    ax.set_xlabel("tokens in the text when the step runs (the first step reads the prompt)")
+    ax.set_ylabel("ms per generated token")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Time per generated token")
+    fig.tight_layout()
+    return fig

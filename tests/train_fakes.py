@@ -6,10 +6,12 @@ from transformers import GPT2Config, GPT2LMHeadModel
 VOCAB, CONTEXT = 128, 16
 
 
-def tiny_gpt2(dropout: float = 0.0, width: int = 32, seed: int = 0) -> GPT2LMHeadModel:
+def tiny_gpt2(
+    dropout: float = 0.0, width: int = 32, seed: int = 0, context: int = CONTEXT
+) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
     config = GPT2Config(
-        n_layer=2, n_embd=width, n_head=2, n_positions=CONTEXT, vocab_size=VOCAB,
+        n_layer=2, n_embd=width, n_head=2, n_positions=context, vocab_size=VOCAB,
         resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
         bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
