@@ -3,7 +3,17 @@
 from pathlib import Path
 
 import pytest
-from fake_machines import A100_40GB, A100_80GB, H100, L4, T4, cuda_box, gpus, h100_box, make_report
+from helpers.fake_machines import (
+    A100_40GB,
+    A100_80GB,
+    H100,
+    L4,
+    T4,
+    cuda_box,
+    gpus,
+    h100_box,
+    make_report,
+)
 
 from llmlab.course.labs import LABS, TRAINING_GPU_GB, capability_table, find_lab
 from llmlab.env import GB
@@ -86,8 +96,9 @@ def test_an_unknown_lab_number_is_an_error_naming_the_range():
 
 
 def test_a_ready_lab_has_its_solution_and_lab_notebooks_and_a_planned_one_has_none():
-    # tests/test_checks.py skips a lab whose notebook is missing: a ready lab must never be skipped.
-    root = Path(__file__).resolve().parents[1]
+    # tests/course/checks/test_every_lab.py skips a lab whose notebook is missing: a ready lab
+    # must never be skipped.
+    root = Path(__file__).resolve().parents[2]
     for lab in LABS:
         present = [(root / folder / lab.notebook).is_file() for folder in ("solutions", "labs")]
         assert present == [lab.ready, lab.ready], lab.notebook

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from train_fakes import tiny_gpt2
+from helpers.train_fakes import tiny_gpt2
 from transformers import GPT2LMHeadModel
 
 from llmlab.course import pretrained

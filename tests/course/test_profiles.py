@@ -5,7 +5,17 @@ import json
 
 import pytest
 import torch
-from fake_machines import A100_40GB, A100_80GB, H100, L4, T4, cuda_box, gpus, h100_box, make_report
+from helpers.fake_machines import (
+    A100_40GB,
+    A100_80GB,
+    H100,
+    L4,
+    T4,
+    cuda_box,
+    gpus,
+    h100_box,
+    make_report,
+)
 
 from llmlab import cli, env
 from llmlab.course import profile

@@ -70,7 +70,7 @@ def test_manifest_round_trip_and_differences(tmp_path):
 
 
 def test_the_committed_manifest_describes_the_builtin_corpus():
-    manifest = read_manifest(corpus.Path(__file__).parents[1] / "data" / "corpus_manifest.json")
+    manifest = read_manifest(corpus.Path(__file__).parents[2] / "data" / "corpus_manifest.json")
     assert manifest["corpus"] == "builtin" and manifest["rule"] == corpus.BUILTIN_RULE
     assert manifest["documents"] == len(manifest["files"]) > 500
 

@@ -1,7 +1,7 @@
 """Tokenizers: byte-level BPE round trips, WordPiece's losses, saving, loading, fingerprints."""
 
 import pytest
-from data_samples import sample_texts, small_bpe
+from helpers.data_samples import sample_texts, small_bpe
 
 from llmlab.data.clean import normalize_text
 from llmlab.data.errors import DataError

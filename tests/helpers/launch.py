@@ -1,6 +1,6 @@
 """Helpers for the tests that launch "nodes" on this machine: the environment of a job with the
 stand-in srun and scontrol (llmlab/course/stand_ins/) first on PATH, a run that cannot hang, the
-ranks that finished, read off tests/multinode_worker.py's output; and the processes a job left."""
+ranks that finished, read off multinode_worker.py's output; and the processes a job left."""
 
 import os
 import re
@@ -24,7 +24,7 @@ def job_env(**slurm) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in LAUNCHER_NAMES and not k.startswith("SLURM")}  # fmt: skip
     env.update(PATH=f"{SLURM_STAND_INS}{os.pathsep}{env['PATH']}", OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(HERE.parent),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(HERE.parents[1]),
                                                         env.get("PYTHONPATH")])))  # fmt: skip
     return {**env, **slurm}
 

@@ -3,6 +3,8 @@
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from llmlab.train import TrainConfig
+
 VOCAB, CONTEXT = 128, 16
 
 
@@ -65,3 +67,25 @@ class FixedRows:
 def global_rows(count: int = 8, seed: int = 1) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, VOCAB, (count, CONTEXT + 1), generator=generator)
+
+
+def config(**overrides) -> TrainConfig:
+    """Small, fp32, quiet: the settings every test starts from."""
+    base = dict(max_steps=6, micro_batch_size=4, seq_len=16, dtype="fp32", device="cpu",
+                eval_interval=3, eval_batches=2, log_interval=1, warmup_steps=2, lr=3e-3,
+                progress=False)  # fmt: skip
+    return TrainConfig(**{**base, **overrides})
+
+
+class NaNAt(torch.nn.Module):
+    """Wraps a model; from the `bad_call`-th forward pass on, its logits are NaN."""
+
+    def __init__(self, model, bad_call: int, once: bool = False):
+        super().__init__()
+        self.model, self.bad_call, self.once, self.calls = model, bad_call, once, 0
+
+    def forward(self, inputs):
+        self.calls += 1
+        logits = self.model(inputs).logits
+        bad = self.calls == self.bad_call if self.once else self.calls >= self.bad_call
+        return logits * float("nan") if bad else logits

@@ -7,10 +7,11 @@ import math
 
 import pytest
 import torch
+from helpers.tiny_shapes import GPT2, LLAMA, SHAPES
 from torch.nn.utils import prune as torch_prune
 from transformers import AutoModelForCausalLM
 
-from llmlab.models import build_model, preset
+from llmlab.models import build_model
 from llmlab.prune import (
     apply_masks,
     check_sparsity,
@@ -34,10 +35,6 @@ from llmlab.prune import (
 )
 from llmlab.train import TrainConfig, Trainer
 from llmlab.train.optim import build_optimizer
-
-GPT2 = preset("tiny", vocab_size=256, context=32, n_layer=2, d_model=64, n_head=2)
-LLAMA = GPT2.replace(family="llama", n_kv_head=1, d_ff=96, tied_embeddings=False)
-SHAPES = {"gpt2": GPT2, "llama": LLAMA}
 
 
 def with_ties(model):

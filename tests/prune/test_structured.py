@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from test_prune import GPT2, SHAPES
+from helpers.tiny_shapes import GPT2, SHAPES
 from transformers import AutoModelForCausalLM
 
 from llmlab.models import build_model

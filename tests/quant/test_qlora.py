@@ -5,8 +5,8 @@ import sys
 
 import pytest
 import torch
+from helpers.train_fakes import FixedRows, tiny_gpt2, token_stream
 from torch import nn
-from train_fakes import FixedRows, tiny_gpt2, token_stream
 from transformers.pytorch_utils import Conv1D
 
 from llmlab.memory import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_fakes import tiny_gpt2
+from helpers.train_fakes import tiny_gpt2
 
 from llmlab.train import (
     CheckpointCorrupt,

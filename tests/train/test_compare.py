@@ -2,7 +2,7 @@
 tokens per step, and an optional validation loss."""
 
 import pytest
-from train_fakes import RandomWindows, tiny_gpt2, token_stream
+from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
 
 from llmlab.train import TrainConfig
 from llmlab.train.compare import QuickRun, merge_rounds, quick_runs, runs_table

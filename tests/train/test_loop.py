@@ -5,7 +5,15 @@ import math
 
 import pytest
 import torch
-from train_fakes import FixedRows, RandomWindows, global_rows, tiny_gpt2, token_stream
+from helpers.train_fakes import (
+    FixedRows,
+    NaNAt,
+    RandomWindows,
+    config,
+    global_rows,
+    tiny_gpt2,
+    token_stream,
+)
 
 from llmlab.train import (
     CheckpointMismatch,
@@ -18,15 +26,6 @@ from llmlab.train import (
     load_checkpoint,
 )
 from llmlab.train import checkpoint as checkpoint_module
-
-
-def config(**overrides) -> TrainConfig:
-    """Small, fp32, quiet: the settings every test starts from."""
-    base = dict(max_steps=6, micro_batch_size=4, seq_len=16, dtype="fp32", device="cpu",
-                eval_interval=3, eval_batches=2, log_interval=1, warmup_steps=2, lr=3e-3,
-                progress=False)  # fmt: skip
-    return TrainConfig(**{**base, **overrides})
-
 
 # ---------------------------------------------------------------- schedules and settings
 
@@ -202,20 +201,6 @@ def test_a_checkpoint_from_another_model_is_refused_with_the_fields_that_differ(
 
 
 # ---------------------------------------------------------------- NaN
-
-
-class NaNAt(torch.nn.Module):
-    """Wraps a model; from the `bad_call`-th forward pass on, its logits are NaN."""
-
-    def __init__(self, model, bad_call: int, once: bool = False):
-        super().__init__()
-        self.model, self.bad_call, self.once, self.calls = model, bad_call, once, 0
-
-    def forward(self, inputs):
-        self.calls += 1
-        logits = self.model(inputs).logits
-        bad = self.calls == self.bad_call if self.once else self.calls >= self.bad_call
-        return logits * float("nan") if bad else logits
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):

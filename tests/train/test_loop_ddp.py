@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from train_fakes import FixedRows, global_rows, tiny_gpt2
+from helpers.train_fakes import FixedRows, global_rows, tiny_gpt2
 
 from llmlab.train import TrainConfig, Trainer
 

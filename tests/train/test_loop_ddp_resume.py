@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import WORKERS
+from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
 from safetensors.torch import load_file
-from train_fakes import RandomWindows, tiny_gpt2, token_stream
 
 from llmlab.train import CheckpointMismatch, TrainConfig, Trainer, read_metrics
 
-WORKER = Path(__file__).with_name("ddp_resume_worker.py")
+WORKER = WORKERS / "ddp_resume_worker.py"
 
 
 def torchrun_worker(out_dir: Path, kill_at: int = 0) -> subprocess.CompletedProcess:

@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from launch_helpers import LAUNCHER_NAMES, run
+from helpers import WORKERS
+from helpers.launch import LAUNCHER_NAMES, run
 from safetensors.torch import load_file
 
 from llmlab.distributed.groups import _restart_store
 from llmlab.distributed.launch import free_port
 from llmlab.train import read_metrics
 
-WORKER = Path(__file__).with_name("elastic_worker.py")
+WORKER = WORKERS / "elastic_worker.py"
 SLOW = pytest.mark.slow  # each run: a torchrun of 2 workers, 15-40 s on 2 busy cores
 
 

@@ -4,8 +4,7 @@ is dropped, the loss scale drops, and training goes on; the stop policy still st
 import math
 
 import pytest
-from test_train import NaNAt, config
-from train_fakes import RandomWindows, tiny_gpt2, token_stream
+from helpers.train_fakes import NaNAt, RandomWindows, config, tiny_gpt2, token_stream
 
 from llmlab.train import Trainer, TrainingDiverged
 

@@ -2,8 +2,8 @@
 AutoModelForCausalLM and generates through pipeline("text-generation")."""
 
 import torch
+from helpers.train_fakes import CONTEXT, VOCAB, RandomWindows, tiny_gpt2, token_stream
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from train_fakes import CONTEXT, VOCAB, RandomWindows, tiny_gpt2, token_stream
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, pipeline
 
 from llmlab.train import TrainConfig, Trainer

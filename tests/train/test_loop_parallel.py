@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-from train_fakes import FixedRows, global_rows, tiny_gpt2
+from helpers.train_fakes import FixedRows, global_rows, tiny_gpt2
 
 from llmlab.cli import main
 from llmlab.distributed import launch

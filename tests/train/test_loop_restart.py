@@ -8,8 +8,7 @@ import json
 
 import pytest
 import torch
-from test_train import config
-from train_fakes import RandomWindows, tiny_gpt2, token_stream
+from helpers.train_fakes import RandomWindows, config, tiny_gpt2, token_stream
 
 from llmlab.train import EarlierRun, Trainer, load_checkpoint, read_metrics, save_checkpoint
 

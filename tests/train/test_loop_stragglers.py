@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch.distributed as dist
-from fake_clock import ManualClock
-from train_fakes import FixedRows, global_rows, tiny_gpt2
+from helpers.fake_clock import ManualClock
+from helpers.train_fakes import FixedRows, global_rows, tiny_gpt2
 
 from llmlab.distributed import launch
 from llmlab.train import TrainConfig, Trainer, loop

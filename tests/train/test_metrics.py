@@ -14,8 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from test_train import config
-from train_fakes import RandomWindows, tiny_gpt2, token_stream
+from helpers.train_fakes import RandomWindows, config, tiny_gpt2, token_stream
 
 from llmlab.train import Trainer
 from llmlab.train import metrics as metrics_module

@@ -6,12 +6,12 @@ refused before anything is loaded.
 
 import pytest
 import torch
+from helpers.train_fakes import FixedRows, global_rows, tiny_gpt2
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
 )
-from train_fakes import FixedRows, global_rows, tiny_gpt2
 
 from llmlab.distributed import launch
 from llmlab.distributed.data_parallel import wrap_model

@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from test_train import config
-from train_fakes import RandomWindows, tiny_gpt2, token_stream
+from helpers import WORKERS
+from helpers.train_fakes import RandomWindows, config, tiny_gpt2, token_stream
 
 from llmlab.train import RunFolderBusy, Trainer, read_metrics, verify_checkpoint
 from llmlab.train.run_folder import LOCK_FILE, RunLock
 
-WORKER = Path(__file__).with_name("run_folder_worker.py")
+WORKER = WORKERS / "run_folder_worker.py"
 
 
 def second_run(out_dir: Path) -> Trainer:

@@ -5,7 +5,7 @@ import os
 
 import pytest
 import torch
-from fake_clock import ManualClock
+from helpers.fake_clock import ManualClock
 
 from llmlab.train.stall import _tensors, measure_stall, snapshot, stall_parts
 

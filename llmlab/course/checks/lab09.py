@@ -19,7 +19,8 @@ from llmlab.course.checks import ExerciseFailed, call, exercise, passed  # noqa:
 
 
 NOTEBOOK = "09_kernels.ipynb"
-# The function or class each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function or class each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     # profiling
 

@@ -10,7 +10,7 @@ import pytest
 import llmlab.course.checks
 from llmlab.course.notebook_code import load_definitions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 MODULES = [
     importlib.import_module(f"llmlab.course.checks.{info.name}")
     for info in pkgutil.iter_modules(llmlab.course.checks.__path__)

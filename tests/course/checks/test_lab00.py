@@ -1,5 +1,5 @@
 """Lab 00's checks reject likely mistakes, each with a message that points at the mistake.
-(tests/test_checks.py proves they pass on the solution and fail on the stub.)"""
+(tests/course/checks/test_every_lab.py proves they pass on the solution and fail on the stub.)"""
 
 import statistics
 import time
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from fake_clock import ManualClock
+from helpers.fake_clock import ManualClock
 
 from llmlab import bench
 from llmlab.course.checks import ExerciseFailed

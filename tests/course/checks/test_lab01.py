@@ -1,6 +1,6 @@
 """Lab 01's checks reject likely mistakes, each with a message that points at the mistake, and
-accept every correct answer. (tests/test_checks.py proves they pass on the solution and say
-"not done yet" on the stub.)"""
+accept every correct answer. (tests/course/checks/test_every_lab.py proves they pass on the
+solution and say "not done yet" on the stub.)"""
 
 import random
 import re

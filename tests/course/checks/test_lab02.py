@@ -1,5 +1,5 @@
 """Lab 02's checks reject likely mistakes, each with a message that points at the mistake.
-(tests/test_checks.py proves they pass on the solution and fail on the stub.)"""
+(tests/course/checks/test_every_lab.py proves they pass on the solution and fail on the stub.)"""
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
-"""Lab 03's checks accept correct answers in their several forms and reject likely mistakes,
-each with a message that points at the mistake. (tests/test_checks.py proves they pass on the
-solution notebook and say "not done yet" on the generated stub.)"""
+"""Lab 03's checks accept correct answers in their several forms and reject likely mistakes, each
+with a message that points at the mistake. (tests/course/checks/test_every_lab.py proves they
+pass on the solution notebook and say "not done yet" on the generated stub.)"""
 
 import math
 import random
@@ -17,7 +17,7 @@ from llmlab.course.checks import lab03 as check
 from llmlab.course.checks.lab03 import IGNORE, accumulate_token_weighted
 from llmlab.train import next_token_loss
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def summed_loss(model, inputs, targets):

@@ -1,7 +1,7 @@
 """Lab 04's checks accept correct answers and reject likely mistakes, each with a message that
 points at the mistake. The distributed ones run the code for real in forked gloo processes.
-(tests/test_checks.py proves they pass on the solution notebook and say "not done yet" on the
-generated stub.)"""
+(tests/course/checks/test_every_lab.py proves they pass on the solution notebook and say "not
+done yet" on the generated stub.)"""
 
 import pytest
 import torch

@@ -1,6 +1,6 @@
 """Lab 05's checks accept correct answers and reject likely mistakes, each with a message that
-points at the mistake without giving the code. (tests/test_checks.py proves they pass on the
-solution notebook and say "not done yet" on the generated stub.)"""
+points at the mistake without giving the code. (tests/course/checks/test_every_lab.py proves they
+pass on the solution notebook and say "not done yet" on the generated stub.)"""
 
 import math
 import statistics

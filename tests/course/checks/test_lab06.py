@@ -1,6 +1,7 @@
-"""Lab 06's checks accept correct answers in their several forms and reject likely mistakes,
-each with a message that points at the mistake. (tests/test_checks.py proves they pass on the
-solution notebook and say "not done yet" on the generated stub, once the notebook exists.)"""
+"""Lab 06's checks accept correct answers in their several forms and reject likely mistakes, each
+with a message that points at the mistake. (tests/course/checks/test_every_lab.py proves they
+pass on the solution notebook and say "not done yet" on the generated stub, once the notebook
+exists.)"""
 
 import copy
 import math
