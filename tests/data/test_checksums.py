@@ -7,7 +7,6 @@ import hashlib
 
 import pytest
 
-from llmlab.data.atomic import atomic_folder
 from llmlab.data.checksums import (
     FOLDER_CHECKSUMS,
     DamagedFile,
@@ -70,17 +69,3 @@ def test_a_folder_lists_every_file_and_refuses_an_unlisted_one(tmp_path):
         verify_folder(tmp_path, "model", "Save it again")
     with pytest.raises(DamagedFile, match="the folder does not exist"):
         verify_folder(tmp_path / "nothing", "model", "Save it again")
-
-
-def test_a_folder_written_atomically_is_replaced_whole_or_not_at_all(tmp_path):
-    target = tmp_path / "model"
-    with atomic_folder(target) as folder:
-        (folder / "a.json").write_text("old")
-    with pytest.raises(RuntimeError), atomic_folder(target) as folder:
-        (folder / "a.json").write_text("new")
-        raise RuntimeError("killed half-way")
-    assert (target / "a.json").read_text() == "old"  # the old folder, untouched
-    with atomic_folder(target) as folder:
-        (folder / "b.json").write_text("new")
-    assert sorted(p.name for p in target.iterdir()) == ["b.json"]  # replaced whole
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary left

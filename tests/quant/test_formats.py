@@ -6,17 +6,13 @@ import pytest
 import torch
 
 from llmlab.quant import (
-    bits_per_weight,
     code_range,
     fake_quantize,
     format_errors,
     fp8_quantize,
-    nf4_codebook,
-    nf4_dequantize,
     nf4_quantize,
     quant_error,
     quantize,
-    quantized_bits,
     rtn,
 )
 
@@ -37,16 +33,6 @@ def test_values_on_the_grid_come_back_exactly(symmetric):
     assert torch.equal(q.dequantize(), weight)
     assert torch.allclose(q.scales, torch.full((3, 1), 0.25))
     assert q.codes.dtype == (torch.int8 if symmetric else torch.uint8)
-
-
-def test_rtn_hand_example():
-    # one row, two groups of 4: [0, 0.3] spans 15 steps of 0.02; [-1, 2] has its zero at code 5
-    weight = torch.tensor([[0.0, 0.1, 0.2, 0.3, -1.0, 0.0, 1.0, 2.0]])
-    q = rtn(weight, bits=4, group_size=4)
-    assert torch.allclose(q.scales, torch.tensor([[0.02, 0.2]]))
-    assert torch.equal(q.zeros, torch.tensor([[0.0, 5.0]]))
-    assert q.codes.tolist() == [[0, 5, 10, 15, 0, 5, 10, 15]]
-    assert torch.allclose(q.dequantize(), weight)
 
 
 @pytest.mark.parametrize("granularity", ["tensor", "channel", 16])
@@ -71,45 +57,6 @@ def test_finer_grids_err_less():
               for g in ("tensor", "channel", 32)]  # fmt: skip
     assert errors[0] > 1.5 * errors[1] and errors[1] > 1.1 * errors[2], errors
     assert quant_error(weight, fake_quantize(weight, 8, True, "channel")).relative < 0.01
-
-
-def test_quant_error():
-    original = torch.tensor([3.0, 4.0])
-    error = quant_error(original, torch.tensor([3.0, 3.0]))
-    assert error.relative == pytest.approx(0.2) and error.mse == pytest.approx(0.5)
-    assert quant_error(original, original).relative == 0
-    with pytest.raises(ValueError, match="shapes differ"):
-        quant_error(original, original[:1])
-
-
-def test_nf4_codebook():
-    values = nf4_codebook()
-    assert values.shape == (16,) and torch.equal(values, values.sort().values)
-    assert values[0] == -1 and values[-1] == 1 and (values == 0).sum() == 1
-    assert (values > 0).sum() == 8 and (values < 0).sum() == 7
-    # symmetric-ish: each negative value's mirror is near a positive one (a step is ~0.1)
-    assert (-values[:7, None] - values[None, 8:]).abs().amin(1).max() < 0.05
-    # the table bitsandbytes ships (functional.py, get_4bit_type("nf4")), bit for bit
-    functional = pytest.importorskip("bitsandbytes.functional")
-    assert torch.equal(values, functional.get_4bit_type("nf4", device="cpu"))
-
-
-def test_nf4_beats_absmax_int4_on_normal_weights():
-    torch.manual_seed(0)
-    weight = torch.randn(64, 256)
-    codes, absmax = nf4_quantize(weight, block_size=64)
-    assert codes.max() <= 15 and absmax.shape == (weight.numel() // 64,)
-    nf4 = quant_error(weight, nf4_dequantize(codes, absmax)).relative
-    blocks = weight.reshape(-1, 64)  # the same storage: 4-bit codes and one scale per 64 values
-    int4 = quant_error(blocks, fake_quantize(blocks, 4, True, "channel")).relative
-    assert nf4 < 0.9 * int4
-
-
-def test_bits_per_weight_counts_scales_and_zeros():
-    weight = torch.randn(32, 256)
-    assert bits_per_weight(rtn(weight, 4, 128)) == 4 + 16 / 128 + 4 / 128
-    assert bits_per_weight(quantize(weight, 8, True, "channel")) == 8 + 16 / 256
-    assert quantized_bits(rtn(weight, 4, 64), zero_bits=16) == 32 * 256 * 4 + 32 * 4 * 32
 
 
 @pytest.mark.parametrize("bits", [1, 9, 16, 4.0, True])
