@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from helpers.train_fakes import tiny_gpt2
+from helpers.train_fakes import tiny_gpt2, tiny_tokenizer
 from transformers import GPT2LMHeadModel
 
 from llmlab.course import pretrained
@@ -22,8 +22,6 @@ def artifacts(tmp_path, monkeypatch):
 
 
 def test_a_saved_model_is_loaded_without_training(artifacts, monkeypatch):
-    from test_train_interop import tiny_tokenizer
-
     saved = tiny_gpt2()
     folder = pretrained.save_trained_model(saved, tiny_tokenizer(), "smoke")
     assert folder == artifacts / "lab03-smoke-model" and not list(artifacts.glob("*.tmp"))
@@ -56,8 +54,6 @@ def test_the_recipes_are_valid_configs():
 def test_a_model_from_another_recipe_is_trained_again(artifacts, monkeypatch):
     """A model saved before the recipe changed (or before recipes were recorded) is not reused:
     later labs would read a new tokenizer's ids with an old model."""
-    from test_train_interop import tiny_tokenizer
-
     folder = pretrained.save_trained_model(tiny_gpt2(), tiny_tokenizer(), "smoke")
     assert pretrained.why_train_again("smoke") is None
     trained = []
@@ -75,8 +71,6 @@ def test_a_model_from_another_recipe_is_trained_again(artifacts, monkeypatch):
 
 
 def test_a_damaged_model_is_trained_again(artifacts, monkeypatch):
-    from test_train_interop import tiny_tokenizer
-
     folder = pretrained.save_trained_model(tiny_gpt2(), tiny_tokenizer(), "smoke")
     weights = folder / "model.safetensors"
     data = bytearray(weights.read_bytes())
@@ -94,8 +88,6 @@ def test_two_labs_asking_at_once_train_one_model(artifacts, monkeypatch):
     Without the lock the second would look for the model during the first one's training (the
     training below waits up to 2 s for that look) and train a second copy."""
     import threading
-
-    from test_train_interop import tiny_tokenizer
 
     trainings, looks = [], []
     started, second_looked = threading.Event(), threading.Event()
@@ -131,8 +123,6 @@ def test_two_threads_never_load_the_model_at_once(artifacts, monkeypatch):
     every GPT-2 built afterwards in that process had its LM head untied from its embedding. Each
     load below waits up to 1 s inside for another to join it; under the lock none ever does."""
     import threading
-
-    from test_train_interop import tiny_tokenizer
 
     pretrained.save_trained_model(tiny_gpt2(), tiny_tokenizer(), "smoke")
     loading, most_at_once, other_entered = [], [], threading.Event()

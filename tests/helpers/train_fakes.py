@@ -1,7 +1,8 @@
 """Tiny models and batch sources for the trainer's tests (fast on a CPU)."""
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from llmlab.train import TrainConfig
 
@@ -89,3 +90,13 @@ class NaNAt(torch.nn.Module):
         logits = self.model(inputs).logits
         bad = self.calls == self.bad_call if self.once else self.calls >= self.bad_call
         return logits * float("nan") if bad else logits
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    tokenizer = Tokenizer(models.BPE(unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    tokenizer.train_from_iterator(["def add(a, b):\n    return a + b\n"] * 20, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")  # fmt: skip

@@ -7,12 +7,11 @@ import math
 
 import pytest
 import torch
-from helpers.pruning import GPT2, LLAMA, SHAPES, same_masks
+from helpers.pruning import GPT2, SHAPES, same_masks
 from torch.nn.utils import prune as torch_prune
 
 from llmlab.models import build_model
 from llmlab.prune import (
-    apply_masks,
     check_sparsity,
     global_masks,
     layerwise_masks,
@@ -117,21 +116,6 @@ def test_nm_refuses_a_dimension_not_divisible_by_m_and_bad_n():
     odd = build_model(GPT2.replace(d_ff=66))  # the MLP's hidden width is not a multiple of 4
     with pytest.raises(ValueError, match="mlp.c_proj.weight: .*66 is not divisible by 4"):
         nm_masks(odd)
-
-
-def test_tied_embeddings_are_refused_and_the_error_says_what_would_be_pruned():
-    model = build_model(GPT2)  # the LM head shares the token embedding
-    assert model.lm_head.weight is model.transformer.wte.weight
-    with pytest.raises(ValueError, match="ties its LM head to the token embedding"):
-        global_masks(model, 0.5, names=["lm_head.weight"])
-    with pytest.raises(ValueError, match="input embedding and in the output layer"):
-        prunable_weights(model, include_embeddings=True)
-    wte = {"transformer.wte.weight": torch.ones_like(model.transformer.wte.weight)}
-    with pytest.raises(ValueError, match="ties its LM head"):
-        apply_masks(model, wte)
-    untied = build_model(LLAMA)  # its own LM head: both may be pruned
-    names = prunable_weights(untied, include_embeddings=True)
-    assert {"model.embed_tokens.weight", "lm_head.weight"} <= set(names)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])

@@ -17,43 +17,13 @@ from helpers.train_fakes import (
 
 from llmlab.train import (
     CheckpointMismatch,
-    TrainConfig,
     Trainer,
     TrainingDiverged,
     best_checkpoint,
     latest_checkpoint,
-    learning_rate,
     load_checkpoint,
 )
 from llmlab.train import checkpoint as checkpoint_module
-
-# ---------------------------------------------------------------- schedules and settings
-
-
-def test_warmup_then_cosine_reaches_the_floor_at_the_last_step():
-    c = config(max_steps=110, warmup_steps=10, lr=1.0, min_lr_ratio=0.1)
-    assert learning_rate(0, c) == pytest.approx(0.1)  # (0 + 1) / 10 of the peak
-    assert learning_rate(9, c) == pytest.approx(1.0)
-    assert learning_rate(60, c) == pytest.approx(0.55)  # half-way down the cosine
-    assert learning_rate(110, c) == pytest.approx(0.1)
-    assert all(learning_rate(s, c) >= learning_rate(s + 1, c) for s in range(10, 110))
-
-
-def test_constant_and_cyclical_schedules():
-    assert learning_rate(77, config(schedule="constant", lr=0.5)) == 0.5
-    c = config(schedule="cyclical", lr=1.0, min_lr_ratio=0.2, cycle_steps=10)
-    assert [learning_rate(s, c) for s in (0, 5, 10, 15)] == pytest.approx([0.2, 1.0, 0.2, 1.0])
-
-
-@pytest.mark.parametrize(
-    "bad", [dict(max_steps=0), dict(schedule="linear"), dict(dtype="fp8"), dict(lr=-1.0),
-            dict(optimizer="lion"), dict(grad_clip=0.0), dict(nan_policy="ignore")],
-)  # fmt: skip
-def test_bad_settings_are_refused_with_the_field_named(bad):
-    field = next(iter(bad))
-    with pytest.raises(ValueError, match=field):
-        config(**bad)
-
 
 # ---------------------------------------------------------------- the step
 
@@ -93,25 +63,6 @@ def test_training_lowers_the_validation_loss():
     result = trainer.fit()
     assert result.val_loss < before - 1.0
     assert result.perplexity == pytest.approx(math.exp(result.val_loss))
-
-
-def test_8bit_adamw_trains_on_cpu():
-    pytest.importorskip("bitsandbytes")
-    trainer = Trainer(tiny_gpt2(width=64), config(optimizer="adam-8bit", max_steps=2),
-                      RandomWindows(token_stream(), 4))  # fmt: skip
-    assert len(trainer.fit().history) == 2
-    assert type(trainer.optimizer).__name__ == "AdamW8bit"
-
-
-def test_the_trainer_the_planner_and_deepspeed_name_optimizers_alike():
-    """One vocabulary: a name the trainer or a DeepSpeed config takes is one the planner prices."""
-    from llmlab.distributed.deepspeed_config import OPTIMIZERS as DEEPSPEED
-    from llmlab.memory import OPTIMIZER_STATES
-    from llmlab.train.config import OPTIMIZERS as TRAINER
-
-    assert set(TRAINER) | set(DEEPSPEED) <= set(OPTIMIZER_STATES)
-    with pytest.raises(ValueError, match="adam-8bit"):
-        TrainConfig(optimizer="adamw8bit")  # the trainer's old name for it
 
 
 # ---------------------------------------------------------------- checkpoints

@@ -2,21 +2,17 @@
 AutoModelForCausalLM and generates through pipeline("text-generation")."""
 
 import torch
-from helpers.train_fakes import CONTEXT, VOCAB, RandomWindows, tiny_gpt2, token_stream
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, pipeline
+from helpers.train_fakes import (
+    CONTEXT,
+    VOCAB,
+    RandomWindows,
+    tiny_gpt2,
+    tiny_tokenizer,
+    token_stream,
+)
+from transformers import AutoModelForCausalLM, pipeline
 
 from llmlab.train import TrainConfig, Trainer
-
-
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    tokenizer = Tokenizer(models.BPE(unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
-    tokenizer.train_from_iterator(["def add(a, b):\n    return a + b\n"] * 20, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>",
-                                   pad_token="<|endoftext|>")  # fmt: skip
 
 
 def test_trained_model_round_trips_through_hugging_face_format(tmp_path):
