@@ -1,7 +1,6 @@
-"""Checksum lists of saved artifacts and whole-folder atomic writes: a list is what sha256sum
-writes; every kind of damage (a changed file, a missing one, a lost or damaged list, a file the
-list does not name) is refused with the artifact, the file and what to do; a folder written
-atomically is replaced whole or not at all."""
+"""Checksum lists of saved artifacts: a list is what sha256sum writes; every kind of damage (a
+changed file, a missing one, a lost or damaged list, a file the list does not name) is refused
+with the artifact, the file and what to do."""
 
 import hashlib
 

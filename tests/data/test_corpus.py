@@ -1,5 +1,5 @@
-"""Corpora: reading files with clear errors, the built-in corpus, local files and the Hub through
-`datasets` (a local stand-in; never the network), and the manifest."""
+"""Corpora: the built-in corpus, local files and the Hub through `datasets` (a local stand-in;
+never the network)."""
 
 import json
 

@@ -1,5 +1,5 @@
-"""llmlab.evaluate on tiny random models: each score agrees with a reference, and the plausible
-mistakes (mean of window means, an off-by-one target, transposed references) are caught."""
+"""Next-token scores on tiny random models: loss, perplexity and accuracy agree with a reference,
+and the plausible mistakes (mean of window means, an off-by-one target) are caught."""
 
 import math
 from types import SimpleNamespace

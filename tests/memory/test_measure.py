@@ -1,5 +1,5 @@
-"""Predicted against measured: a real training step on the CPU (tiny and small presets), a dry
-run of a 7B step on fake tensors, and the tracker against PyTorch's own MemTracker."""
+"""Predicted against measured: a real training step on the CPU (tiny and small presets), and the
+tracker against PyTorch's own MemTracker."""
 
 import pytest
 import torch

@@ -1,7 +1,6 @@
-"""llmlab.prune on tiny random GPT-2 and Llama models: masks identical to torch.nn.utils.prune
-(ties and tensors of different sizes included), masks that survive AdamW, the cubic schedule,
-reports, saving (with checksums: a damaged mask file or model folder is refused), and the errors
-for bad input (NaN weights included)."""
+"""Masks on tiny random GPT-2 and Llama models: identical to torch.nn.utils.prune (ties and
+tensors of different sizes included), N:M masks, and the errors for bad input (NaN weights
+included)."""
 
 import math
 

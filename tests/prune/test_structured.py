@@ -1,7 +1,5 @@
-"""MLP-neuron removal (the smaller model equals the masked one and reloads with from_pretrained;
-stale, out-of-range or repeated indices are refused) and Wanda (|W| * ||X||, compared within each
-output, int(sparsity * inputs) pruned per output as the paper's code does; NaN weights or inputs
-and token ids beyond the vocabulary refused) on tiny random GPT-2 and Llama models."""
+"""MLP-neuron removal on tiny random GPT-2 and Llama models: the smaller model equals the masked
+one and reloads with from_pretrained; stale, out-of-range or repeated indices are refused."""
 
 import copy
 

@@ -1,7 +1,7 @@
-"""Library adapters on a tiny GPT-2 (Conv1D projections): bitsandbytes NF4 stores what the hand
-NF4 codebook gives (Conv1D transposed correctly), torchao int8 in both kinds, bits per weight
-read from the libraries' own tensors, the original model untouched, a CUDA request on a CPU
-machine falls back with a warning, and bad input is refused."""
+"""bitsandbytes on a tiny GPT-2 (Conv1D projections): NF4 stores what the hand NF4 codebook gives
+(Conv1D transposed correctly), bits per weight read from its own tensors, the original model
+untouched, a CUDA request on a CPU machine falls back with a warning, and a Llama's linear layers
+are quantized by both libraries."""
 
 import pytest
 import torch

@@ -1,6 +1,5 @@
-"""llmlab.quant formats, NF4, error, RTN and size accounting: exact grids on hand-made weights,
-the error ordering tensor > channel > group, the NF4 values equal to bitsandbytes' table, and
-the errors for bad input (NaN or inf weights refused by every format)."""
+"""llmlab.quant's integer formats: exact grids on hand-made weights, the error ordering tensor >
+channel > group, and the errors for bad input (NaN or inf weights refused by every format)."""
 
 import pytest
 import torch

@@ -1,9 +1,7 @@
-"""Calibration capture and whole-model quantization on tiny GPT-2 and Llama models with a
-random-token stream: recorded inputs are the layers' real inputs, hooks never stay behind,
-GPTQ's output error is below RTN's at 4 bits, blocks are calibrated sequentially, weights are
-written back in each layer's own layout, sizes count scales and zeros, bad input is refused
-(token ids beyond the vocabulary, NaN or inf weights or activations: a clear error, the model
-unchanged)."""
+"""Whole-model quantization on tiny GPT-2 and Llama models with a random-token stream: GPTQ's
+output error is below RTN's at 4 bits, blocks are calibrated sequentially, weights are written
+back in each layer's own layout, sizes count scales and zeros, bad input is refused (token ids
+beyond the vocabulary, NaN or inf weights or activations: a clear error, the model unchanged)."""
 
 import pytest
 import torch

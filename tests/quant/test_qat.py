@@ -1,9 +1,8 @@
 """Quantization-aware training on tiny GPT-2 and Llama models: the forward computes with exactly
 the fake-quantized weights, the gradient passes straight through to the float weights, finish_qat
-leaves every weight on its int grid, bad input is refused, torchao's int4 QAT agrees where the
-conventions meet (it differs only by its grid's offset and its gradient at each group's
-ends), and after a short fine-tune QAT beats RTN and a fine-tune with frozen blocks on held-out
-perplexity, at 2 and 4 bits."""
+leaves every weight on its int grid, bad input is refused, and torchao's int4 QAT agrees where
+the conventions meet (it differs only by its grid's offset and its gradient at each group's
+ends)."""
 
 import copy
 import importlib.util

@@ -1,5 +1,5 @@
 """QLoRA: a frozen NF4 base (bitsandbytes) with LoRA adapters (peft), trained through
-llmlab.train, and its measured memory against Lab 02's plan (llmlab.memory.estimate_memory)."""
+llmlab.train; bad ranks and models without quantizable layers refused."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""The trainer: schedules, accumulation, checkpoints, exact resume, refusals and the NaN stop."""
+"""The trainer: accumulation, checkpoints, exact resume, refusals and the NaN stop."""
 
 import json
 import math

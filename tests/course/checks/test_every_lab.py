@@ -1,5 +1,5 @@
 """Every lab's checks pass on the solution notebook's functions and, on the generated lab's stubs,
-fail with "not done yet". (Each test_checks_labNN.py adds the likely mistakes of its lab.)"""
+fail with "not done yet". (Each test_labNN.py beside it adds the likely mistakes of its lab.)"""
 
 import importlib
 import pkgutil
