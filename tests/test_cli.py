@@ -9,7 +9,7 @@ import sys
 
 import nbformat
 import pytest
-from fake_machines import ALL_PACKAGES, cuda_box, h100_box, make_report
+from helpers.fake_machines import ALL_PACKAGES, cuda_box, h100_box, make_report
 from nbformat.v4 import new_code_cell, new_notebook
 
 from llmlab import cli, env

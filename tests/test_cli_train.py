@@ -12,8 +12,8 @@ import sys
 
 import psutil
 import pytest
-from fake_machines import L4, T4
-from train_fakes import RandomWindows, tiny_gpt2, token_stream
+from helpers.fake_machines import L4, T4
+from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
 
 from llmlab import cli, env
 from llmlab.cli import main
@@ -127,7 +127,7 @@ def test_another_models_checkpoint_is_a_one_line_error(tmp_path, capsys):
 
 def test_a_folder_another_run_holds_is_refused_naming_it(tmp_path, capsys):
     held = RunLock(tmp_path)
-    held.acquire()  # what a live run holds (test_train_run_folder.py: one in another process)
+    held.acquire()  # what a live run holds (tests/train/test_run_folder.py: one in another process)
     try:
         with pytest.raises(SystemExit) as stopped:
             train("--steps", "1", "--out", str(tmp_path))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fake_machines import ALL_PACKAGES, cuda_box, fake_gpu, h100_box, make_report
+from helpers.fake_machines import ALL_PACKAGES, cuda_box, fake_gpu, h100_box, make_report
 
 from llmlab import env
 from llmlab.env import (

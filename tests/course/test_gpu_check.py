@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from fake_clock import ManualClock
+from helpers.fake_clock import ManualClock
 
 from llmlab import cli
 from llmlab.course import gpu_check

@@ -11,7 +11,7 @@ import threading
 import pytest
 import torch
 import torch.distributed as dist
-from launch_helpers import job_env, survivors, write_pid, written_pids
+from helpers.launch import job_env, survivors, write_pid, written_pids
 
 from llmlab.distributed import LaunchError, launch, run_script, torchrun_command
 from llmlab.distributed.launch import GRACE_S

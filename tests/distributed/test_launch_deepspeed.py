@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from launch_helpers import WORKER, job_env, joined, run
+from helpers.launch import WORKER, job_env, joined, run
 
 from llmlab.distributed import LaunchError, run_script
 from llmlab.distributed.deepspeed_run import deepspeed_available

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from launch_helpers import WORKER, job_env, joined, run
+from helpers.launch import WORKER, job_env, joined, run
 
 from llmlab.distributed.launch import free_port
 

@@ -5,7 +5,7 @@ import math
 from functools import partial
 
 import pytest
-from fake_clock import ManualClock
+from helpers.fake_clock import ManualClock
 
 from llmlab.distributed import launch
 from llmlab.distributed.stragglers import (

@@ -4,7 +4,7 @@ clock it is given (no test here measures speed); bad requests are refused with w
 
 import pytest
 import torch
-from train_fakes import VOCAB, tiny_gpt2
+from helpers.train_fakes import VOCAB, tiny_gpt2
 
 from llmlab.inference.generate import greedy_generate, time_generation
 from llmlab.inference.kv_cache import KVCache

@@ -5,7 +5,7 @@ than extended, a single new query masked as if it were the first token."""
 
 import pytest
 import torch
-from train_fakes import VOCAB, tiny_gpt2
+from helpers.train_fakes import VOCAB, tiny_gpt2
 
 from llmlab.inference.kv_cache import FullAttention, KVCache, decoder_forward
 

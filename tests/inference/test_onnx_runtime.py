@@ -1,10 +1,10 @@
 """A tiny GPT-2 exported to ONNX and run by ONNX Runtime gives PyTorch's logits, for batch sizes
 and lengths other than the example's; ONNX Runtime's int8 model is smaller and still close;
-bad input is refused with what to do. TensorRT runs only on a CUDA machine with it installed."""
+bad input is refused with what to do."""
 
 import pytest
 import torch
-from train_fakes import VOCAB, tiny_gpt2
+from helpers.train_fakes import VOCAB, tiny_gpt2
 
 from llmlab.inference.compare import engine_rows, engine_table
 from llmlab.inference.onnx_runtime import (
@@ -14,7 +14,6 @@ from llmlab.inference.onnx_runtime import (
     ort_session,
     quantize_onnx_int8,
 )
-from llmlab.inference.tensorrt import compile_tensorrt, tensorrt_unavailable
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -80,19 +79,3 @@ def test_bad_input_is_refused_with_what_to_do(model, exported, tmp_path):
         quantize_onnx_int8(tmp_path / "nothing.onnx", tmp_path / "int8")
     with pytest.raises(ValueError, match=r"length\), got torch.int64 of shape \(8,\)"):
         ort_logits(ort_session(exported), torch.ones(8).long())
-
-
-@pytest.mark.skipif(tensorrt_unavailable() is None, reason="TensorRT is available here")
-def test_tensorrt_says_why_it_cannot_run(model):
-    with pytest.raises(RuntimeError, match="TensorRT cannot run here: "):
-        compile_tensorrt(model, ids(1, 8))
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(tensorrt_unavailable() is not None, reason=str(tensorrt_unavailable()))
-def test_tensorrt_gives_pytorchs_most_likely_tokens(model):
-    tokens = ids(2, 16).cuda()
-    compiled = compile_tensorrt(model, tokens)
-    with torch.no_grad():
-        expected = model.cuda()(tokens).logits
-    assert (compiled(tokens).argmax(-1) == expected.argmax(-1)).float().mean() > 0.99

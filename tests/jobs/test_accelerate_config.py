@@ -3,15 +3,15 @@
 import json
 import re
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from launch_helpers import job_env, run
+from helpers import WORKERS
+from helpers.launch import job_env, run
 
 from llmlab.jobs.accelerate_config import accelerate_config, write_accelerate_config
 
-WORKER = Path(__file__).resolve().parent / "accelerate_worker.py"
+WORKER = WORKERS / "accelerate_worker.py"
 
 
 def test_the_config_launches_through_torchrun():

@@ -8,7 +8,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from fake_machines import h100_box, make_report
+from helpers.fake_machines import h100_box, make_report
 
 from llmlab import env
 from llmlab.jobs.nccl_env import (

@@ -9,7 +9,7 @@ import re
 import sys
 
 import pytest
-from launch_helpers import WORKER, job_env, joined, run
+from helpers.launch import WORKER, job_env, joined, run
 
 from llmlab.distributed.launch import free_port
 from llmlab.jobs.slurm import sbatch_script, write_sbatch

@@ -104,7 +104,7 @@ def test_a_pipeline_is_planned_by_its_most_loaded_stage_each_with_its_own_items(
     shape = ModelShape("gpt2", n_layer=4, d_model=64, n_head=4, vocab_size=1000, context=128)
     setup = TrainingSetup(batch=1, seq=128, checkpointing=True, grad_accumulation=8)
     plan = stage_estimate(shape, setup, dp=1, tp=1, pp=2, zero=0)
-    # By hand (tests/test_memory_estimate.py): the last stage's items, each for one micro-batch,
+    # By hand (tests/memory/test_estimate.py): the last stage's items, each for one micro-batch,
     # not the whole pipe's 2, and its head charged to it, not to the first stage.
     assert plan.items["head activations"] == 128 * (64 * 2 + 64 * 2 + 1000 * 4)
     assert plan.items["loss buffers"] == 2 * 128 * 1000 * 4

@@ -6,7 +6,7 @@ does nothing. (Killed runs resuming bit for bit through the Trainer: tests/test_
 
 import pytest
 import torch
-from train_fakes import RandomWindows, tiny_gpt2, token_stream
+from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
 
 from llmlab.distributed import DistInfo
 from llmlab.train import EarlierRun, RunFolderBusy, TrainConfig

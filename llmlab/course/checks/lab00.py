@@ -525,7 +525,8 @@ def exercise_measure_roofline(roofline) -> None:
 
 
 NOTEBOOK = "00_environment.ipynb"
-# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "honest_time": exercise_honest_time,
     "matmul_tflops": exercise_matmul_tflops,

@@ -613,7 +613,8 @@ def exercise_shards_for(shards_for) -> None:
 
 
 NOTEBOOK = "01_data.ipynb"
-# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "normalize": exercise_normalize,
     "bpe_merges": exercise_bpe_merges,

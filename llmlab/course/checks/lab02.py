@@ -360,7 +360,8 @@ def exercise_smallest_zero_stage(smallest_zero_stage) -> None:
 
 
 NOTEBOOK = "02_memory.ipynb"
-# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "count_params": exercise_count_params,
     "model_state_bytes": exercise_model_state_bytes,

@@ -562,7 +562,8 @@ def exercise_random_state(random_state) -> None:
 
 
 NOTEBOOK = "03_training.ipynb"
-# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "accumulate": exercise_accumulation,
     "train_step": exercise_train_step,

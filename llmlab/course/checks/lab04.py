@@ -802,7 +802,8 @@ def exercise_choose_layout(choose_layout) -> None:
 
 
 NOTEBOOK = "04_multi_gpu.ipynb"
-# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "ring_all_reduce": exercise_ring_all_reduce,
     "DataParallel": exercise_data_parallel,

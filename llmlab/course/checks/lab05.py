@@ -500,7 +500,8 @@ def exercise_cheapest_run(cheapest_run: Callable) -> None:
 
 
 NOTEBOOK = "05_at_scale.ipynb"
-# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "place_from_environment": exercise_place_from_environment,
     "find_stragglers": exercise_find_stragglers,

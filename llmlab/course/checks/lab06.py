@@ -541,7 +541,8 @@ def exercise_wanda_masks(wanda_masks) -> None:
                  "(nn.Linear) models with outlier features, at 0, 30 and 60% per row")  # fmt: skip
 
 NOTEBOOK = "06_pruning.ipynb"
-# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "global_magnitude_mask": exercise_global_magnitude_mask,
     "cubic_sparsity": exercise_cubic_sparsity,

@@ -758,7 +758,8 @@ def prediction_bits_per_weight(predicted) -> float:
 
 
 NOTEBOOK = "07_quantization.ipynb"
-# The function each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "rtn_groups": exercise_rtn_groups,
     "gptq_layer": exercise_gptq_layer,

@@ -320,7 +320,8 @@ def exercise_bleu(bleu) -> None:
 
 
 NOTEBOOK = "08_finetuning.ipynb"
-# The function or class each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function or class each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "bleu": exercise_bleu,
     "MyLoRALinear": exercise_lora_linear,

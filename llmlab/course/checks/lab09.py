@@ -477,7 +477,8 @@ def _generates_like_recomputation(cache_class) -> None:
 
 
 NOTEBOOK = "09_kernels.ipynb"
-# The function or class each exercise asks for -> its check (tests/test_checks.py runs them all).
+# The function or class each exercise asks for -> its check
+# (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "operator_cost": exercise_operator_cost,
     "my_softmax": exercise_softmax_kernel,

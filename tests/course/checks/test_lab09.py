@@ -1,6 +1,6 @@
-"""Lab 09's checks accept correct answers in their several forms and reject likely mistakes,
-each with a message that names it. (tests/test_checks.py proves they pass on the solution
-notebook and say "not done yet" on the generated stub.)"""
+"""Lab 09's checks accept correct answers in their several forms and reject likely mistakes, each
+with a message that names it. (tests/course/checks/test_every_lab.py proves they pass on the
+solution notebook and say "not done yet" on the generated stub.)"""
 
 import functools
 import math

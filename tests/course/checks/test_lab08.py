@@ -1,0 +1,239 @@
+"""Lab 08's checks accept correct answers in their several forms and reject likely mistakes, each
+with a message that names it. (tests/course/checks/test_every_lab.py proves they pass on the
+solution notebook and say "not done yet" on the generated stub.)"""
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+from torch import nn
+
+from llmlab.course.checks import ExerciseFailed
+from llmlab.course.checks import lab08 as check
+from llmlab.train.lora import LoRALinear
+
+
+def fails(check_fn, answer, match):
+    with pytest.raises(ExerciseFailed, match=match):
+        check_fn(answer)
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError("the hint")
+
+
+# ---------------------------------------------------------------- Exercise 2: a LoRA layer
+
+
+def lora_class(*, scaling="alpha/rank", b_random=False, a_zero=False, freeze=True,
+               merge_scaled=True, merge_stops_update=True, transposed=False,
+               detach=False):  # fmt: skip
+    """A learner's LoRA layer with one switch per likely mistake (defaults: a correct one)."""
+
+    class Layer(nn.Module):
+        def __init__(self, base, rank, alpha):
+            super().__init__()
+            self.base = base
+            if freeze:
+                base.requires_grad_(False)
+            self.scaling = {"alpha/rank": alpha / rank, "rank/alpha": rank / alpha,
+                            "none": 1.0}[scaling]  # fmt: skip
+            a = torch.zeros(rank, base.in_features)
+            if not a_zero:
+                nn.init.kaiming_uniform_(a, a=math.sqrt(5))
+            b = torch.randn(base.out_features, rank) if b_random else torch.zeros(
+                base.out_features, rank)
+            self.lora_A = nn.Parameter(a.t().contiguous() if transposed else a)
+            self.lora_B = nn.Parameter(b.t().contiguous() if transposed else b)
+            self.merged = False
+
+        def delta(self):
+            a = self.lora_A.t() if transposed else self.lora_A
+            b = self.lora_B.t() if transposed else self.lora_B
+            return b @ a
+
+        def forward(self, x):
+            out = self.base(x)
+            if self.merged and merge_stops_update:
+                return out
+            delta = self.delta().detach() if detach else self.delta()
+            return out + x @ delta.t() * self.scaling
+
+        @torch.no_grad()
+        def merge(self):
+            self.base.weight += self.delta() * (self.scaling if merge_scaled else 1.0)
+            self.merged = True
+
+        @torch.no_grad()
+        def unmerge(self):
+            self.base.weight -= self.delta() * (self.scaling if merge_scaled else 1.0)
+            self.merged = False
+
+    return Layer
+
+
+class LinearModules(nn.Module):
+    """Another correct form: A and B as nn.Linear modules (as peft and llmlab keep them)."""
+
+    def __init__(self, base, rank, alpha):
+        super().__init__()
+        self.inner = LoRALinear(base, rank, alpha)
+        self.lora_A, self.lora_B = self.inner.lora_A, self.inner.lora_B
+
+    def forward(self, x):
+        return self.inner(x)
+
+    def merge(self):
+        self.inner.merge()
+
+    def unmerge(self):
+        self.inner.unmerge()
+
+
+def test_lora_accepts_right_answers_in_their_forms(capsys):
+    for answer in (lora_class(), lora_class(transposed=True), LinearModules, LoRALinear):
+        assert check.exercise_lora_linear(answer) is answer
+    assert capsys.readouterr().out.count("PASSED") == 4
+
+
+@pytest.mark.parametrize(
+    ("switch", "match"),
+    [
+        (dict(scaling="rank/alpha"), "scaled by rank / alpha"),
+        (dict(scaling="none"), "is not scaled"),
+        (dict(b_random=True), "differs from the frozen layer's"),
+        (dict(a_zero=True), "A starts at zero as well"),
+        (dict(freeze=False), "still requires a gradient"),
+        (dict(merge_scaled=False), "without its alpha / rank scaling"),
+        (dict(merge_stops_update=False), "counts twice"),
+        (dict(detach=True), "no gradient reaches them"),
+    ],
+)
+def test_lora_rejects_likely_mistakes(switch, match):
+    fails(check.exercise_lora_linear, lora_class(**switch), match)
+
+
+def test_lora_rejects_missing_or_misshapen_adapters():
+    class NoAdapters(nn.Module):
+        def __init__(self, base, rank, alpha):
+            super().__init__()
+            self.base = base
+
+    fails(check.exercise_lora_linear, NoAdapters, "no attribute lora_A")
+
+    class WrongRank(nn.Module):
+        def __init__(self, base, rank, alpha):
+            super().__init__()
+            self.lora_A = nn.Parameter(torch.zeros(rank + 1, base.in_features))
+
+    fails(check.exercise_lora_linear, WrongRank, "lora_A has shape")
+
+
+def test_lora_on_the_stub_returns_llmlab_s_layer(capsys):
+    assert check.exercise_lora_linear(stub) is LoRALinear
+    assert "not done yet" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- Exercise 1: corpus BLEU
+
+
+def bleu(hypotheses, references, *, clip=True, brevity=True, geometric=True, smooth=True,
+         corpus=True, scale=100.0):  # fmt: skip
+    """A learner's BLEU with one switch per likely mistake (defaults: a correct one)."""
+    if not corpus:
+        pairs = zip(hypotheses, references, strict=True)
+        scores = [bleu([h], [r], clip=clip, brevity=brevity, geometric=geometric, smooth=smooth)
+                  for h, r in pairs]
+        return sum(scores) / len(scores) * scale / 100
+    matches, totals = [0] * 4, [0] * 4
+    c = sum(map(len, hypotheses))
+    r = sum(map(len, references))
+    for hypothesis, reference in zip(hypotheses, references, strict=True):
+        for n in range(1, 5):
+            guessed = Counter(tuple(hypothesis[i : i + n]) for i in range(len(hypothesis) - n + 1))
+            wanted = Counter(tuple(reference[i : i + n]) for i in range(len(reference) - n + 1))
+            for gram, count in guessed.items():
+                matches[n - 1] += min(count, wanted[gram]) if clip else count * (gram in wanted)
+            totals[n - 1] += sum(guessed.values())
+    if c == 0 or matches[0] == 0:
+        return 0.0
+    precisions, halvings = [], 0
+    for matched, total in zip(matches, totals, strict=True):
+        if total == 0:
+            return 0.0
+        if matched == 0 and smooth:
+            halvings += 1
+            precisions.append(1 / (2**halvings * total))
+        else:
+            precisions.append(matched / total)
+    if geometric:
+        if min(precisions) == 0:
+            return 0.0
+        mean = math.exp(sum(map(math.log, precisions)) / 4)
+    else:
+        mean = sum(precisions) / 4
+    penalty = math.exp(1 - r / c) if brevity and c < r else 1.0
+    return scale * penalty * mean
+
+
+def test_bleu_accepts_right_answers(capsys):
+    for answer in (bleu, check.bleu_reference, check.sacrebleu_bleu):
+        assert check.exercise_bleu(answer) is answer
+    assert capsys.readouterr().out.count("PASSED") == 3
+
+
+@pytest.mark.parametrize(
+    ("switch", "match"),
+    [
+        (dict(clip=False), "not clipped"),
+        (dict(brevity=False), "no brevity penalty"),
+        (dict(geometric=False), "averaged the four precisions arithmetically"),
+        (dict(smooth=False), "BLEU without smoothing"),
+        (dict(corpus=False), "averaged sentence scores"),
+        (dict(scale=1.0), "0-1 scale"),
+    ],
+)
+def test_bleu_rejects_likely_mistakes(switch, match):
+    fails(check.exercise_bleu, lambda h, r: bleu(h, r, **switch), match)
+
+
+def test_bleu_names_an_inverted_brevity_penalty_and_a_division_by_zero():
+    def inverted(h, r):
+        c, length = sum(map(len, h)), sum(map(len, r))
+        right = bleu(h, r)
+        return right if not c or c >= length else right * math.exp(1 - c / length) / math.exp(
+            1 - length / c)
+
+    fails(check.exercise_bleu, inverted, "the wrong way round")
+
+    def divides(h, r):
+        return bleu(h, r) * sum(map(len, r)) / sum(map(len, h))  # wrong anyway; fails on empty
+
+    fails(check.exercise_bleu, divides, "")
+
+    def no_guard(h, r):
+        sum(len(x) for x in r) / min(len(x) for x in h)  # an unguarded length ratio
+        return bleu(h, r)
+
+    fails(check.exercise_bleu, no_guard, "divided by zero")
+
+
+def test_bleu_rejects_a_non_number():
+    fails(check.exercise_bleu, lambda h, r: str(bleu(h, r)), "return a number")
+
+
+def test_bleu_on_the_stub_returns_the_fallback(capsys):
+    assert check.exercise_bleu(stub) is check.bleu_reference
+    assert "not done yet" in capsys.readouterr().out
+
+
+def test_the_bleu_cases_hold_the_edge_cases_the_mistakes_need():
+    cases = {what: (h, r) for what, h, r in check._bleu_cases()}
+    h, _ = cases["an empty hypothesis beside a good one"]
+    assert [] in h
+    h, r = cases["no 4-gram match"]
+    assert check.bleu_reference(h, r) > 0  # smoothing keeps it above 0 ...
+    assert bleu(h, r, smooth=False) == 0  # ... where no smoothing gives 0
+    h, r = cases["hypotheses shorter than their references"]
+    assert sum(map(len, h)) < sum(map(len, r))

@@ -1,0 +1,104 @@
+"""The labs and the rule per lab that picks its profile on a given machine, and why."""
+
+from pathlib import Path
+
+import pytest
+from helpers.fake_machines import (
+    A100_40GB,
+    A100_80GB,
+    H100,
+    L4,
+    T4,
+    cuda_box,
+    gpus,
+    h100_box,
+    make_report,
+)
+
+from llmlab.course.labs import LABS, TRAINING_GPU_GB, capability_table, find_lab
+from llmlab.env import GB
+
+
+def profiles(report) -> dict[str, str]:
+    return {lab.slug: name for lab, name, _ in capability_table(report)}
+
+
+def test_a_cpu_laptop_runs_everything_at_smoke_scale():
+    assert set(profiles(make_report()).values()) == {"smoke"}
+
+
+def test_an_8_gpu_node_runs_everything_at_full_scale():
+    assert set(profiles(h100_box()).values()) == {"full"}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "training"),
+    [(T4, "smoke"), (L4, "full"), (A100_40GB, "full"), (A100_80GB, "full"), (H100, "full")],
+    ids=["T4", "L4", "A100-40GB", "A100-80GB", "H100"],
+)
+def test_one_gpu_trains_at_full_scale_only_with_enough_memory(gpu, training):
+    result = profiles(cuda_box(gpus=gpus(gpu)))
+    assert result["environment"] == "full"
+    # Labs 06 and 07 start from Lab 03's full model, trained first when it is missing.
+    assert result["training"] == result["pruning"] == result["quantization"] == training
+    assert result["multi_gpu"] == result["at_scale"] == "smoke"  # 2 CPU processes stand in
+
+
+def test_a_t4_is_told_how_much_memory_full_training_needs():
+    _, name, why = capability_table(cuda_box(gpus=gpus(T4)))[3]
+    assert name == "smoke"
+    assert "Tesla T4 has 15.8 GB" in why and f"full needs {TRAINING_GPU_GB} GB" in why
+
+
+def test_two_small_gpus_run_the_multi_gpu_labs_at_full_scale():
+    result = profiles(cuda_box(gpus=gpus(T4, 2)))
+    assert result["multi_gpu"] == result["at_scale"] == "full"
+    assert result["training"] == "smoke"
+
+
+def test_lab_03s_full_recipe_fits_the_memory_its_rule_asks_for():
+    """The rule's threshold leaves the planner's 10% margin over the full recipe's estimate."""
+    from llmlab.course.pretrained import MODEL_PRESET, lab03_config
+    from llmlab.data.pipeline import PROFILE_SPECS
+    from llmlab.memory import TrainingSetup, estimate_memory
+    from llmlab.models import preset
+
+    config = lab03_config("full")
+    shape = preset(MODEL_PRESET["full"], vocab_size=PROFILE_SPECS["full"].vocab_size)
+    setup = TrainingSetup(batch=config.micro_batch_size, seq=config.seq_len, dtype="bf16",
+                          optimizer="adamw", fused_optimizer=True)  # fmt: skip
+    needed = estimate_memory(shape, setup).total
+    assert needed <= 0.9 * TRAINING_GPU_GB * GB
+    assert needed > T4.total_memory_bytes * 0.8  # a T4 would run at its edge
+
+
+def test_the_labs_follow_the_course_plan():
+    planned = [(lab.number, lab.slug, lab.ready) for lab in LABS if lab.number >= 4]
+    assert planned == [(4, "multi_gpu", True), (5, "at_scale", True), (6, "pruning", True),
+                       (7, "quantization", True), (8, "finetuning", True),
+                       (9, "kernels", False)]  # fmt: skip
+    assert [lab.title for lab in LABS[4:]] == [
+        "Multi-GPU training", "Training at scale", "Pruning", "4-bit quantization",
+        "Fine-tuning and evaluation", "Kernels and profiling",
+    ]  # fmt: skip
+
+
+def test_every_lab_gives_a_reason_and_notebook_names_follow_the_numbering():
+    for lab, name, why in capability_table(make_report()):
+        assert name in {"full", "smoke"} and why
+        assert lab.notebook.startswith(f"{lab.number:02d}_")
+    assert [lab.number for lab in LABS] == list(range(len(LABS)))
+
+
+def test_an_unknown_lab_number_is_an_error_naming_the_range():
+    with pytest.raises(ValueError, match="no lab 99; the labs are numbered 0 to 9"):
+        find_lab(99)
+
+
+def test_a_ready_lab_has_its_solution_and_lab_notebooks_and_a_planned_one_has_none():
+    # tests/course/checks/test_every_lab.py skips a lab whose notebook is missing: a ready lab
+    # must never be skipped.
+    root = Path(__file__).resolve().parents[2]
+    for lab in LABS:
+        present = [(root / folder / lab.notebook).is_file() for folder in ("solutions", "labs")]
+        assert present == [lab.ready, lab.ready], lab.notebook

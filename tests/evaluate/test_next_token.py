@@ -1,0 +1,84 @@
+"""Next-token scores on tiny random models: loss, perplexity and accuracy agree with a reference,
+and the plausible mistakes (mean of window means, an off-by-one target) are caught."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers.evaluation import TINY
+from torch import nn
+
+from llmlab.evaluate import (
+    held_out_windows,
+    next_token_accuracy,
+    score_tokens,
+)
+from llmlab.models import build_model
+
+ATOL = 1e-5  # float32 sums over a few hundred tokens
+
+
+def transformers_loss(model, windows):
+    """The model's own loss (transformers shifts the labels itself), weighted by tokens."""
+    model.eval()
+    with torch.no_grad():
+        losses = [(model(w[None], labels=w[None]).loss.item(), w.numel() - 1) for w in windows]
+    return sum(loss * n for loss, n in losses) / sum(n for _, n in losses)
+
+
+def mean_of_window_means(model, windows):
+    """A plausible mistake: every window weighs the same, whatever its length."""
+    model.eval()
+    with torch.no_grad():
+        return sum(model(w[None], labels=w[None]).loss.item() for w in windows) / len(windows)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_model(TINY, seed=0)
+
+
+def test_loss_agrees_with_transformers_on_one_window(model, uneven_windows):
+    window = uneven_windows[:1]
+    assert score_tokens(model, window).loss == pytest.approx(transformers_loss(model, window),
+                                                             abs=ATOL)  # fmt: skip
+
+
+def test_perplexity_is_token_weighted_over_uneven_windows(model, uneven_windows):
+    scores = score_tokens(model, uneven_windows, batch_size=3)
+    assert scores.tokens == 199
+    assert scores.loss == pytest.approx(transformers_loss(model, uneven_windows), abs=ATOL)
+    assert scores.perplexity == pytest.approx(math.exp(scores.loss))
+    # The check can fail: the mean of window means misses it by far more than the tolerance.
+    assert abs(mean_of_window_means(model, uneven_windows) - scores.loss) > 100 * ATOL
+    # Batching changes nothing.
+    assert score_tokens(model, uneven_windows, batch_size=1).loss == pytest.approx(scores.loss)
+
+
+class NextIdModel(nn.Module):
+    """Always predicts token id + 1: right on a counting sequence, wrong on a constant one."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.vocab = vocab
+        self.unused = nn.Parameter(torch.zeros(1))  # score_tokens reads the device from here
+
+    def forward(self, ids):
+        return SimpleNamespace(logits=nn.functional.one_hot((ids + 1) % self.vocab, self.vocab)
+                               .float())  # fmt: skip
+
+
+def test_accuracy_compares_each_prediction_with_the_next_token():
+    counting = held_out_windows(torch.arange(50) % 7, seq_len=8)
+    assert next_token_accuracy(NextIdModel(7), counting) == 1.0
+    # Compared with the inputs instead of the targets (an off-by-one), this would be 1.0.
+    constant = held_out_windows(torch.full((50,), 3), seq_len=8)
+    assert next_token_accuracy(NextIdModel(7), constant) == 0.0
+
+
+def test_score_refuses_bad_windows(model):
+    with pytest.raises(ValueError, match="no windows"):
+        score_tokens(model, [])
+    with pytest.raises(ValueError, match="length >= 2"):
+        score_tokens(model, [torch.tensor([1])])

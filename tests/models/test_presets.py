@@ -1,0 +1,60 @@
+"""Model presets build through transformers, train on the CPU, and refuse bad shapes with a clear
+message."""
+
+import pytest
+import torch
+
+from llmlab import models
+from llmlab.models import ModelShape
+
+
+def test_tiny_model_trains_on_the_cpu():
+    model = models.build_model("tiny")
+    x = torch.randint(0, models.SMOKE_VOCAB, (2, 32))
+    loss = model(input_ids=x, labels=x).loss
+    loss.backward()
+    assert torch.isfinite(loss) and model.transformer.wte.weight.grad is not None
+    assert 7.1 < loss.item() < 8.1  # about ln(2048) = 7.62 for an untrained model
+
+
+def test_unknown_preset_lists_the_presets():
+    with pytest.raises(ValueError, match="tiny, small, gpt2-124m"):
+        models.preset("gpt5")
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"d_model": 250}, "not divisible by n_head"),
+        ({"n_layer": 0}, "n_layer must be a positive integer"),
+        ({"vocab_size": -5}, "vocab_size must be a positive integer"),
+        ({"d_ff": -1}, "d_ff must be"),
+        ({"family": "mamba"}, "unknown model family"),
+        ({"n_kv_head": 2}, "no grouped-query attention"),
+    ],
+)
+def test_bad_shapes_are_refused_with_a_clear_message(changes, words):
+    with pytest.raises(ValueError, match=words):
+        models.preset("tiny", **changes)
+
+
+def test_llama_heads_must_be_a_multiple_of_the_kv_heads():
+    with pytest.raises(ValueError, match="multiple of n_kv_head"):
+        ModelShape("llama", 2, 256, 4, 1000, 128, n_kv_head=3)
+
+
+def test_bad_attention_and_sequence_are_refused():
+    with pytest.raises(ValueError, match="unknown attention"):
+        models.build_model("tiny", device="meta", attention="flash")
+    with pytest.raises(ValueError, match="seq must be"):
+        models.training_flops_per_token("tiny", 0)
+    with pytest.raises(ValueError, match="d_model must be"):
+        models.LSTMLanguageModel(100, 0, 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_builds_on_the_gpu():
+    model = models.build_model("tiny", device="cuda", dtype=torch.bfloat16)
+    assert next(model.parameters()).device.type == "cuda"
+    x = torch.randint(0, models.SMOKE_VOCAB, (2, 32), device="cuda")
+    assert torch.isfinite(model(input_ids=x, labels=x).loss)

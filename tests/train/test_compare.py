@@ -1,0 +1,57 @@
+"""Quick side-by-side runs: alternating rounds, the first step reported on its own, per-variant
+tokens per step, and an optional validation loss."""
+
+import pytest
+from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
+
+from llmlab.train import TrainConfig
+from llmlab.train.compare import QuickRun, merge_rounds, quick_runs, runs_table
+
+BASE = TrainConfig(max_steps=3, micro_batch_size=2, seq_len=8, warmup_steps=1, dtype="fp32",
+                   eval_interval=10**6, eval_batches=2, device="cpu")  # fmt: skip
+
+
+def windows(config: TrainConfig) -> RandomWindows:
+    return RandomWindows(token_stream(), config.micro_batch_size, config.seq_len)
+
+
+def test_rounds_alternate_the_variants():
+    order = []
+
+    def data(config):
+        order.append(config.micro_batch_size)
+        return windows(config)
+
+    variants = {"two rows": dict(micro_batch_size=2), "four rows": dict(micro_batch_size=4)}
+    runs = quick_runs(tiny_gpt2, data, BASE, variants, timing_warmup=1, measure_memory=False,
+                      rounds=2)  # fmt: skip
+    assert order == [2, 4, 2, 4]  # one training source per run, in turn: A B A B
+    for run, rows in zip(runs, (2, 4), strict=True):
+        # tokens/s belongs to each variant's own step size (rows x seq_len)
+        assert run.tokens_per_s * run.step_ms / 1e3 == pytest.approx(rows * BASE.seq_len)
+        assert len(run.losses) == BASE.max_steps  # the first round's losses, one per step
+        assert run.first_step_ms > 0 and run.val_loss is None and run.peak_memory_mb is None
+
+
+def test_validation_loss_and_memory_when_asked():
+    (run,) = quick_runs(tiny_gpt2, windows, BASE, {"base": {}}, timing_warmup=1,
+                        make_val=windows)  # fmt: skip
+    assert run.val_loss is not None and run.val_loss > 0
+    assert run.peak_memory_mb is not None and run.peak_memory_mb > 0
+    assert "base" in runs_table([run])
+
+
+def test_merged_rounds_keep_the_median_step_and_the_tokens_per_step():
+    def run(step_ms, loss):
+        return QuickRun("a", step_ms, tokens_per_s=1000 / step_ms * 1e3, losses=[loss],
+                        peak_memory_mb=None, first_step_ms=9.0)  # 1000 tokens per step
+
+    (merged,) = merge_rounds([[run(10.0, 1.0)], [run(40.0, 2.0)], [run(20.0, 3.0)]])
+    assert merged.step_ms == 20.0 and merged.tokens_per_s == pytest.approx(50_000)
+    assert merged.losses == [1.0]  # the first round's
+
+
+@pytest.mark.parametrize("rounds, warmup", [(0, 1), (1, 3)])
+def test_bad_settings_are_refused(rounds, warmup):
+    with pytest.raises(ValueError, match="rounds|timing_warmup"):
+        quick_runs(tiny_gpt2, windows, BASE, {"base": {}}, timing_warmup=warmup, rounds=rounds)
