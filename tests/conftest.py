@@ -38,14 +38,14 @@ def _transformers_left_as_found():
     assert not left, f"the test left PreTrainedModel.{left} swapped (two loads at once?)"
 
 
-# Labs 06-08 start from the model Lab 03 trains. Lab 03's notebook runs first and those labs last,
+# Labs 06-09 start from the model Lab 03 trains. Lab 03's notebook runs first and those labs last,
 # so they load its model instead of training a copy of their own (labs asking at once wait for
 # one training: llmlab.course.pretrained). The other notebooks go early: long units of work are
 # best started first. The Makefile turns off xdist's own reordering by size, which would undo
 # this order.
 FIRST = "solutions/03_training.ipynb"
 LAST = ("solutions/06_pruning.ipynb", "solutions/07_quantization.ipynb",
-        "solutions/08_finetuning.ipynb")  # fmt: skip
+        "solutions/08_finetuning.ipynb", "solutions/09_kernels.ipynb")  # fmt: skip
 
 
 def run_order(item) -> int:

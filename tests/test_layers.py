@@ -1,11 +1,11 @@
 """Data flows one way through llmlab: no module imports one above it (DESIGN.md, house rules).
 
-data -> models -> memory -> scale -> distributed -> train / jobs -> (prune, quant) -> evaluate;
-env, device, bench, network, numerics and files sit underneath everything; course, plots and cli
-sit on top. The planner (scale) is plain arithmetic below the ranks' code: it never imports
-torch.distributed. The job tooling (jobs) surrounds a run and never imports the trainer, nor the
-trainer it. A lower module that reached up would make a learner read the whole package to
-understand one part, and would risk import cycles.
+data -> models, kernels -> memory -> scale -> distributed -> train / jobs -> (prune, quant) ->
+evaluate, inference; env, device, bench, network, numerics, files and profiler sit underneath
+everything; course, plots and cli sit on top. The planner (scale) is plain arithmetic below the
+ranks' code: it never imports torch.distributed. The job tooling (jobs) surrounds a run and never
+imports the trainer, nor the trainer it. A lower module that reached up would make a learner read
+the whole package to understand one part, and would risk import cycles.
 """
 
 import ast

@@ -406,6 +406,81 @@ def _stall_run(mode: str, device: torch.device, folder: Path):
     return measure_stall(mode, model, optimizer, step, folder)
 
 
+def check_kernels(budget: Budget) -> list[dict]:
+    """Lab 09 on a GPU: its Triton kernels compiled (agreement, then bandwidth against eager,
+    torch.softmax and torch.compile), a bf16 step of GPT-2 small profiled with its kernels and
+    the GPU's idle gaps, and torch.compile's modes timed on its forward."""
+    device = require_cuda((8, 0), "bf16 kernels")
+    require_package("triton")
+    from llmlab.kernels.attention import attention_forward
+    from llmlab.kernels.softmax import softmax
+
+    rows = []
+    x = torch.randn(512, 1000, device=device) * 10  # an odd width: masked lanes in the tile
+    error = (softmax(x) - x.softmax(-1)).abs().max().item()
+    rows.append(row("Triton softmax vs torch.softmax, fp32", f"{error:.1e}", "max abs error"))
+    q, k, v = (torch.randn(2, 4, 300, 64, device=device) for _ in range(3))
+    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    error = (attention_forward(q, k, v, causal=True) - reference).abs().max().item()
+    rows.append(row("Triton attention forward vs SDPA, causal, fp32", f"{error:.1e}",
+                    "max abs error", "tl.dot rounds fp32 to tf32: about 1e-3 expected"))
+    measurements = (("softmax bandwidth", _softmax_bandwidth_rows),
+                    (f"profiled bf16 step of {MODEL}", _profiled_step_rows),
+                    (f"torch.compile modes, {MODEL} forward", _compile_mode_rows))  # fmt: skip
+    for what, measure in measurements:
+        if budget.left() <= 0:
+            rows.append(row(what, None, note="section budget spent"))
+            continue
+        rows += measure(device)
+    return rows
+
+
+def _softmax_bandwidth_rows(device: torch.device) -> list[dict]:
+    from llmlab.kernels.bandwidth import softmax_bandwidth
+
+    return [row(f"softmax 8192 x 4096 bf16: {r['softmax']}", r["GB/s"], "GB/s",
+                f"{r['time (us)']} us, {r['of datasheet']}")
+            for r in softmax_bandwidth(device=device)]
+
+
+def _profiled_step_rows(device: torch.device) -> list[dict]:
+    from llmlab import profiler
+    from llmlab.models import build_model, preset
+
+    model = build_model(preset(MODEL), device, torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    ids = torch.randint(0, model.config.vocab_size, (MEMORY_BATCH, SEQ), device=device)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            model(ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    profiled = profiler.profile_step(step, cuda=True)
+    idle = profiler.gpu_gaps(profiled.kernels)
+    top = profiler.top_operators(profiled.kernels, k=3)
+    return [row("kernels in one step", len(profiled.kernels), "kernels",
+                f"GPU busy {idle.busy_us / 1e3:.1f} ms, idle {idle.idle_fraction:.1%} between "
+                "them"),
+            *(row(f"top kernel {i + 1}: {r['operator'][:60]}", r["share"], "of GPU time")
+              for i, r in enumerate(top))]
+
+
+def _compile_mode_rows(device: torch.device) -> list[dict]:
+    from llmlab.kernels.compiled import time_modes
+    from llmlab.models import build_model, preset
+
+    model = build_model(preset(MODEL), device, torch.bfloat16).eval()
+    ids = torch.randint(0, model.config.vocab_size, (1, 128), device=device)  # small: launch-bound
+    # max-autotune benchmarks kernel variants for minutes: out of this check's budget.
+    timings = time_modes(model, [ids], modes=("default", "reduce-overhead"))
+    return [row(f"torch.compile mode={mode}, batch 1 x 128", round(t.speedup, 2), "x eager",
+                f"compile {t.compile_s:.0f} s, {t.compiled.median_s * 1e3:.2f} ms against "
+                f"{t.eager.median_s * 1e3:.2f} ms eager")
+            for mode, t in timings.items()]
+
+
 SECTIONS = (
     Section("doctor", "Lab 00", "driver, CUDA runtime, capability, NCCL version, NVML readings",
             check_doctor, 30),
@@ -424,6 +499,10 @@ SECTIONS = (
     Section("nccl, one rank", "Labs 04-05", "NCCL process group with one rank, the flight "
             "recorder, sync/async checkpoint stall; what needs two GPUs stays unmeasured",
             check_nccl, 60),
+    Section("kernels", "Lab 09", "Triton softmax and attention compiled (agreement; bandwidth "
+            "against eager, torch.softmax, torch.compile), a bf16 step profiled (kernels, idle "
+            "gaps), torch.compile modes on GPT-2 small's forward", check_kernels, 120,
+            ("triton",)),
 )  # fmt: skip
 
 

@@ -82,7 +82,7 @@ LABS: tuple[Lab, ...] = (
     Lab(8, "finetuning", "Fine-tuning and evaluation", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (fine-tunes Lab 03's GPT-2 small four ways: "
         "full, LoRA, QLoRA, head only)", _training_gpu(TRAINING_GPU_GB)),
-    Lab(9, "kernels", "Kernels and profiling", False,
+    Lab(9, "kernels", "Kernels and profiling", True,
         "any CUDA GPU (profiles and times Lab 03's model; Triton kernels run compiled)", _any_gpu),
 )  # fmt: skip
 

@@ -111,7 +111,7 @@ def exercise_operator_cost(cost) -> None:
 # ---------------------------------------------------------------- A Triton kernel
 # (section 4 of the lab)
 
-_KERNEL = "Exercise (a softmax kernel in Triton)"
+_KERNEL = "Exercise 3 (a softmax kernel in Triton)"
 _POISON = -1.0  # no softmax output is negative: a -1 left in `out` was never written
 
 
@@ -238,7 +238,7 @@ def exercise_softmax_kernel(fn) -> None:
 # ---------------------------------------------------------------- torch.compile and precision
 # (sections 3 and 5 of the lab)
 
-_FLUSH = "Exercise (a flushed accumulator)"
+_FLUSH = "Exercise 2 (a flushed accumulator)"
 
 
 def _flush_cases() -> list[tuple[torch.Tensor, torch.dtype, int]]:
@@ -328,7 +328,7 @@ def exercise_flushed_sum(flushed_sum) -> None:
 # ---------------------------------------------------------------- A KV cache and inference
 # (section 6 of the lab)
 
-_KV = "The KV-cache exercise"
+_KV = "Exercise 4 (a KV cache)"
 
 
 def _attention(q, k, v, visible=None):
