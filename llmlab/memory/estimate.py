@@ -391,7 +391,9 @@ def estimate_memory(
         items["DDP gradient buckets"] = items["gradients"]
     # Training the head alone, nothing below it needs a gradient: no block keeps its activations.
     below_head = 0.0 if setup.head_only else 1.0
-    items["block activations"] = below_head * in_flight * block_activation_bytes(shape, setup, layers)
+    items["block activations"] = below_head * in_flight * block_activation_bytes(
+        shape, setup, layers
+    )
     if last:  # the LM head and the loss run on the last stage, one micro-batch at a time
         items["head activations"] = head_activation_bytes(shape, setup)
         # The gradients of the fp32 log-probabilities and of the logits, as backward starts.
