@@ -178,8 +178,8 @@ def finetune_memory(
         raise ValueError(f"unknown part {part!r}: use one of {PARTS}")
     if part == "lora" and not setup.lora_rank:
         raise ValueError("measuring LoRA needs setup.lora_rank >= 1 (8 is usual)")
-    plain = setup.replace(lora_rank=0, weights_4bit="", head_only=False)  # prepare() builds plain
-    # models only
+    # prepare() builds plain models only; finetune_copy then makes `part` alone trainable.
+    plain = setup.replace(lora_rank=0, weights_4bit="", head_only=False)
     built, optimizer, input_ids, autocast_dtype = prepare(model, plain, device)
     if part != "full":
         built = finetune_copy(built, part, rank=setup.lora_rank or 8)
