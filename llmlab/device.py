@@ -165,6 +165,15 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
     torch.use_deterministic_algorithms(deterministic)
 
 
+def pin_cpu_threads(device: torch.device | str) -> None:
+    """One math thread on the CPU, so that every machine computes the same numbers: PyTorch
+    splits a sum among its threads and rounds each part, so the thread count changes the last
+    bits of a sum, and over a fine-tune and greedy decoding, which tokens come out. A GPU's
+    results do not depend on the host's threads: nothing changes there."""
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(1)
+
+
 def autocast(
     device: torch.device | str, dtype: torch.dtype
 ) -> contextlib.AbstractContextManager[object]:

@@ -9,6 +9,7 @@ from llmlab.device import (
     autocast,
     choose_device,
     choose_dtype,
+    pin_cpu_threads,
     seed_everything,
     training_dtype_for,
 )
@@ -95,6 +96,26 @@ def test_seed_everything_deterministic_switches_on_and_off(monkeypatch):
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     seed_everything(0)
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+@pytest.fixture
+def threads_restored():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_thread_count_moves_a_sum_and_pinning_the_cpu_threads_removes_it(threads_restored):
+    x = torch.randn(2**20, generator=torch.Generator().manual_seed(0))
+    torch.set_num_threads(1)
+    one_thread = x.sum()
+    torch.set_num_threads(4)
+    assert not torch.equal(x.sum(), one_thread)  # four partial sums round differently
+    pin_cpu_threads("cpu")
+    assert torch.equal(x.sum(), one_thread)
+    torch.set_num_threads(4)
+    pin_cpu_threads("cuda:0")  # a GPU's results do not depend on the host's threads
+    assert torch.get_num_threads() == 4
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

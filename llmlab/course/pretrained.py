@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from llmlab.course.artifacts import artifacts_dir
 from llmlab.data import DatasetPaths, prepare_default_dataset
+from llmlab.data.docstrings import DocstringPair, hub_docstring_pairs
 from llmlab.data.errors import DataError
 from llmlab.data.loaders import RandomWindows
 from llmlab.data.pipeline import PROFILE_SPECS
@@ -198,3 +199,25 @@ def hub_model(name: str = HUB_MODEL):
         )
     model = AutoModelForCausalLM.from_pretrained(name, use_safetensors=True)
     return model, AutoTokenizer.from_pretrained(name)
+
+
+@dataclass(frozen=True)
+class HubTask:
+    """Lab 08's online pair: a model pretrained elsewhere and a code-summarization task from
+    GitHub, neither of which has seen the other."""
+
+    model: object  # a transformers causal language model
+    tokenizer: object
+    train: list[DocstringPair]
+    test: list[DocstringPair]
+
+
+def hub_task(max_train: int, max_test: int) -> HubTask | None:
+    """With LLMLAB_ONLINE=1, GPT-2 small (`hub_model`) and CodeXGLUE's Python functions
+    (`hub_docstring_pairs`, the first `max_train` and `max_test`); offline, None, and nothing is
+    read from the network."""
+    if not online():
+        return None
+    model, tokenizer = hub_model()
+    return HubTask(model, tokenizer, hub_docstring_pairs("train", max_train),
+                   hub_docstring_pairs("test", max_test))  # fmt: skip

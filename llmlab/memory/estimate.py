@@ -52,6 +52,8 @@ class TrainingSetup:
     model (data parallel), sharded by ZeRO `zero` stage 1-3 (FSDP's FULL_SHARD is stage 3).
     `lora_rank` > 0 trains low-rank adapters on every linear layer of the blocks and freezes the
     rest; `weights_4bit` ("nf4" or "gptq") then stores the frozen block weights in 4 bits (QLoRA).
+    `head_only` trains the LM head alone (a tied head gets its own trainable copy) and freezes the
+    rest: nothing below the head needs a gradient, so the blocks keep no activations.
     """
 
     batch: int = 1  # sequences per micro-batch, per data-parallel replica
@@ -69,6 +71,7 @@ class TrainingSetup:
     tensor_parallel: int = 1
     lora_rank: int = 0
     weights_4bit: str = ""
+    head_only: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch", "grad_accumulation", "gpus", "tensor_parallel"):
@@ -99,6 +102,9 @@ class TrainingSetup:
             )
         if self.weights_4bit and not self.lora_rank:
             raise ValueError("4-bit weights cannot be trained directly: set lora_rank (QLoRA)")
+        if self.head_only and self.lora_rank:
+            raise ValueError("head_only trains the LM head alone: it cannot have LoRA adapters "
+                             "too; set lora_rank=0")
         if self.fp32_grads and self.dtype != "fp32" and not self.master_weights:
             raise ValueError("fp32_grads describes mixed precision: it needs master_weights=True")
 
@@ -138,6 +144,8 @@ class TrainingSetup:
             parts.append(f"LoRA rank {self.lora_rank}")
         if self.weights_4bit:
             parts.append(f"{self.weights_4bit} base weights")
+        if self.head_only:
+            parts.append("LM head only")
         return ", ".join(parts)
 
 
@@ -262,6 +270,8 @@ def head_activation_bytes(model: str | ModelShape, setup: TrainingSetup) -> floa
     shape = as_shape(model)
     d, a = shape.d_model, DTYPE_BYTES[setup.dtype]
     final_norm = d * a if shape.family == "gpt2" else 4 * d + d * a
+    if setup.head_only:  # the frozen final norm's input needs no gradient: it is not kept
+        final_norm = 0
     per_token = final_norm + d * a + shape.vocab_size * 4 / setup.tensor_parallel
     return setup.batch * _seq(shape, setup) * per_token
 
@@ -313,13 +323,16 @@ def _trainable_and_frozen(
     """Trainable parameters and bytes of frozen weights (LoRA freezes the base model) of a
     stage of `layers` blocks (the first and last hold the embeddings and the head)."""
     total = stage_parameters(shape, layers, first, last)
+    # torch.autocast computes in 16 bits from fp32 weights: the frozen ones stay fp32 too.
+    base = 4 if setup.mixed and setup.fp32_grads else DTYPE_BYTES[setup.dtype]
+    if setup.head_only:  # a tied head's trainable copy comes on top of the frozen embedding
+        head = shape.vocab_size * shape.d_model
+        return head, (total - (0 if shape.tied_embeddings else head)) * base
     if not setup.lora_rank:
         return total, 0.0
     linears = block_linear_shapes(shape)
     in_blocks = layers * sum(i * o for i, o in linears)
     adapters = layers * sum(setup.lora_rank * (i + o) for i, o in linears)
-    # torch.autocast computes in 16 bits from fp32 weights: the frozen ones stay fp32 too.
-    base = 4 if setup.mixed and setup.fp32_grads else DTYPE_BYTES[setup.dtype]
     block_bytes = WEIGHT_BITS_4BIT[setup.weights_4bit] / 8 if setup.weights_4bit else base
     return adapters, (total - in_blocks) * base + in_blocks * block_bytes
 
@@ -358,6 +371,9 @@ def estimate_memory(
     setup = (setup or TrainingSetup()).replace(**changes)
     _check_model_fits_setup(shape, setup)
     _check_pipeline(shape, pipeline_stage, pipeline_stages)
+    if setup.head_only and pipeline_stages > 1:
+        raise ValueError("head_only plans one device holding the whole model: use "
+                         "pipeline_stages=1 (only the last stage would train anything)")
     first, last = pipeline_stage == 0, pipeline_stage == pipeline_stages - 1
     layers = math.ceil(shape.n_layer / pipeline_stages)  # the most blocks a stage holds
     # 1F1B: stage i starts the forwards of (stages - i) micro-batches before its first backward,
@@ -373,16 +389,20 @@ def estimate_memory(
         # (unless DistributedDataParallel(gradient_as_bucket_view=True)); PyTorch's ZeRO-1,
         # ZeroRedundancyOptimizer, runs on DDP and keeps it too.
         items["DDP gradient buckets"] = items["gradients"]
-    items["block activations"] = in_flight * block_activation_bytes(shape, setup, layers)
+    # Training the head alone, nothing below it needs a gradient: no block keeps its activations.
+    below_head = 0.0 if setup.head_only else 1.0
+    items["block activations"] = below_head * in_flight * block_activation_bytes(
+        shape, setup, layers
+    )
     if last:  # the LM head and the loss run on the last stage, one micro-batch at a time
         items["head activations"] = head_activation_bytes(shape, setup)
         # The gradients of the fp32 log-probabilities and of the logits, as backward starts.
         items["loss buffers"] = 2 * tokens * shape.vocab_size * 4 / tp
     # At the end of backward the first block's activations are still there (or recomputed).
-    items["block in backward"] = block_activation_bytes(
+    items["block in backward"] = below_head * block_activation_bytes(
         shape, setup.replace(checkpointing=False), layers=1
     )
-    if setup.attention == "eager":  # gradients of the probabilities and of the scores
+    if setup.attention == "eager" and not setup.head_only:  # gradients of probabilities, scores
         softmax_bytes = 4 if shape.family == "llama" else DTYPE_BYTES[setup.dtype]
         items["attention backward"] = 2 * tokens * shape.n_head * _seq(shape, setup) * (
             softmax_bytes / tp)

@@ -169,21 +169,23 @@ def finetune(
 
 def finetune_memory(
     model: str | ModelShape, setup: TrainingSetup, part: str, device: torch.device | str = "cpu"
-) -> tuple[MeasuredStep, MemoryEstimate | None]:
+) -> tuple[MeasuredStep, MemoryEstimate]:
     """One training step of `setup` on `model` with only `part` trainable, measured (after a
     warm-up step), and Lab 02's plan of it: `estimate_memory` with `setup.lora_rank` for "lora",
-    without for "full"; None for "head" (the planner has no head-only mode). QLoRA:
+    with `head_only` for "head", with neither for "full". QLoRA:
     llmlab.quant.qlora_memory. Random weights: memory does not depend on their values."""
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}: use one of {PARTS}")
     if part == "lora" and not setup.lora_rank:
         raise ValueError("measuring LoRA needs setup.lora_rank >= 1 (8 is usual)")
-    plain = setup.replace(lora_rank=0, weights_4bit="")  # prepare() builds plain models only
+    # prepare() builds plain models only; finetune_copy then makes `part` alone trainable.
+    plain = setup.replace(lora_rank=0, weights_4bit="", head_only=False)
     built, optimizer, input_ids, autocast_dtype = prepare(model, plain, device)
     if part != "full":
         built = finetune_copy(built, part, rank=setup.lora_rank or 8)
         trainable = [p for p in built.parameters() if p.requires_grad]
         optimizer = optimizer_by_name(trainable, setup.optimizer, setup.fused_optimizer)
     measured = measure_training_step(built, optimizer, input_ids, autocast_dtype)
-    planned = {"full": plain, "lora": setup.replace(weights_4bit="")}.get(part)
-    return measured, estimate_memory(model, planned) if planned else None
+    planned = {"full": plain, "lora": plain.replace(lora_rank=setup.lora_rank),
+               "head": plain.replace(head_only=True)}[part]  # fmt: skip
+    return measured, estimate_memory(model, planned)

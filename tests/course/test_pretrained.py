@@ -154,6 +154,35 @@ def test_the_hub_model_needs_the_online_switch(monkeypatch):
         pretrained.hub_model()
 
 
+def test_the_hub_task_offline_is_none_and_never_touches_the_network(monkeypatch):
+    import socket
+
+    import datasets
+
+    monkeypatch.delenv("LLMLAB_ONLINE", raising=False)
+
+    def network(*args, **kwargs):
+        pytest.fail("the offline path reached for the network")
+
+    monkeypatch.setattr(socket.socket, "connect", network)
+    monkeypatch.setattr(pretrained.AutoModelForCausalLM, "from_pretrained", network)
+    monkeypatch.setattr(datasets, "load_dataset", network)
+    assert pretrained.hub_task(max_train=10, max_test=5) is None
+
+
+def test_the_hub_task_online_pairs_the_hub_model_with_codexglue(monkeypatch):
+    monkeypatch.setenv("LLMLAB_ONLINE", "1")
+    model = tiny_gpt2()
+    monkeypatch.setattr(pretrained, "hub_model", lambda: (model, "tokenizer"))
+    asked = []
+    monkeypatch.setattr(pretrained, "hub_docstring_pairs",
+                        lambda split, n: asked.append((split, n)) or [split] * n)  # fmt: skip
+    task = pretrained.hub_task(max_train=3, max_test=2)
+    assert (task.model, task.tokenizer) == (model, "tokenizer")
+    assert (task.train, task.test) == (["train"] * 3, ["test"] * 2)
+    assert asked == [("train", 3), ("test", 2)]
+
+
 def test_the_hub_model_with_a_local_stand_in(tmp_path, monkeypatch):
     """A folder laid out as a Hub repository stands in for gpt2: the same loading path."""
     model = tiny_gpt2()

@@ -120,6 +120,26 @@ def test_lora_and_qlora():
     assert qlora.peak < lora.peak < full.peak
 
 
+def test_head_only_trains_the_head_and_keeps_no_block_activations():
+    full = estimate_memory("gpt2-124m", batch=4, seq=512, dtype="fp32", attention="eager")
+    head = estimate_memory("gpt2-124m", batch=4, seq=512, dtype="fp32", attention="eager",
+                           head_only=True)  # fmt: skip
+    matrix = 50257 * 768  # GPT-2 ties its head to the embedding: training it makes a copy
+    assert head.items["gradients"] == matrix * 4
+    assert head.items["optimizer states"] == matrix * 8
+    assert head.items["weights"] == (count_parameters("gpt2-124m").total + matrix) * 4
+    for gone in ("block activations", "block in backward", "attention backward"):
+        assert gone in full.items and gone not in head.items
+    # What the head keeps: the final hidden state (the head's input) and the log-probabilities.
+    assert head.items["head activations"] == 4 * 512 * (768 * 4 + 50257 * 4)
+    untied = estimate_memory("llama-7b", batch=1, seq=256, head_only=True)
+    assert untied.items["weights"] == pytest.approx(6_738_415_616 * 2, rel=1e-6)
+    with pytest.raises(ValueError, match="set lora_rank=0"):
+        TrainingSetup(head_only=True, lora_rank=8)
+    with pytest.raises(ValueError, match="pipeline_stages=1"):
+        estimate_memory("gpt2-124m", head_only=True, pipeline_stages=2, pipeline_stage=1)
+
+
 def test_the_peak_is_one_moment_not_the_sum_of_everything():
     estimate = estimate_memory("tiny", batch=4, seq=256, dtype="fp32")
     assert estimate.peak_phase == "start of backward"

@@ -107,17 +107,19 @@ def test_finetune_lowers_the_loss_and_times_steps_with_the_clock_given(model):
         finetune(frozen, task_batches(examples, 2), steps=1, lr=1e-3, progress=False)
 
 
-@pytest.mark.parametrize("part", ["full", "lora"])
+@pytest.mark.parametrize("part", ["full", "lora", "head"])
 def test_memory_of_a_step_sits_near_lab_02s_plan(part):
     setup = TrainingSetup(batch=2, seq=32, dtype="fp32", fused_optimizer=True, lora_rank=8)
     measured, planned = finetune_memory("tiny", setup, part)
     assert measured.peak_bytes / planned.peak == pytest.approx(1.0, abs=0.12)
 
 
-def test_memory_of_the_head_alone_has_no_plan_and_is_the_smallest():
+def test_memory_of_the_head_alone_is_planned_as_head_only_and_is_the_smallest():
     setup = TrainingSetup(batch=2, seq=32, dtype="fp32", lora_rank=8)
     head, plan = finetune_memory("tiny", setup, "head")
-    full, _ = finetune_memory("tiny", setup, "full")
-    assert plan is None and head.peak_bytes < full.peak_bytes
+    full, full_plan = finetune_memory("tiny", setup, "full")
+    assert plan.setup.head_only and not plan.setup.lora_rank
+    assert head.peak_bytes / plan.peak == pytest.approx(1.0, abs=0.01)  # measured 1.0000
+    assert head.peak_bytes < full.peak_bytes and plan.peak < full_plan.peak
     with pytest.raises(ValueError, match="lora_rank"):
         finetune_memory("tiny", setup.replace(lora_rank=0), "lora")
