@@ -9,16 +9,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers.checks import fails
 from torch import nn
 
-from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab06 as check
-
-
-def fails(check_fn, answer, match):
-    with pytest.raises(ExerciseFailed, match=match):
-        check_fn(answer)
-
 
 # ---------------------------------------------------------------- Exercise 1: global magnitude
 

@@ -5,20 +5,10 @@ solution notebook and say "not done yet" on the generated stub, once the noteboo
 import numpy as np
 import pytest
 import torch
+from helpers.checks import fails, stub
 
-from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab07 as check
 from llmlab.quant import fake_quantize, gptq, hessian
-
-
-def fails(check_fn, answer, match):
-    with pytest.raises(ExerciseFailed, match=match):
-        check_fn(answer)
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError("the hint")
-
 
 # ---------------------------------------------------------------- Exercise 1: group-wise RTN
 

@@ -8,21 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.checks import fails, stub
 from torch import nn
 
-from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab08 as check
 from llmlab.train.lora import LoRALinear
-
-
-def fails(check_fn, answer, match):
-    with pytest.raises(ExerciseFailed, match=match):
-        check_fn(answer)
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError("the hint")
-
 
 # ---------------------------------------------------------------- Exercise 2: a LoRA layer
 

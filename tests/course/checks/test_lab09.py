@@ -9,22 +9,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.checks import fails, stub
 
 from llmlab import profiler
-from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab09 as check
 from llmlab.inference.kv_cache import KVCache
 from llmlab.numerics import flushed_accumulate
-
-
-def fails(check_fn, answer, match):
-    with pytest.raises(ExerciseFailed, match=match):
-        check_fn(answer)
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError("the hint")
-
 
 # ---------------------------------------------------------------- Profiling and rooflines
 
