@@ -20,7 +20,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from llmlab.memory import check_tensor_parallel
 from llmlab.models import ModelShape, as_shape
-from llmlab.scale.layout import RANK_ORDER, rank_strides
+from llmlab.scale.layout import RANK_ORDER, Parallel
 
 DIMS = RANK_ORDER  # the grid's axes, slowest to fastest
 
@@ -64,7 +64,7 @@ class RankGrid:
     def coords(self, rank: int) -> dict[str, int]:
         """Where `rank` sits: {"pp": ..., "dp": ..., "tp": ...}."""
         self._check_rank(rank)
-        strides = rank_strides(self.dp, self.tp, self.pp)
+        strides = Parallel(self.dp, self.tp, self.pp).strides()
         return {dim: rank // strides[dim] % getattr(self, dim) for dim in DIMS}
 
     def rank(self, pp: int = 0, dp: int = 0, tp: int = 0) -> int:
@@ -72,7 +72,7 @@ class RankGrid:
         for name, value in (("pp", pp), ("dp", dp), ("tp", tp)):
             if not 0 <= value < getattr(self, name):
                 raise ValueError(f"{name}={value} is outside 0..{getattr(self, name) - 1}")
-        strides = rank_strides(self.dp, self.tp, self.pp)
+        strides = Parallel(self.dp, self.tp, self.pp).strides()
         return pp * strides["pp"] + dp * strides["dp"] + tp * strides["tp"]
 
     def groups(self, dim: str) -> list[list[int]]:

@@ -17,10 +17,11 @@ Ties go to fewer model splits, then a lower ZeRO stage, then more free memory. T
 cut on memory alone; Lab 05 adds time (an alpha-beta communication model, llmlab.scale.search)
 on top.
 
-A layout to simulate (llmlab.scale.simulate) is a `Parallel`: the degrees, the ZeRO stage and
-the micro-batching. Ranks are numbered in one order, RANK_ORDER, for the planner's links and for
-the rank grid and device mesh (llmlab.distributed.mesh) alike: tensor parallel fastest, then
-data parallel, pipeline slowest.
+The one layout type is `Parallel`: the degrees, the ZeRO stage and the micro-batching. A layout
+that fits (`Layout`) holds one, and so does a layout to simulate (llmlab.scale.simulate);
+llmlab.memory's TrainingSetup sees a narrower view of it (`stage_setup`). Ranks are numbered in
+one order, RANK_ORDER, for the planner's links and for the rank grid and device mesh
+(llmlab.distributed.mesh) alike: tensor parallel fastest, then data parallel, pipeline slowest.
 """
 
 from dataclasses import dataclass
@@ -44,27 +45,12 @@ LINK = {"infiniband": "InfiniBand", "ethernet": "Ethernet"}
 RANK_ORDER = ("pp", "dp", "tp")
 
 
-def rank_strides(dp: int, tp: int, pp: int) -> dict[str, int]:
-    """How many ranks apart neighbours along each axis are: tp 1, dp tp, pp dp x tp."""
-    sizes, strides, stride = {"dp": dp, "tp": tp, "pp": pp}, {}, 1
-    for dim in reversed(RANK_ORDER):
-        strides[dim] = stride
-        stride *= sizes[dim]
-    return strides
-
-
-def crosses_nodes(dim: str, dp: int, tp: int, pp: int, gpus_per_node: int) -> bool:
-    """Whether some `dim` group ("dp", "tp" or "pp") has ranks on two nodes, ranks filling node
-    0 first, then node 1. Each group lies in a run of stride x size consecutive ranks, and one of
-    them crosses exactly when those runs do not tile a node."""
-    size = {"dp": dp, "tp": tp, "pp": pp}[dim]
-    return size > 1 and gpus_per_node % (rank_strides(dp, tp, pp)[dim] * size) != 0
-
-
 @dataclass(frozen=True)
 class Parallel:
-    """A layout. Ranks are numbered as the device mesh numbers them: TP fastest, then DP, then
-    PP (RANK_ORDER), so TP groups stay inside a node."""
+    """A layout: the parallel degrees, the ZeRO stage and the micro-batching. It is the one
+    layout type: the planner's layouts hold one, and the rank grid (llmlab.distributed.mesh) is
+    built from one. Ranks are numbered as the device mesh numbers them: TP fastest, then DP,
+    then PP (RANK_ORDER), so TP groups stay inside a node."""
 
     dp: int
     tp: int = 1
@@ -84,9 +70,33 @@ class Parallel:
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero must be a ZeRO stage 0-3, got {self.zero!r}")
 
+    @classmethod
+    def for_setup(cls, setup: TrainingSetup, dp: int, tp: int = 1, pp: int = 1,
+                  zero: int = 0) -> "Parallel":
+        """These degrees with `setup`'s micro-batching: `stage_setup`'s way back."""
+        return cls(dp, tp, pp, zero, setup.batch, setup.grad_accumulation, setup.checkpointing,
+                   setup.seq)  # fmt: skip
+
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp
+
+    def strides(self) -> dict[str, int]:
+        """How many ranks apart neighbours along each axis are: tp 1, dp tp, pp dp x tp."""
+        strides, stride = {}, 1
+        for dim in reversed(RANK_ORDER):
+            strides[dim] = stride
+            stride *= getattr(self, dim)
+        return strides
+
+    def crosses_nodes(self, dim: str, gpus_per_node: int) -> bool:
+        """Whether some `dim` group ("dp", "tp" or "pp") has ranks on two nodes, ranks filling
+        node 0 first, then node 1. Each group lies in a run of stride x size consecutive ranks,
+        and one of them crosses exactly when those runs do not tile a node."""
+        if dim not in RANK_ORDER:
+            raise ValueError(f"unknown dimension {dim!r}: use one of {RANK_ORDER}")
+        size = getattr(self, dim)
+        return size > 1 and gpus_per_node % (self.strides()[dim] * size) != 0
 
     def describe(self) -> str:
         zero = f" ZeRO-{self.zero}" if self.zero else ""
@@ -97,20 +107,21 @@ class Parallel:
 
 @dataclass(frozen=True)
 class Layout:
-    dp: int
-    tp: int
-    pp: int
-    zero: int
+    """A layout that fits in memory, as `choose_layouts` ranks it."""
+
+    parallel: Parallel  # its micro-batching is the TrainingSetup's it was planned with
     estimate: MemoryEstimate  # per GPU, of the most loaded pipeline stage
     fit: str  # "yes" or "tight" (see llmlab.memory.fits)
     reason: str  # the rule that ranks it, in one line
 
     def describe(self) -> str:
-        parts = [f"DP {self.dp}" + (f" ZeRO-{self.zero}" if self.zero else "")]
-        if self.tp > 1:
-            parts.append(f"TP {self.tp}")
-        if self.pp > 1:
-            parts.append(f"PP {self.pp}")
+        """The degrees alone ("DP 8 ZeRO-1 x TP 2"): the micro-batching is the set-up's."""
+        p = self.parallel
+        parts = [f"DP {p.dp}" + (f" ZeRO-{p.zero}" if p.zero else "")]
+        if p.tp > 1:
+            parts.append(f"TP {p.tp}")
+        if p.pp > 1:
+            parts.append(f"PP {p.pp}")
         return " x ".join(parts)
 
 
@@ -151,12 +162,13 @@ def choose_layouts(
         for pp in _pipeline_degrees(shape, nodes):
             dp = total // (tp * pp)
             for zero in (0, 1, 2, 3) if dp > 1 else (0,):
-                estimate = stage_estimate(shape, setup, dp, tp, pp, zero)
+                parallel = Parallel.for_setup(setup, dp, tp, pp, zero)
+                estimate = stage_estimate(shape, setup, parallel)
                 fit = fits(estimate, gpu_gb)
                 if fit != "no":
-                    dp_crosses = crosses_nodes("dp", dp, tp, pp, gpus_per_node)
-                    reason = _reason(dp, tp, pp, zero, dp_crosses, between_nodes)
-                    layouts.append(Layout(dp, tp, pp, zero, estimate, fit, reason))
+                    dp_crosses = parallel.crosses_nodes("dp", gpus_per_node)
+                    reason = _reason(parallel, dp_crosses, between_nodes)
+                    layouts.append(Layout(parallel, estimate, fit, reason))
     return sorted(layouts, key=lambda layout: _rank(layout, nodes, between_nodes))
 
 
@@ -188,10 +200,22 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def stage_estimate(shape, setup, dp, tp, pp, zero) -> MemoryEstimate:
+def stage_setup(setup: TrainingSetup, parallel: Parallel) -> TrainingSetup:
+    """`setup` (precision, optimizer, ...) with `parallel`'s layout and micro-batching, as
+    llmlab.memory sees one pipeline stage: TrainingSetup's gpus, zero and tensor_parallel are a
+    narrower view of a layout (the stage's dp x tp GPUs; the pipeline is estimate_memory's
+    pipeline_stages), and this is the one conversion."""
+    p = parallel
+    return setup.replace(batch=p.micro_batch, seq=p.seq, checkpointing=p.checkpointing,
+                         grad_accumulation=p.accumulation, zero=p.zero, gpus=p.dp * p.tp,
+                         tensor_parallel=p.tp)  # fmt: skip
+
+
+def stage_estimate(shape, setup: TrainingSetup, parallel: Parallel) -> MemoryEstimate:
     """The memory of the most loaded of the pp pipeline stages (llmlab.memory plans each: the
-    first holds the embeddings and pp micro-batches in flight, the last the head and one)."""
-    setup = setup.replace(zero=zero, gpus=dp * tp, tensor_parallel=tp)
+    first holds the embeddings and pp micro-batches in flight, the last the head and one).
+    `setup` gives the precision and optimizer; `parallel` the layout and micro-batching."""
+    setup, pp = stage_setup(setup, parallel), parallel.pp
     # A middle stage holds as many blocks as the first, fewer micro-batches and no embeddings
     # or head: the most loaded stage is the first or the last.
     stages = [estimate_memory(shape, setup, pipeline_stage=i, pipeline_stages=pp)
@@ -202,22 +226,24 @@ def stage_estimate(shape, setup, dp, tp, pp, zero) -> MemoryEstimate:
 def _tier(layout: Layout, nodes: int, between: str) -> int:
     """The rule of the module docstring: 1 plain DP, 2 ZeRO-1/2, 3 ZeRO-3, 4 TP, 5 PP (over
     Ethernet between nodes, PP 3 and ZeRO-3 4)."""
-    over_ethernet = nodes > 1 and between == "ethernet"
-    if layout.tp > 1:
+    over_ethernet, p = nodes > 1 and between == "ethernet", layout.parallel
+    if p.tp > 1:
         return 4
-    if layout.pp > 1:
+    if p.pp > 1:
         return 3 if over_ethernet else 5
-    if layout.zero == 3:
+    if p.zero == 3:
         return 4 if over_ethernet else 3
-    return 2 if layout.zero else 1
+    return 2 if p.zero else 1
 
 
 def _rank(layout: Layout, nodes: int, between: str) -> tuple:
-    return (layout.fit != "yes", _tier(layout, nodes, between), layout.tp * layout.pp,
-            layout.zero, layout.estimate.total)  # fmt: skip
+    p = layout.parallel
+    return (layout.fit != "yes", _tier(layout, nodes, between), p.tp * p.pp, p.zero,
+            layout.estimate.total)  # fmt: skip
 
 
-def _reason(dp: int, tp: int, pp: int, zero: int, dp_crosses: bool, between: str) -> str:
+def _reason(parallel: Parallel, dp_crosses: bool, between: str) -> str:
+    tp, pp, zero = parallel.tp, parallel.pp, parallel.zero
     if tp > 1:
         reason = f"each layer split over {tp} GPUs of a node: fast only on NVLink"
     elif pp > 1:

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from llmlab.memory import TrainingSetup
 from llmlab.models import ModelShape, as_shape
-from llmlab.scale.layout import Parallel, choose_layouts
+from llmlab.scale.layout import choose_layouts
 from llmlab.scale.simulate import Cluster, Prediction, simulate
 
 MICRO_BATCHES = (1, 2, 4)
@@ -50,12 +50,12 @@ def search_layouts(
             layouts = choose_layouts(shape, cluster.gpu, cluster.gpus_per_node, cluster.nodes,
                                      inside, between, setup)  # fmt: skip
             for layout in layouts:
-                replicas.add(layout.dp)
-                if layout.dp * micro > batch:  # every replica needs a micro-batch
+                dp = layout.parallel.dp
+                replicas.add(dp)
+                if dp * micro > batch:  # every replica needs a micro-batch
                     continue
-                accumulation = max(1, round(batch / (layout.dp * micro)))
-                parallel = Parallel(layout.dp, layout.tp, layout.pp, layout.zero, micro,
-                                    accumulation, checkpointing, seq)  # fmt: skip
+                accumulation = max(1, round(batch / (dp * micro)))
+                parallel = replace(layout.parallel, accumulation=accumulation)
                 prediction = simulate(shape, cluster, parallel, tokens, **extra)
                 if prediction.fit != "no":
                     predictions.append(prediction)

@@ -35,7 +35,7 @@ from llmlab.scale.comm_cost import (
     dp_collectives,
     tp_bytes,
 )
-from llmlab.scale.layout import Parallel, crosses_nodes, stage_estimate
+from llmlab.scale.layout import Parallel, stage_estimate
 from llmlab.scale.links import link
 
 # An assumption: the share of the dense peak a large bf16 matmul-heavy step keeps busy
@@ -79,8 +79,7 @@ class Cluster:
     def link_for(self, dim: str, parallel: Parallel) -> str:
         """The link that `parallel`'s "tp", "dp" or "pp" groups are as slow as: the one between
         nodes when a group has ranks on two (in the mesh's rank order, llmlab.scale.layout's)."""
-        p = parallel
-        crosses = crosses_nodes(dim, p.dp, p.tp, p.pp, self.gpus_per_node)
+        crosses = parallel.crosses_nodes(dim, self.gpus_per_node)
         return self.between_nodes if crosses else self.inside_node
 
 
@@ -137,9 +136,7 @@ def simulate(
     _check(shape, cluster, p, tokens, efficiency, overlap, achieved_tflops)
     seq = p.seq or shape.context
     spec = gpu_spec(cluster.gpu)
-    setup = TrainingSetup(batch=p.micro_batch, seq=seq, checkpointing=p.checkpointing,
-                          grad_accumulation=p.accumulation)  # fmt: skip
-    memory = stage_estimate(shape, setup, p.dp, p.tp, p.pp, p.zero)
+    memory = stage_estimate(shape, TrainingSetup(), p)
     tokens_per_step = p.dp * p.micro_batch * p.accumulation * seq
     hardware_flops = hardware_flops_per_token(shape, seq, p.checkpointing)
     flops_per_gpu = tokens_per_step * hardware_flops / p.gpus

@@ -5,8 +5,8 @@ import pytest
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import ModelShape
 from llmlab.scale.layout import (
+    Parallel,
     choose_layouts,
-    crosses_nodes,
     gpu_memory_gb,
     layout_table,
     stage_estimate,
@@ -18,7 +18,7 @@ LLAMA_STEP = TrainingSetup(batch=1, seq=4096, checkpointing=True)
 
 def test_a_124m_model_picks_plain_data_parallel():
     best = choose_layouts("gpt2-124m", "H100 SXM", gpus_per_node=8, setup=GPT2_STEP)[0]
-    assert (best.dp, best.tp, best.pp, best.zero) == (8, 1, 1, 0)
+    assert best.parallel == Parallel.for_setup(GPT2_STEP, dp=8, tp=1, pp=1, zero=0)
     assert "all-reduce" in best.reason
 
 
@@ -27,15 +27,16 @@ def test_a_70b_model_on_8x80gb_needs_sharding():
     assert choose_layouts("llama-70b", "H100 SXM", setup=LLAMA_STEP) == []
     # LoRA fine-tuning: the frozen 140 GB of bf16 weights must be split over the GPUs.
     layouts = choose_layouts("llama-70b", 80, setup=LLAMA_STEP.replace(lora_rank=16))
-    assert layouts and all(layout.zero == 3 or layout.tp > 1 for layout in layouts)
-    assert (layouts[0].dp, layouts[0].zero) == (8, 3)  # ZeRO-3 ranks before tensor parallel
+    parallels = [layout.parallel for layout in layouts]
+    assert parallels and all(p.zero == 3 or p.tp > 1 for p in parallels)
+    assert (parallels[0].dp, parallels[0].zero) == (8, 3)  # ZeRO-3 ranks before tensor parallel
 
 
 def test_every_kept_layout_fits_and_uses_every_gpu():
     layouts = choose_layouts("llama-7b", "A100 40GB", gpus_per_node=8, nodes=2, setup=LLAMA_STEP)
     assert layouts
     for layout in layouts:
-        assert layout.dp * layout.tp * layout.pp == 16
+        assert layout.parallel.gpus == 16
         assert layout.estimate.total <= 40e9
     fit = [layout.fit for layout in layouts]
     assert fit == sorted(fit, key=lambda f: f != "yes")  # the last 10% of memory ranks last
@@ -45,12 +46,12 @@ def test_every_kept_layout_fits_and_uses_every_gpu():
 def test_tensor_parallel_only_inside_an_nvlink_node(inside, between):
     layouts = choose_layouts("llama-70b", "H100 SXM", nodes=8, inside_node=inside,
                              between_nodes=between, setup=LLAMA_STEP)  # fmt: skip
-    assert layouts and all(layout.tp == 1 for layout in layouts)
+    assert layouts and all(layout.parallel.tp == 1 for layout in layouts)
 
 
 def test_tensor_parallel_stays_inside_a_node():
     layouts = choose_layouts("llama-70b", "H100 SXM", gpus_per_node=4, nodes=8, setup=LLAMA_STEP)
-    assert layouts and max(layout.tp for layout in layouts) <= 4
+    assert layouts and max(layout.parallel.tp for layout in layouts) <= 4
 
 
 def test_over_ethernet_pipeline_ranks_before_zero3_across_nodes():
@@ -58,8 +59,8 @@ def test_over_ethernet_pipeline_ranks_before_zero3_across_nodes():
     infiniband = choose_layouts("llama-70b", "H100 SXM", nodes=8, setup=setup)
     ethernet = choose_layouts("llama-70b", "H100 SXM", nodes=8, between_nodes="ethernet",
                               setup=setup)  # fmt: skip
-    assert (infiniband[0].pp, infiniband[0].zero) == (1, 3)
-    assert ethernet[0].pp > 1 and ethernet[0].tp == 1
+    assert (infiniband[0].parallel.pp, infiniband[0].parallel.zero) == (1, 3)
+    assert ethernet[0].parallel.pp > 1 and ethernet[0].parallel.tp == 1
     assert "Ethernet" in ethernet[0].reason
 
 
@@ -103,7 +104,7 @@ def test_a_pipeline_is_planned_by_its_most_loaded_stage_each_with_its_own_items(
     # 4 GPT-2 blocks of width 64 on 2 stages; the last holds the head of a 1000-token vocabulary.
     shape = ModelShape("gpt2", n_layer=4, d_model=64, n_head=4, vocab_size=1000, context=128)
     setup = TrainingSetup(batch=1, seq=128, checkpointing=True, grad_accumulation=8)
-    plan = stage_estimate(shape, setup, dp=1, tp=1, pp=2, zero=0)
+    plan = stage_estimate(shape, setup, Parallel.for_setup(setup, dp=1, tp=1, pp=2, zero=0))
     # By hand (tests/memory/test_estimate.py): the last stage's items, each for one micro-batch,
     # not the whole pipe's 2, and its head charged to it, not to the first stage.
     assert plan.items["head activations"] == 128 * (64 * 2 + 64 * 2 + 1000 * 4)
@@ -122,7 +123,8 @@ def test_a_pipeline_is_planned_by_its_most_loaded_stage_each_with_its_own_items(
     (8, 1, 1, 8, {"tp": False, "dp": False, "pp": False}),  # one node
 ])  # fmt: skip
 def test_which_groups_cross_nodes(dp, tp, pp, gpus_per_node, crossing):
-    assert {dim: crosses_nodes(dim, dp, tp, pp, gpus_per_node) for dim in crossing} == crossing
+    parallel = Parallel(dp, tp, pp)
+    assert {dim: parallel.crosses_nodes(dim, gpus_per_node) for dim in crossing} == crossing
 
 
 @pytest.mark.parametrize("model, pp", [("llama-7b", 4), ("gpt2-350m", 8), ("llama-70b", 16)])
@@ -130,4 +132,5 @@ def test_no_middle_stage_is_more_loaded_than_the_first_or_the_last(model, pp):
     setup = LLAMA_STEP.replace(seq=1024, grad_accumulation=32)
     every = [estimate_memory(model, setup.replace(gpus=8, tensor_parallel=8), pipeline_stage=i,
                              pipeline_stages=pp).total for i in range(pp)]  # fmt: skip
-    assert stage_estimate(model, setup, dp=1, tp=8, pp=pp, zero=0).total == max(every)
+    parallel = Parallel.for_setup(setup, dp=1, tp=8, pp=pp)
+    assert stage_estimate(model, setup, parallel).total == max(every)

@@ -30,7 +30,7 @@ from llmlab.env import GB
 from llmlab.memory import TrainingSetup
 from llmlab.models import preset
 from llmlab.numerics import relative_error
-from llmlab.scale.layout import choose_layouts, stage_estimate
+from llmlab.scale.layout import Parallel, choose_layouts, stage_estimate
 
 WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
 NOT_DONE = "not done"  # what a worker sends back when the learner's code is still the stub
@@ -708,6 +708,7 @@ def _roomy(layouts: list) -> object | None:
 def _as_layout(got) -> dict | None:
     """A dict with dp, tp, pp, zero, or an object with those attributes, as a dict of ints."""
     keys = ("dp", "tp", "pp", "zero")
+    got = getattr(got, "parallel", got)  # a planner's Layout holds its degrees in .parallel
     values = [got.get(k) if isinstance(got, dict) else getattr(got, k, None) for k in keys]
     if any(v is None or isinstance(v, bool) or real_number(v) != int(real_number(v) or 0)
            for v in values):  # fmt: skip
@@ -733,11 +734,12 @@ def _layout_hint(layout: dict, best, scenario: tuple, layouts: list) -> str | No
     if pp > 1 and nodes % pp:
         return (f"{pp} pipeline stages over {nodes} node(s): stages go across nodes, one or more "
                 "whole nodes each, so pp divides the number of nodes.")
-    if best is not None and (best.dp, best.tp, best.pp, best.zero) == (dp, tp, pp, zero):
+    if best is not None and _as_layout(best) == layout:
         return None
-    chosen = next((c for c in layouts if (c.dp, c.tp, c.pp, c.zero) == (dp, tp, pp, zero)), None)
+    chosen = next((c for c in layouts if _as_layout(c) == layout), None)
     if chosen is None:
-        planned = stage_estimate(model, LAYOUT_SETUP, dp, tp, pp, zero)
+        parallel = Parallel.for_setup(LAYOUT_SETUP, dp, tp, pp, zero)
+        planned = stage_estimate(model, LAYOUT_SETUP, parallel)
         return (f"{dp=} {tp=} {pp=} ZeRO-{zero} does not fit: the planner needs about "
                 f"{planned.total / GB:.1f} GB per GPU (on the most loaded pipeline stage), "
                 f"and a GPU has {gpu_gb:g} GB with 10% kept free.")
@@ -746,12 +748,12 @@ def _layout_hint(layout: dict, best, scenario: tuple, layouts: list) -> str | No
                 f"{gpu_gb:g} GB: it fits only in the last 10%, where the allocator's "
                 "fragmentation can tip it over. The exercise asks for room to spare: what does "
                 "llmlab.memory.fits answer for this plan?")
-    if best.tp * best.pp < tp * pp:
+    if best.parallel.tp * best.parallel.pp < tp * pp:
         return (f"{chosen.describe()} fits, but so does {best.describe()} without splitting the "
                 "model: splitting it adds communication inside every step's layers.")
-    if (best.tp, best.pp) == (tp, pp) and best.zero < zero:
-        return (f"ZeRO-{zero} fits, but ZeRO-{best.zero} does too, with less communication: "
-                f"{best.reason}.")
+    if (best.parallel.tp, best.parallel.pp) == (tp, pp) and best.parallel.zero < zero:
+        return (f"ZeRO-{zero} fits, but ZeRO-{best.parallel.zero} does too, with less "
+                f"communication: {best.reason}.")
     return f"the planner's rule prefers {best.describe()}: {best.reason}."
 
 
@@ -761,7 +763,7 @@ def choose_layout_reference(model, gpu_gb, gpus_per_node, nodes, inside_node, be
     layouts = choose_layouts(model, gpu_gb, gpus_per_node, nodes, inside_node, between_nodes,
                              setup=LAYOUT_SETUP)  # fmt: skip
     best = _roomy(layouts)
-    return None if best is None else dict(dp=best.dp, tp=best.tp, pp=best.pp, zero=best.zero)
+    return None if best is None else _as_layout(best)
 
 
 def _layout_verdict(name: str, call_text: str, got, scenario: tuple) -> None:
