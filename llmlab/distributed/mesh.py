@@ -7,9 +7,10 @@ neighbours (the GPUs of one machine, joined by NVLink); pipeline stages talk lea
 farthest apart. Megatron-LM and torchtitan order their groups the same way, and so does the
 planner, which prices each group's link by it: the order is llmlab.scale.layout's RANK_ORDER.
 
-`RankGrid` is plain arithmetic (no processes needed); `device_mesh` turns the same grid into a
-`torch.distributed.device_mesh.DeviceMesh` with named dimensions, which the DTensor-based
-strategies (`parallelize_module`, `fully_shard`) take.
+Both are built from a layout, llmlab.scale's `Parallel` (only its degrees matter here):
+`RankGrid(Parallel(dp=2, tp=2))` is plain arithmetic (no processes needed); `device_mesh` turns
+the same grid into a `torch.distributed.device_mesh.DeviceMesh` with named dimensions, which the
+DTensor-based strategies (`parallelize_module`, `fully_shard`) take.
 """
 
 from dataclasses import dataclass
@@ -27,17 +28,10 @@ DIMS = RANK_ORDER  # the grid's axes, slowest to fastest
 
 @dataclass(frozen=True)
 class RankGrid:
-    """dp * tp * pp ranks laid out as a (pp, dp, tp) grid; rank = (pp_i * dp + dp_i) * tp + tp_i."""
+    """The ranks of a layout (llmlab.scale's `Parallel`, its degrees) laid out as a (pp, dp, tp)
+    grid in RANK_ORDER: rank = (pp_i * dp + dp_i) * tp + tp_i."""
 
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-
-    def __post_init__(self) -> None:
-        for name in DIMS:
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    parallel: Parallel
 
     @classmethod
     def for_world(cls, world_size: int, tp: int = 1, pp: int = 1) -> "RankGrid":
@@ -47,15 +41,15 @@ class RankGrid:
                 f"world size {world_size} is not a multiple of tp * pp = {tp} * {pp}: "
                 "choose degrees whose product divides the number of processes"
             )
-        return cls(dp=world_size // (tp * pp), tp=tp, pp=pp)
+        return cls(Parallel(dp=world_size // (tp * pp), tp=tp, pp=pp))
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.parallel.gpus
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return tuple(getattr(self, dim) for dim in DIMS)
+        return tuple(getattr(self.parallel, dim) for dim in DIMS)
 
     def grid(self) -> torch.Tensor:
         """The ranks as a (pp, dp, tp) tensor: entry [i, j, k] is the rank at pp=i, dp=j, tp=k."""
@@ -64,15 +58,16 @@ class RankGrid:
     def coords(self, rank: int) -> dict[str, int]:
         """Where `rank` sits: {"pp": ..., "dp": ..., "tp": ...}."""
         self._check_rank(rank)
-        strides = Parallel(self.dp, self.tp, self.pp).strides()
-        return {dim: rank // strides[dim] % getattr(self, dim) for dim in DIMS}
+        strides = self.parallel.strides()
+        return {dim: rank // strides[dim] % getattr(self.parallel, dim) for dim in DIMS}
 
     def rank(self, pp: int = 0, dp: int = 0, tp: int = 0) -> int:
         """The rank at these coordinates."""
         for name, value in (("pp", pp), ("dp", dp), ("tp", tp)):
-            if not 0 <= value < getattr(self, name):
-                raise ValueError(f"{name}={value} is outside 0..{getattr(self, name) - 1}")
-        strides = Parallel(self.dp, self.tp, self.pp).strides()
+            size = getattr(self.parallel, name)
+            if not 0 <= value < size:
+                raise ValueError(f"{name}={value} is outside 0..{size - 1}")
+        strides = self.parallel.strides()
         return pp * strides["pp"] + dp * strides["dp"] + tp * strides["tp"]
 
     def groups(self, dim: str) -> list[list[int]]:
@@ -98,12 +93,12 @@ class RankGrid:
 
     def check_model(self, model: str | ModelShape) -> None:
         """Raise a clear error if this model cannot be split this way."""
-        check_tensor_parallel(model, self.tp)
+        check_tensor_parallel(model, self.parallel.tp)
         shape = as_shape(model)
-        if self.pp > shape.n_layer:
+        if self.parallel.pp > shape.n_layer:
             raise ValueError(
-                f"pipeline parallel degree {self.pp} is more than the model's {shape.n_layer} "
-                "layers: every stage needs at least one block"
+                f"pipeline parallel degree {self.parallel.pp} is more than the model's "
+                f"{shape.n_layer} layers: every stage needs at least one block"
             )
 
     def _axis(self, dim: str) -> int:
@@ -116,17 +111,17 @@ class RankGrid:
             raise ValueError(f"rank {rank} is outside this grid's 0..{self.world_size - 1}")
 
 
-def device_mesh(dp: int = 1, tp: int = 1, pp: int = 1, device_type: str = "") -> DeviceMesh:
-    """The rank grid as a DeviceMesh with dimensions named "pp", "dp", "tp" (take one with
-    `mesh["tp"]`). Call it on every rank after the process group is up; device_type defaults
-    to "cuda" when the group's backend is NCCL, else "cpu"."""
-    grid = RankGrid(dp=dp, tp=tp, pp=pp)
+def device_mesh(parallel: Parallel, device_type: str = "") -> DeviceMesh:
+    """`parallel`'s rank grid as a DeviceMesh with dimensions named "pp", "dp", "tp" (take one
+    with `mesh["tp"]`). Call it on every rank after the process group is up; device_type
+    defaults to "cuda" when the group's backend is NCCL, else "cpu"."""
+    grid, p = RankGrid(parallel), parallel
     if not dist.is_initialized():
         raise RuntimeError("no process group: start the ranks first (launch(...) or torchrun)")
     world = dist.get_world_size()
     if world != grid.world_size:
         raise ValueError(
-            f"the grid dp * tp * pp = {dp} * {tp} * {pp} = {grid.world_size} ranks, but "
+            f"the grid dp * tp * pp = {p.dp} * {p.tp} * {p.pp} = {grid.world_size} ranks, but "
             f"{world} processes are running: make the product equal the world size"
         )
     device_type = device_type or ("cuda" if dist.get_backend() == "nccl" else "cpu")

@@ -100,12 +100,13 @@ def train_tensor_parallel(
     if sequence_parallel:
         check_sequence_split(seq, tp)  # before any collective, on every rank alike
     grid = RankGrid.for_world(dist.get_world_size(), tp=tp)
-    if batch % grid.dp:
-        raise ValueError(f"a global batch of {batch} does not split over {grid.dp} "
+    dp = grid.parallel.dp
+    if batch % dp:
+        raise ValueError(f"a global batch of {batch} does not split over {dp} "
                          "data-parallel ranks: make it a multiple of world_size / tp")  # fmt: skip
-    mesh = device_mesh(dp=grid.dp, tp=grid.tp)
+    mesh = device_mesh(grid.parallel)
     model = apply_tensor_parallel(build_model(shape), mesh["tp"], plan, sequence_parallel)
-    rows = batch // grid.dp
+    rows = batch // dp
     at = grid.coords(dist.get_rank())["dp"]
     batches = token_batches(shape, steps, batch, seq)[:, at * rows:(at + 1) * rows]
     dp_group = mesh["dp"].get_group()
@@ -114,9 +115,9 @@ def train_tensor_parallel(
         for param in model.parameters():
             grad = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
             dist.all_reduce(grad, group=dp_group)  # the DDP step, on the data-parallel axis
-            grad /= grid.dp
+            grad /= dp
 
-    on_gradients = average if grid.dp > 1 and average_gradients else None
+    on_gradients = average if dp > 1 and average_gradients else None
     comm = CollectiveBytes()  # counts the first step's tensor-parallel collectives
     losses = _train(model, batches, optimizer, on_gradients, comm)
     counts = {str(op).rsplit(".", 1)[-1]: n for op, n in comm.get_comm_counts().items()}

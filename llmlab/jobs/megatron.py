@@ -74,7 +74,7 @@ def megatron_args(
         "--seq-length": seq,
         "--max-position-embeddings": shape.context,
         "--micro-batch-size": setup.batch,
-        "--global-batch-size": setup.batch * setup.grad_accumulation * grid.dp,
+        "--global-batch-size": setup.batch * setup.grad_accumulation * grid.parallel.dp,
     }
     flags = [f"{name}={value}" for name, value in args.items()]
     if shape.family == "llama":

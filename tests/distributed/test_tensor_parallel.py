@@ -30,6 +30,7 @@ from llmlab.distributed.tensor_parallel import (
 )
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import build_model, preset
+from llmlab.scale import Parallel
 from llmlab.scale.comm_cost import tensor_parallel_bytes
 
 TOLERANCE = 1e-5  # the target for TP vs one process, relative, fp32
@@ -97,7 +98,7 @@ def _forward_backward_against_unsplit(family: str, sequence_parallel: bool):
     reference = build_model(shape)
     expected = reference(input_ids=ids, labels=ids)
     expected.loss.backward()
-    mesh = device_mesh(tp=2)["tp"]
+    mesh = device_mesh(Parallel(dp=1, tp=2))["tp"]
     model = apply_tensor_parallel(build_model(shape), mesh, sequence_parallel=sequence_parallel)
     with tp_module.CollectiveBytes() as comm:
         out = model(input_ids=ids, labels=ids)
@@ -190,7 +191,7 @@ def test_bad_input_is_named():
 
 def _forward_of_an_odd_length(family: str) -> str:
     shape = preset("tiny", vocab_size=256, context=32) if family == "gpt2" else _tiny_llama()
-    model = apply_tensor_parallel(build_model(shape), device_mesh(tp=2)["tp"],
+    model = apply_tensor_parallel(build_model(shape), device_mesh(Parallel(dp=1, tp=2))["tp"],
                                   sequence_parallel=True)  # fmt: skip
     with pytest.raises(ValueError) as error:
         model(torch.zeros(2, 15, dtype=torch.long))
@@ -210,7 +211,7 @@ def test_sequence_parallel_refuses_a_length_the_ranks_do_not_divide_before_commu
 
 
 def _local_weight_bytes():
-    model = apply_tensor_parallel(build_model(SMOKE_SHAPE), device_mesh(tp=2)["tp"])
+    model = apply_tensor_parallel(build_model(SMOKE_SHAPE), device_mesh(Parallel(dp=1, tp=2))["tp"])
     return tp_module.local_parameter_bytes(model)
 
 

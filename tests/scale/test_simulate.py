@@ -133,7 +133,7 @@ def test_the_planner_prices_each_group_over_the_link_the_mesh_gives_it(gpus_per_
         if world % (tp * pp):
             continue
         parallel = Parallel(world // (tp * pp), tp, pp)
-        grid = RankGrid(dp=parallel.dp, tp=tp, pp=pp)
+        grid = RankGrid(parallel)
         for dim in ("tp", "dp", "pp"):
             spans = any(len({rank // gpus_per_node for rank in group}) > 1
                         for group in grid.groups(dim))  # fmt: skip
@@ -144,7 +144,7 @@ def test_the_planner_prices_each_group_over_the_link_the_mesh_gives_it(gpus_per_
 def test_a_pipeline_across_two_nodes_is_priced_over_infiniband():
     # 2 nodes of 8, DP 2 x TP 4 x PP 2: the mesh puts rank 0's pipeline partner, rank 8, on the
     # other node and its data-parallel partner, rank 4, on its own.
-    grid = RankGrid(dp=2, tp=4, pp=2)
+    grid = RankGrid(Parallel(dp=2, tp=4, pp=2))
     assert grid.group_of(0, "pp") == [0, 8] and grid.group_of(0, "dp") == [0, 4]
     cluster, layout = Cluster("h100", 8, 2), Parallel(2, 4, 2, accumulation=8)
     prediction = simulate("llama-7b", cluster, layout)
