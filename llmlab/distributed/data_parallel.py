@@ -23,7 +23,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from llmlab.models.blocks import transformer_blocks
 
-STRATEGIES = ("ddp", "zero1", "fsdp")
+# Each strategy's ZeRO stage: what it shards, as llmlab.scale's Parallel and llmlab.memory count it.
+ZERO_STAGE = {"ddp": 0, "zero1": 1, "fsdp": 3}
+STRATEGIES = tuple(ZERO_STAGE)
 COMM_HOOKS = ("allreduce", "fp16", "bf16", "powersgd")
 
 

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from llmlab.distributed.data_parallel import STRATEGIES, make_optimizer, unwrap, wrap_model
+from llmlab.distributed.data_parallel import (
+    STRATEGIES,
+    ZERO_STAGE,
+    make_optimizer,
+    unwrap,
+    wrap_model,
+)
 from llmlab.distributed.equivalence import SMOKE_SHAPE
 from llmlab.distributed.launch import launch
 from llmlab.env import MB
@@ -25,7 +31,6 @@ from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.memory.measure import measure_training_step
 from llmlab.models import ModelShape, build_model
 
-ZERO_STAGE = {"ddp": 0, "zero1": 1, "fsdp": 3}
 STATE_ITEMS = ("weights", "gradients", "optimizer states")
 
 

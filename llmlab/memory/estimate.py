@@ -50,6 +50,9 @@ class TrainingSetup:
     16-bit weight copies it makes (18 bytes per parameter, as in Hugging Face's guide).
     `gpus` counts all GPUs; `tensor_parallel` of them split each layer, the rest replicate the
     model (data parallel), sharded by ZeRO `zero` stage 1-3 (FSDP's FULL_SHARD is stage 3).
+    These are a narrower view of a layout, all the memory model needs: the whole layout (with
+    the pipeline degree) is llmlab.scale's `Parallel`, and llmlab.scale.layout.stage_setup gives
+    the TrainingSetup of one of its pipeline stages.
     `lora_rank` > 0 trains low-rank adapters on every linear layer of the blocks and freezes the
     rest; `weights_4bit` ("nf4" or "gptq") then stores the frozen block weights in 4 bits (QLoRA).
     `head_only` trains the LM head alone (a tied head gets its own trainable copy) and freezes the

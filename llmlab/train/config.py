@@ -27,6 +27,11 @@ class TrainConfig:
     - speed and memory: `dtype` (auto picks bf16, fp16 with a grad scaler, or fp32 for the
       device), gradient checkpointing (recompute activations in backward), torch.compile;
     - several processes: `parallel`, how the ranks share the model ("ddp", "zero1", "fsdp");
+      the trainer runs data parallel only, so in the planner's terms (llmlab.scale's one layout
+      type) a run on N processes is Parallel(dp=N, zero=ZERO_STAGE[parallel],
+      micro_batch=micro_batch_size, accumulation=grad_accum_steps,
+      checkpointing=gradient_checkpointing, seq=seq_len), ZERO_STAGE being
+      llmlab.distributed.data_parallel's (ddp 0, zero1 1, fsdp 3);
     - evaluation, logging and checkpoints: every `eval_interval` steps the loss on
       `eval_batches` fixed validation batches (and a sample from `sample_prompt`); metrics every
       `log_interval` steps; with `out_dir`, metrics.jsonl/metrics.csv and a checkpoint every
