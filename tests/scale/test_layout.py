@@ -10,6 +10,7 @@ from llmlab.scale.layout import (
     gpu_memory_gb,
     layout_table,
     stage_estimate,
+    stage_setup,
 )
 
 GPT2_STEP = TrainingSetup(batch=8, seq=1024)
@@ -125,6 +126,17 @@ def test_a_pipeline_is_planned_by_its_most_loaded_stage_each_with_its_own_items(
 def test_which_groups_cross_nodes(dp, tp, pp, gpus_per_node, crossing):
     parallel = Parallel(dp, tp, pp)
     assert {dim: parallel.crosses_nodes(dim, gpus_per_node) for dim in crossing} == crossing
+
+
+def test_the_memory_models_view_of_a_layout_round_trips():
+    # TrainingSetup keeps a stage's GPUs, ZeRO stage and TP degree; Parallel keeps the set-up's
+    # micro-batching: one conversion each way, and nothing else in the set-up changes.
+    setup = LLAMA_STEP.replace(batch=2, grad_accumulation=4, dtype="fp16", lora_rank=8)
+    parallel = Parallel.for_setup(setup, dp=4, tp=2, pp=3, zero=1)
+    assert (parallel.micro_batch, parallel.accumulation, parallel.seq) == (2, 4, 4096)
+    assert stage_setup(setup, parallel) == setup.replace(zero=1, gpus=8, tensor_parallel=2)
+    with pytest.raises(ValueError, match="unknown dimension 'zero'"):
+        parallel.crosses_nodes("zero", 8)
 
 
 @pytest.mark.parametrize("model, pp", [("llama-7b", 4), ("gpt2-350m", 8), ("llama-70b", 16)])
