@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmlab import env
+from llmlab.bench import markdown_table
 from llmlab.course.labs import capability_table
 from llmlab.course.profiles import ENV_VARIABLE, explicit_profile
 
@@ -17,13 +18,11 @@ SEVERITY_MARK = {"error": "ERROR", "warning": "WARNING", "info": "note"}
 
 def _labs_section(report: env.EnvReport) -> str:
     rows = [
-        (f"{lab.number:02d} {lab.title}{'' if lab.ready else ' (planned)'}", name, why)
+        {"lab": f"{lab.number:02d} {lab.title}{'' if lab.ready else ' (planned)'}",
+         "profile": name, "why": why}
         for lab, name, why in capability_table(report)
-    ]
-    width = max(len(label) for label, _, _ in rows)
-    lines = ["Labs on this machine", f"  {'lab':<{width}}  {'profile':<7}  why"]
-    lines += [f"  {label:<{width}}  {name:<7}  {why}" for label, name, why in rows]
-    return "\n".join(lines)
+    ]  # fmt: skip
+    return "Labs on this machine\n" + markdown_table(rows, aligned=True)
 
 
 def _profile_note() -> str:

@@ -27,7 +27,8 @@ def test_doctor_runs_as_a_module_and_reports_this_machine():
     assert result.returncode == (1 if broken else 0), result.stderr
     assert "== PyTorch ==" in result.stdout and "Labs on this machine" in result.stdout
     (lab_03,) = [line for line in result.stdout.splitlines() if "03 Training on one GPU" in line]
-    assert lab_03.split()[5] == profile("auto", lab=3).name  # "03 Training on one GPU <profile>"
+    profile_cell = lab_03.split("|")[1].strip()  # "03 Training on one GPU | <profile> | why"
+    assert profile_cell == profile("auto", lab=3).name
 
 
 @pytest.fixture
@@ -71,7 +72,8 @@ def test_doctor_lines_up_the_lab_table_planned_rows_included(fake_machine, capsy
     monkeypatch.setattr(labs, "LABS", (*labs.LABS[:-1], planned))
     cli.main(["doctor"])
     out = capsys.readouterr().out
-    header, *rows = out[out.index("Labs on this machine") :].splitlines()[1 : 2 + len(labs.LABS)]
+    table = out[out.index("Labs on this machine") :].splitlines()[1 : 3 + len(labs.LABS)]
+    header, _rule, *rows = table
     assert len(rows) == len(labs.LABS) and "(planned)" in rows[-1]
     columns = {header.index("profile")} | {row.index(" smoke ") + 1 for row in rows}
     assert len(columns) == 1
@@ -186,6 +188,6 @@ def test_make_labs_writes_a_lab_per_solution(solutions, tmp_path, capsys):
 def test_course_leaves_auto_to_each_labs_rule(solutions, capsys, monkeypatch):
     monkeypatch.delenv("LLMLAB_PROFILE", raising=False)
     assert cli.main(["course", "--solutions", str(solutions), "--out", str(solutions)]) == 0
-    assert "00_env.ipynb  ok" in capsys.readouterr().out
+    assert "00_env.ipynb | ok" in capsys.readouterr().out
     executed = nbformat.read(solutions / "00_env.ipynb", as_version=4)
     assert executed.cells[1].outputs[0].text == "Headline: auto\n"

@@ -16,14 +16,15 @@ def test_prints_the_itemised_table_and_which_gpus_it_fits(capsys):
     for item in ("weights", "master weights", "optimizer states", "block activations",
                  "gathered blocks", "peak, at the start of backward", "total per GPU"):
         assert item in out  # fmt: skip
-    assert "llama-7b     117.6        no        no        no        no        no       yes" in out
+    assert "llama-7b |  117.6 | no    | no    | no    | no    | no    | yes" in out
     assert "141 GB: H200" in out
 
 
 def test_checkpointing_brings_it_down_to_a_40_gb_gpu(capsys):
     assert cli.main([*COMMAND, "--checkpointing"]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("llama-7b ")]
-    assert row.split()[1:] == ["24.2", "no", "no", "yes", "yes", "yes", "yes"]
+    cells = [cell.strip() for cell in row.split("|")]
+    assert cells[1:] == ["24.2", "no", "no", "yes", "yes", "yes", "yes"]
 
 
 def test_a_set_up_too_big_for_80_gb_gpus_gets_the_out_of_memory_advice(capsys):

@@ -559,11 +559,11 @@ def run_sections(
 def summary_table(results: list[dict]) -> str:
     summary = [{"section": r["section"], "lab": r["lab"], "status": r["status"],
                 "seconds": r["seconds"], "reason": r["reason"]} for r in results]  # fmt: skip
-    parts = [bench.markdown_table(summary)]
+    parts = [bench.markdown_table(summary, aligned=True)]
     for result in results:
         if result["rows"]:
             parts.append(f"\n{result['section']} ({result['lab']})\n"
-                         + bench.markdown_table(result["rows"]))  # fmt: skip
+                         + bench.markdown_table(result["rows"], aligned=True))  # fmt: skip
     return "\n".join(parts)
 
 

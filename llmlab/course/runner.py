@@ -14,6 +14,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from traitlets.config import Config
 
+from llmlab.bench import markdown_table
 from llmlab.course.headline import HEADLINE_VARIABLE
 from llmlab.course.profiles import ENV_VARIABLE, explicit_profile
 
@@ -118,9 +119,6 @@ def run_course(
 
 
 def format_table(runs: list[LabRun]) -> str:
-    width = max(len(run.notebook) for run in runs)
-    lines = [f"{'lab':<{width}}  status  wall time  headline", "-" * (width + 40)]
-    for run in runs:
-        status = "ok" if run.ok else "FAILED"
-        lines.append(f"{run.notebook:<{width}}  {status:<6}  {run.seconds:7.1f} s  {run.headline}")
-    return "\n".join(lines)
+    return markdown_table([{"lab": run.notebook, "status": "ok" if run.ok else "FAILED",
+                            "wall time": f"{run.seconds:.1f} s", "headline": run.headline}
+                           for run in runs], aligned=True)  # fmt: skip

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from llmlab.bench import markdown_table
 from llmlab.memory import check_tensor_parallel
 from llmlab.models import ModelShape, as_shape
 from llmlab.scale.layout import RANK_ORDER, Parallel
@@ -83,13 +84,12 @@ class RankGrid:
 
     def table(self) -> str:
         """One line per rank with its coordinates and groups, for printing."""
-        header = "  ".join(f"{d + ' group':<12}" for d in ("tp", "dp", "pp"))
-        lines = [f"{'rank':>4}  {'pp':>2} {'dp':>2} {'tp':>2}  {header}".rstrip()]
+        rows = []
         for rank in range(self.world_size):
             at = self.coords(rank)
-            groups = "  ".join(f"{str(self.group_of(rank, d)):<12}" for d in ("tp", "dp", "pp"))
-            lines.append(f"{rank:>4}  {at['pp']:>2} {at['dp']:>2} {at['tp']:>2}  {groups}".rstrip())
-        return "\n".join(lines)
+            groups = {f"{d} group": self.group_of(rank, d) for d in ("tp", "dp", "pp")}
+            rows.append({"rank": rank, "pp": at["pp"], "dp": at["dp"], "tp": at["tp"], **groups})
+        return markdown_table(rows, aligned=True)
 
     def check_model(self, model: str | ModelShape) -> None:
         """Raise a clear error if this model cannot be split this way."""

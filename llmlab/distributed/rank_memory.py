@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from llmlab.bench import markdown_table
 from llmlab.distributed.data_parallel import (
     STRATEGIES,
     ZERO_STAGE,
@@ -52,11 +53,11 @@ class RankMemory:
         }
 
     def table(self) -> str:
-        lines = [f"{self.strategy} on {self.nprocs} ranks, per rank   measured MB  planned MB"]
-        for name, error in self.relative_errors().items():
-            lines.append(f"  {name:<28}{self.measured[name] / MB:>9.2f}"
-                         f"{self.planned[name] / MB:>12.2f}   {error:+.1%}")  # fmt: skip
-        return "\n".join(lines)
+        title = f"{self.strategy} on {self.nprocs} ranks, per rank"
+        rows = [{title: name, "measured MB": f"{self.measured[name] / MB:.2f}",
+                 "planned MB": f"{self.planned[name] / MB:.2f}", "error": f"{error:+.1%}"}
+                for name, error in self.relative_errors().items()]  # fmt: skip
+        return markdown_table(rows, aligned=True)
 
 
 def planned_memory(strategy: str, shape: ModelShape, batch: int, nprocs: int) -> dict[str, float]:

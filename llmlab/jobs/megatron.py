@@ -8,6 +8,7 @@ Flag names checked against Megatron-LM's `megatron/training/arguments.py`.
 
 import shlex
 
+from llmlab.bench import markdown_table
 from llmlab.distributed.mesh import RankGrid
 from llmlab.memory import TrainingSetup
 from llmlab.models import ModelShape, as_shape
@@ -36,11 +37,8 @@ MEGATRON_NAMES = (
 
 def megatron_table() -> str:
     """MEGATRON_NAMES as a text table."""
-    width = [max(len(row[i]) for row in MEGATRON_NAMES) for i in range(2)]
-    lines = [f"{'course':<{width[0]}}  {'Megatron-LM':<{width[1]}}  meaning"]
-    for course, flag, meaning in MEGATRON_NAMES:
-        lines.append(f"{course:<{width[0]}}  {flag:<{width[1]}}  {meaning}".rstrip())
-    return "\n".join(lines)
+    return markdown_table([{"course": course, "Megatron-LM": flag, "meaning": meaning}
+                           for course, flag, meaning in MEGATRON_NAMES], aligned=True)  # fmt: skip
 
 
 def megatron_args(

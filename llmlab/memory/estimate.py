@@ -20,6 +20,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from llmlab.bench import markdown_table
 from llmlab.device import TORCH_DTYPES
 from llmlab.env import GB  # the one definition of the unit
 from llmlab.models import ModelShape, as_shape, count_parameters, stage_parameters
@@ -309,15 +310,11 @@ class MemoryEstimate:
         rows += [(f"peak, at the {self.peak_phase}", self.peak, ""),
                  ("+ CUDA context (assumed)", self.overhead, ""),
                  ("total per GPU", self.total, "")]  # fmt: skip
-        width = max(len(label) for label, _, _ in rows) + 2
         where = "per GPU"
         if self.pipeline_stages > 1:
             where += f", stage {self.pipeline_stage} of 0-{self.pipeline_stages - 1}"
-        lines = [f"{where:<{width}}{'GB':>9}  at peak"]
-        for label, nbytes, mark in rows:
-            lines.append(f"{label:<{width}}{nbytes / GB:>9.3f}  {mark}".rstrip())
-        lines.insert(len(self.items) + 1, "-" * (width + 18))
-        return "\n".join(lines)
+        return markdown_table([{where: label, "GB": f"{nbytes / GB:.3f}", "at peak": mark}
+                               for label, nbytes, mark in rows], aligned=True)  # fmt: skip
 
 
 def _trainable_and_frozen(

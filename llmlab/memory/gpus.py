@@ -2,7 +2,7 @@
 
 import math
 
-from llmlab.bench import GPU_SPECS
+from llmlab.bench import GPU_SPECS, markdown_table
 from llmlab.memory.estimate import GB, MemoryEstimate
 
 # The memory sizes training GPUs come in (GB, as marketed).
@@ -28,11 +28,9 @@ def gpus_with(memory_gb: float) -> list[str]:
 
 def fit_table(estimates: dict[str, MemoryEstimate], sizes=GPU_SIZES_GB) -> str:
     """One row per set-up, one column per GPU size: yes, tight or no (see `fits`)."""
-    width = max(len(label) for label in estimates) + 2
-    lines = [f"{'set-up':<{width}}{'GB/GPU':>8}" + "".join(f"{size:>7} GB" for size in sizes)]
-    for label, estimate in estimates.items():
-        cells = "".join(f"{fits(estimate, size):>10}" for size in sizes)
-        lines.append(f"{label:<{width}}{estimate.total / GB:>8.1f}{cells}")
-    lines.append("")
+    rows = [{"set-up": label, "GB/GPU": f"{estimate.total / GB:.1f}",
+             **{f"{size} GB": fits(estimate, size) for size in sizes}}
+            for label, estimate in estimates.items()]  # fmt: skip
+    lines = [markdown_table(rows, aligned=True), ""]
     lines += [f"{size:>4} GB: {', '.join(gpus_with(size)) or '-'}" for size in sizes]
     return "\n".join(lines)

@@ -26,7 +26,7 @@ one order, RANK_ORDER, for the planner's links and for the rank grid and device 
 
 from dataclasses import dataclass
 
-from llmlab.bench import gpu_names, resolve_gpu_spec
+from llmlab.bench import gpu_names, markdown_table, resolve_gpu_spec
 from llmlab.env import GB
 from llmlab.memory import (
     MemoryEstimate,
@@ -263,10 +263,7 @@ def layout_table(layouts: list[Layout], limit: int = 8) -> str:
     """The best `limit` layouts as text: rank, layout, GB per GPU, fit, reason."""
     if not layouts:
         return "nothing fits: more GPUs, LoRA, checkpointing or a smaller micro-batch"
-    width = max(len(layout.describe()) for layout in layouts[:limit]) + 2
-    lines = [f"{'#':>2}  {'layout':<{width}}{'GB/GPU':>7}  {'fit':<6}why"]
-    for i, layout in enumerate(layouts[:limit], 1):
-        gb = layout.estimate.total / GB
-        row = f"{i:>2}  {layout.describe():<{width}}{gb:>7.1f}  {layout.fit:<6}{layout.reason}"
-        lines.append(row)
-    return "\n".join(lines)
+    rows = [{"#": i, "layout": layout.describe(), "GB/GPU": f"{layout.estimate.total / GB:.1f}",
+             "fit": layout.fit, "why": layout.reason}
+            for i, layout in enumerate(layouts[:limit], 1)]  # fmt: skip
+    return markdown_table(rows, aligned=True)

@@ -10,6 +10,7 @@ On a fixed number of GPUs the cheapest run is the fastest one.
 
 from dataclasses import replace
 
+from llmlab.bench import markdown_table
 from llmlab.memory import TrainingSetup
 from llmlab.models import ModelShape, as_shape
 from llmlab.scale.layout import choose_layouts
@@ -72,20 +73,14 @@ def plan_table(predictions: list[Prediction], limit: int = 5) -> str:
     """The best `limit` predictions as text: layout, memory, step time and where it goes."""
     if not predictions:
         return "nothing fits: more GPUs, a GPU with more memory, or shorter sequences"
-    rows = [("#", "layout", "ckpt", "GB/GPU", "step s", "bubble", "TP s", "PP s", "DP s", "MFU",
-             "days", "cost $")]  # fmt: skip
-    for i, p in enumerate(predictions[:limit], 1):
-        rows.append((str(i), p.parallel.describe(), "yes" if p.parallel.checkpointing else "no",
-                     f"{p.memory.total / 1e9:.1f}", f"{p.step_s:.2f}", f"{p.bubble:.0%}",
-                     f"{p.tp_s:.2f}", f"{p.pp_s:.2f}", f"{p.dp_s:.2f}", f"{p.mfu:.0%}",
-                     f"{p.days:.1f}", f"{p.cost:,.0f}"))  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:  # the layout column left-aligned, the numbers right-aligned
-        cells = [cell.ljust(w) if i == 1 else cell.rjust(w)
-                 for i, (cell, w) in enumerate(zip(row, widths, strict=True))]  # fmt: skip
-        lines.append("  ".join(cells))
-    return "\n".join(lines)
+    rows = [{"#": i, "layout": p.parallel.describe(),
+             "ckpt": "yes" if p.parallel.checkpointing else "no",
+             "GB/GPU": f"{p.memory.total / 1e9:.1f}", "step s": f"{p.step_s:.2f}",
+             "bubble": f"{p.bubble:.0%}", "TP s": f"{p.tp_s:.2f}", "PP s": f"{p.pp_s:.2f}",
+             "DP s": f"{p.dp_s:.2f}", "MFU": f"{p.mfu:.0%}", "days": f"{p.days:.1f}",
+             "cost $": f"{p.cost:,.0f}"}
+            for i, p in enumerate(predictions[:limit], 1)]  # fmt: skip
+    return markdown_table(rows, aligned=True)
 
 
 def scaling_curve(

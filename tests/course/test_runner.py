@@ -32,7 +32,7 @@ def test_runner_executes_each_lab_and_reports_headline_or_failure(tmp_path):
     executed = nbformat.read(out / "00_good.ipynb", as_version=4)
     assert executed.cells[1].outputs[0].text == "Headline: ran with smoke\n"
     table = format_table(runs)
-    assert "00_good.ipynb  ok" in table and "FAILED" in table
+    assert "00_good.ipynb | ok" in table and "FAILED" in table
 
 
 def test_runner_filters_labs_by_prefix(tmp_path):

@@ -35,7 +35,7 @@ def test_coords_and_rank_are_inverse_and_groups_partition_the_world(dp, tp, pp):
 def test_for_world_gives_data_parallel_what_is_left_and_table_lists_every_rank():
     grid = RankGrid.for_world(4, tp=2)
     assert (grid.parallel.dp, grid.parallel.tp, grid.parallel.pp) == (2, 2, 1)
-    assert len(grid.table().splitlines()) == 1 + 4
+    assert len(grid.table().splitlines()) == 2 + 4  # a header, its rule, the ranks
 
 
 def test_bad_layouts_say_what_is_wrong():

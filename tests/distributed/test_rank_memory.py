@@ -3,7 +3,7 @@
 import pytest
 
 from llmlab.distributed.equivalence import SMOKE_SHAPE
-from llmlab.distributed.rank_memory import measure_rank_memory, planned_memory
+from llmlab.distributed.rank_memory import RankMemory, measure_rank_memory, planned_memory
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "fsdp"])
@@ -23,3 +23,12 @@ def test_measured_memory_per_rank_matches_the_plan(strategy):
 def test_unknown_strategy_is_named():
     with pytest.raises(ValueError, match="ddp, zero1, fsdp"):
         measure_rank_memory("zero2")
+
+
+def test_table_shows_each_item_in_mb_with_its_error():
+    result = RankMemory("ddp", 2, {"weights": 2.2e6, "peak": 9e6}, {"weights": 2e6})
+    assert result.table().splitlines() == [
+        "ddp on 2 ranks, per rank | measured MB | planned MB |  error",
+        "------------------------ | ----------: | ---------: | -----:",
+        "weights                  |        2.20 |       2.00 | +10.0%",
+    ]

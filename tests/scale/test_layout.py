@@ -67,7 +67,8 @@ def test_over_ethernet_pipeline_ranks_before_zero3_across_nodes():
 
 def test_the_table_names_the_layouts_and_says_when_nothing_fits():
     table = layout_table(choose_layouts("gpt2-124m", "H100 SXM", setup=GPT2_STEP))
-    assert table.splitlines()[1].split()[:3] == ["1", "DP", "8"]
+    first = table.splitlines()[2]  # after the header and its | --- | rule
+    assert [cell.strip() for cell in first.split("|")][:2] == ["1", "DP 8"]
     assert "nothing fits" in layout_table([])
 
 

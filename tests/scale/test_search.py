@@ -54,7 +54,7 @@ def test_cli_plan_prints_the_best_layouts(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert "512 x h100" in lines[0]
     assert "MFU" in lines[1] and "cost $" in lines[1]
-    assert [line.split()[0] for line in lines[2:]] == ["1", "2", "3"]
+    assert [line.split()[0] for line in lines[3:]] == ["1", "2", "3"]  # after the | --- | rule
 
 
 @pytest.mark.parametrize("change, message", [
