@@ -12,6 +12,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from llmlab.bench import markdown_table
 from llmlab.data.documents import Document
 
 # C0 and C1 control characters (Unicode category Cc) except tab and newline.
@@ -64,11 +65,11 @@ class CleaningReport:
         return self.chars_in - sum(s.chars_removed for s in self.steps)
 
     def table(self) -> str:
-        lines = [f"{'step':<34}{'documents removed':>18}{'characters removed':>20}"]
-        for s in self.steps:
-            lines.append(f"{s.step:<34}{s.documents_removed:>18,}{s.chars_removed:>20,}")
-        lines.append(f"{'kept':<34}{self.documents_out:>18,}{self.chars_out:>20,}")
-        return "\n".join(lines)
+        rows = [{"step": s.step, "documents removed": f"{s.documents_removed:,}",
+                 "characters removed": f"{s.chars_removed:,}"} for s in self.steps]
+        rows.append({"step": "kept", "documents removed": f"{self.documents_out:,}",
+                     "characters removed": f"{self.chars_out:,}"})
+        return markdown_table(rows, aligned=True)
 
 
 def letter_fraction(text: str) -> float:

@@ -25,6 +25,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
+from llmlab.bench import markdown_table
 from llmlab.distributed.comm import count_collectives
 from llmlab.distributed.data_parallel import (
     make_optimizer,
@@ -152,15 +153,12 @@ def ddp_bucket_sweep(caps_mb: Sequence[float] = BUCKETS_MB, steps: int = 3,
 
 def table(rows: list[Row]) -> str:
     """The rows as text: step times, collectives per step by kind, MB sent and the formula's."""
-    head = (f"{'configuration':<26}{'step ms':>9}{'fastest':>9}{'all-red':>8}{'all-gath':>9}"
-            f"{'red-scat':>9}{'sent MB':>9}{'formula':>9}")  # fmt: skip
-    lines = [head, "-" * len(head)]
-    for row in rows:
-        counts = "".join(f"{row.calls.get(kind, 0):>{width}}" for kind, width in
-                         (("all_reduce", 8), ("all_gather", 9), ("reduce_scatter", 9)))  # fmt: skip
-        lines.append(f"{row.config:<26}{row.step_seconds * 1e3:>9.1f}"
-                     f"{row.fastest_seconds * 1e3:>9.1f}{counts}"
-                     f"{row.sent_bytes / MB:>9.2f}{row.formula_bytes / MB:>9.2f}")  # fmt: skip
-    return "\n".join(lines)
+    return markdown_table([
+        {"configuration": row.config, "step ms": f"{row.step_seconds * 1e3:.1f}",
+         "fastest": f"{row.fastest_seconds * 1e3:.1f}",
+         "all-red": row.calls.get("all_reduce", 0), "all-gath": row.calls.get("all_gather", 0),
+         "red-scat": row.calls.get("reduce_scatter", 0),
+         "sent MB": f"{row.sent_bytes / MB:.2f}", "formula": f"{row.formula_bytes / MB:.2f}"}
+        for row in rows], aligned=True)  # fmt: skip
 
 

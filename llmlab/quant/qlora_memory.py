@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.bench import markdown_table
 from llmlab.env import MB
 from llmlab.memory import (
     MeasuredStep,
@@ -58,13 +59,10 @@ class QLoRAMemory:
 
     def table(self) -> str:
         """The rows as text, in MB (10^6 bytes), with measured / planned."""
-        rows = self.rows()
-        width = max(map(len, rows)) + 2
-        lines = [f"{'':<{width}}{'measured MB':>12}{'planned MB':>12}{'ratio':>8}"]
-        for name, (measured, planned) in rows.items():
-            ratio = f"{measured / planned:.3f}" if planned else "-"
-            lines.append(f"{name:<{width}}{measured / MB:>12.3f}{planned / MB:>12.3f}{ratio:>8}")
-        return "\n".join(lines)
+        return markdown_table([
+            {"": name, "measured MB": f"{measured / MB:.3f}", "planned MB": f"{planned / MB:.3f}",
+             "ratio": f"{measured / planned:.3f}" if planned else "-"}
+            for name, (measured, planned) in self.rows().items()], aligned=True)  # fmt: skip
 
 
 def qlora_memory(
