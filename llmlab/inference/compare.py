@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from llmlab.bench import markdown_table, time_fn
-from llmlab.env import GB
+from llmlab.env import MB
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def engine_rows(
         loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten().cpu())
         rows.append(EngineRow(
             engine=name,
-            size_mb=size_bytes / (GB / 1000),  # MB: 10^6 bytes, as GB is 10^9
+            size_mb=size_bytes / MB,
             latency_ms=seconds * 1000,
             max_abs_diff=(logits - reference).abs().max().item(),
             same_argmax=(logits.argmax(-1) == reference.argmax(-1)).float().mean().item(),

@@ -29,8 +29,8 @@ def use_interpreter_without_driver() -> None:
     (tl.max, tl.sum) then, in the mode TRITON_INTERPRET names at that moment, and torch.compile
     or transformers may import Triton long before a kernel of ours is defined.
     """
-    if not _cuda_driver_present():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if "TRITON_INTERPRET" not in os.environ and not _cuda_driver_present():
+        os.environ["TRITON_INTERPRET"] = "1"
 
 
 def interpreted() -> bool:

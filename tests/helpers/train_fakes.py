@@ -25,6 +25,11 @@ def token_stream(length: int = 4096, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(seed))
 
 
+def token_ids(batch: int, length: int, seed: int = 0) -> torch.Tensor:
+    """Random token ids of shape (batch, length), the same for the same seed."""
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
 class RandomWindows:
     """Random (inputs, targets) windows from one token stream; its generator is its position."""
 

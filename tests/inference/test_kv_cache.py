@@ -5,7 +5,7 @@ than extended, a single new query masked as if it were the first token."""
 
 import pytest
 import torch
-from helpers.train_fakes import VOCAB, tiny_gpt2
+from helpers.train_fakes import tiny_gpt2, token_ids
 
 from llmlab.inference.kv_cache import FullAttention, KVCache, decoder_forward
 
@@ -16,7 +16,7 @@ def model():
 
 
 def text(length, batch=2, seed=0):
-    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+    return token_ids(batch, length, seed)
 
 
 def test_full_attention_gives_transformers_logits(model):

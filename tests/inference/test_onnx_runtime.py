@@ -4,7 +4,7 @@ bad input is refused with what to do."""
 
 import pytest
 import torch
-from helpers.train_fakes import VOCAB, tiny_gpt2
+from helpers.train_fakes import tiny_gpt2, token_ids
 
 from llmlab.inference.compare import engine_rows, engine_table
 from llmlab.inference.onnx_runtime import (
@@ -35,13 +35,10 @@ def exported(model, tmp_path_factory):
     return path
 
 
-def ids(batch, length, seed=0):
-    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
-
 
 @pytest.mark.parametrize(("batch", "length"), [(2, 8), (1, 3), (3, 32)])
 def test_onnx_runtime_gives_pytorchs_logits(model, exported, batch, length):
-    tokens = ids(batch, length)
+    tokens = token_ids(batch, length)
     with torch.no_grad():
         expected = model(tokens).logits
     got = ort_logits(ort_session(exported, threads=1), tokens)
@@ -58,7 +55,7 @@ def test_int8_is_smaller_and_close(exported, tmp_path, caplog):
     # Its advice, logged at every call whatever the model, is silenced (llmlab._quiet).
     assert not [r for r in caplog.records if "pre-processing" in r.getMessage()]
     assert folder_bytes(int8) < 0.6 * folder_bytes(exported)  # tiny: the graph's bytes count
-    tokens = ids(4, 16)
+    tokens = token_ids(4, 16)
     rows = engine_rows({
         "fp32": (lambda x: ort_logits(ort_session(exported), x), folder_bytes(exported)),
         "int8": (lambda x: ort_logits(ort_session(int8), x), folder_bytes(int8)),

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers.train_fakes import VOCAB, tiny_gpt2
+from helpers.train_fakes import tiny_gpt2, token_ids
 
 from llmlab.inference.tensorrt import compile_tensorrt, tensorrt_unavailable
 
@@ -12,20 +12,17 @@ def model():
     return tiny_gpt2(width=64, context=32).eval()
 
 
-def ids(batch, length, seed=0):
-    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
-
 
 @pytest.mark.skipif(tensorrt_unavailable() is None, reason="TensorRT is available here")
 def test_tensorrt_says_why_it_cannot_run(model):
     with pytest.raises(RuntimeError, match="TensorRT cannot run here: "):
-        compile_tensorrt(model, ids(1, 8))
+        compile_tensorrt(model, token_ids(1, 8))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(tensorrt_unavailable() is not None, reason=str(tensorrt_unavailable()))
 def test_tensorrt_gives_pytorchs_most_likely_tokens(model):
-    tokens = ids(2, 16).cuda()
+    tokens = token_ids(2, 16).cuda()
     compiled = compile_tensorrt(model, tokens)
     with torch.no_grad():
         expected = model.cuda()(tokens).logits
