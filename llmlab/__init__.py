@@ -4,7 +4,8 @@ Modules, bottom to top (a module imports only those below it; tests/test_layers.
 env, device, bench, network, numerics, files (atomic writes, checksums), profiler underneath
 everything, then data -> models, kernels -> memory -> scale (the planner, never
 torch.distributed) -> distributed (what runs on the ranks) -> train / jobs (what surrounds a job;
-never the trainer) -> prune, quant (never prune) -> evaluate, inference -> plots, course, cli.
+never the trainer; only cli and course import it) -> prune, quant (never prune) -> evaluate,
+inference -> plots, course, cli.
 """
 
 from llmlab._quiet import silence_third_party_noise

@@ -3,9 +3,10 @@
 data -> models, kernels -> memory -> scale -> distributed -> train / jobs -> (prune, quant) ->
 evaluate, inference; env, device, bench, network, numerics, files and profiler sit underneath
 everything; course, plots and cli sit on top. The planner (scale) is plain arithmetic below the
-ranks' code: it never imports torch.distributed. The job tooling (jobs) surrounds a run and never
-imports the trainer, nor the trainer it. A lower module that reached up would make a learner read
-the whole package to understand one part, and would risk import cycles.
+ranks' code: it never imports torch.distributed. The job tooling (jobs) surrounds a run: it never
+imports the trainer, and only what starts runs (cli, course) imports it. A lower module that
+reached up would make a learner read the whole package to understand one part, and would risk
+import cycles.
 """
 
 import ast
@@ -22,10 +23,15 @@ LAYER = {
     "course": 9, "plots": 9, "cli": 9, "__main__": 9, "__init__": 9,
 }  # fmt: skip
 # Imports a package must not make even from below it: the planner stays plain arithmetic, the
-# trainer and the job tooling stay apart, and quantization needs nothing of pruning's (the
+# job tooling never imports the trainer, and quantization needs nothing of pruning's (the
 # matrices of a block are llmlab.models').
-FORBIDDEN = {"scale": ("torch.distributed",), "jobs": ("llmlab.train",), "train": ("llmlab.jobs",),
-             "quant": ("llmlab.prune",)}  # fmt: skip
+BANNED = {"scale": ("torch.distributed",), "jobs": ("llmlab.train",), "quant": ("llmlab.prune",)}
+# The job tooling surrounds a run and never runs inside it: only what starts runs imports it.
+JOB_TOOLING_USERS = ("jobs", "cli", "course", "__main__")
+FORBIDDEN = {
+    module: BANNED.get(module, ()) + (() if module in JOB_TOOLING_USERS else ("llmlab.jobs",))
+    for module in LAYER
+}
 
 
 def top_module(path: Path, package: Path = PACKAGE) -> str:
@@ -79,7 +85,7 @@ def test_no_module_imports_one_above_it():
     assert upward_imports() == []
 
 
-def test_the_planner_never_imports_torch_distributed_and_jobs_never_the_trainer():
+def test_the_planner_never_imports_torch_distributed_and_only_cli_and_course_import_jobs():
     assert forbidden_imports() == []
 
 
@@ -101,6 +107,22 @@ def test_jobs_importing_the_trainer_is_caught(tmp_path, source):
     path.parent.mkdir(parents=True)
     path.write_text(source + "\n")
     assert forbidden_imports(tmp_path / "llmlab") == ["llmlab/jobs/slurm.py imports llmlab.train"]
+
+
+@pytest.mark.parametrize("module", ["train", "evaluate", "inference", "plots"])
+def test_job_tooling_imported_outside_the_cli_and_the_course_is_caught(tmp_path, module):
+    path = tmp_path / "llmlab" / module / "x.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("from llmlab.jobs.slurm import sbatch_script\n")
+    assert forbidden_imports(tmp_path / "llmlab") == [f"llmlab/{module}/x.py imports llmlab.jobs"]
+
+
+def test_the_cli_and_the_course_may_import_job_tooling(tmp_path):
+    for module in ("cli", "course"):
+        path = tmp_path / "llmlab" / module / "x.py"
+        path.parent.mkdir(parents=True)
+        path.write_text("import llmlab.jobs.slurm\n")
+    assert forbidden_imports(tmp_path / "llmlab") == []
 
 
 def test_an_upward_import_is_caught(tmp_path):

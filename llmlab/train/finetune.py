@@ -143,7 +143,11 @@ def finetune(
     clock: Callable[[], float] = time.perf_counter,
 ) -> FinetuneResult:
     """AdamW on the trainable parameters for `steps` batches, the rate warmed up linearly then
-    constant (a short fine-tune has no time for a schedule to matter); `clock` times each step."""
+    constant (a short fine-tune has no time for a schedule to matter); `clock` times each step.
+
+    Why not llmlab.train's Trainer: fine-tuning needs none of what it adds (schedules, clipping,
+    checkpoints, ranks, MFU), and these few lines show a learner all that fine-tuning changes:
+    which parameters the optimizer gets, and a loss on the target's tokens only."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     parameters = [p for p in model.parameters() if p.requires_grad]
