@@ -76,6 +76,13 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 _DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """The course's short name of a training dtype: "bf16" for torch.bfloat16."""
+    if dtype not in _DTYPE_NAMES:
+        raise ValueError(f"{dtype} is not a training dtype: use one of {list(_DTYPE_NAMES)}")
+    return _DTYPE_NAMES[dtype]
+
+
 @dataclass(frozen=True)
 class DtypeChoice:
     """The autocast (compute) dtype; float32 means no mixed precision."""
@@ -87,7 +94,7 @@ class DtypeChoice:
     @property
     def name(self) -> str:
         """Short name: "bf16", "fp16" or "fp32"."""
-        return _DTYPE_NAMES[self.dtype]
+        return dtype_name(self.dtype)
 
 
 def training_dtype_for(

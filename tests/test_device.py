@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from llmlab.device import (
+    TORCH_DTYPES,
     autocast,
     choose_device,
     choose_dtype,
+    dtype_name,
     pin_cpu_threads,
     seed_everything,
     training_dtype_for,
@@ -133,3 +135,9 @@ def test_a_cuda_device_on_a_machine_without_one_becomes_the_cpu_with_a_warning(m
         assert device_or_cpu("cuda:0", "torchao") == torch.device("cpu")
     assert device_or_cpu(None, "torchao") == torch.device("cpu")
     assert device_or_cpu("cpu", "torchao") == torch.device("cpu")
+
+
+def test_dtype_name_reads_the_one_dtype_table_backwards():
+    assert [dtype_name(dtype) for dtype in TORCH_DTYPES.values()] == list(TORCH_DTYPES)
+    with pytest.raises(ValueError, match="torch.float64 is not a training dtype"):
+        dtype_name(torch.float64)

@@ -23,7 +23,7 @@ from llmlab.course.checks import (
     passed,
     real_number,
 )
-from llmlab.device import training_dtype_for
+from llmlab.device import dtype_name, training_dtype_for
 
 # ---------------------------------------------------------------- Exercise 1: an honest timer
 
@@ -182,8 +182,7 @@ def measure_matmul_tflops(n, dtype, device, timer=None) -> float:
     """llmlab.bench.measure_matmul with this exercise's signature, for a learner who skips it.
 
     `timer` is accepted and not used: llmlab times with its own `time_fn`."""
-    name = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
-    return bench.measure_matmul(n, name, device, repeats=10).tflops
+    return bench.measure_matmul(n, dtype_name(dtype), device, repeats=10).tflops
 
 
 def _named(ops: list[Op], words: tuple[str, ...]) -> list[str]:
