@@ -2,16 +2,18 @@
 
 Megatron-LM (NVIDIA) is where tensor and pipeline parallelism for transformers come from, and
 its `pretrain_gpt.py` is how many large runs are launched. Data parallelism has no flag: it is
-whatever the world size leaves, world / (tp * pp), as in `RankGrid.for_world`.
+whatever the world size leaves, world / (tp * pp); the layout, llmlab.scale's `Parallel`, names
+dp, and the command starts its dp * tp * pp processes.
 Flag names checked against Megatron-LM's `megatron/training/arguments.py`.
 """
 
 import shlex
 
 from llmlab.bench import markdown_table
+from llmlab.device import TORCH_DTYPES
 from llmlab.distributed.mesh import RankGrid
-from llmlab.memory import TrainingSetup
 from llmlab.models import ModelShape, as_shape
+from llmlab.scale.layout import Parallel
 
 # (what the course calls it, Megatron-LM's argument, what it means)
 MEGATRON_NAMES = (
@@ -43,25 +45,26 @@ def megatron_table() -> str:
 
 def megatron_args(
     model: str | ModelShape,
-    setup: TrainingSetup,
-    pipeline_parallel: int = 1,
+    parallel: Parallel,
+    dtype: str = "bf16",
     sequence_parallel: bool = False,
 ) -> list[str]:
-    """`pretrain_gpt.py`'s arguments for this model and set-up: tp is `setup.tensor_parallel`,
-    the micro-batch `setup.batch`, the global batch micro-batch * accumulation * dp."""
+    """`pretrain_gpt.py`'s arguments for this model and layout: tp, pp and the ZeRO stage are
+    `parallel`'s, the micro-batch `parallel.micro_batch`, the global batch micro-batch *
+    accumulation * dp; `dtype` is the compute precision (fp32 adds no flag)."""
     shape = as_shape(model)
-    tp, pp = setup.tensor_parallel, pipeline_parallel
-    grid = RankGrid.for_world(setup.gpus, tp=tp, pp=pp)
-    grid.check_model(shape)
+    tp, pp = parallel.tp, parallel.pp
+    RankGrid(parallel).check_model(shape)
     if shape.n_layer % pp:
         raise ValueError(f"Megatron-LM gives every stage the same number of layers: "
                          f"{pp} stages do not divide {shape.n_layer} layers")  # fmt: skip
     if sequence_parallel and tp == 1:
         raise ValueError("sequence parallel splits what tensor parallel replicates: needs tp > 1")
-    if setup.zero > 1:
-        raise ValueError(f"ZeRO-{setup.zero} has no Megatron-LM flag here: its distributed "
+    if parallel.zero > 1:
+        raise ValueError(f"ZeRO-{parallel.zero} has no Megatron-LM flag here: its distributed "
                          "optimizer is ZeRO-1 (zero=1); use FSDP or DeepSpeed for stages 2-3")
-    seq = setup.seq or shape.context
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of {tuple(TORCH_DTYPES)}")
     args = {
         "--tensor-model-parallel-size": tp,
         "--pipeline-model-parallel-size": pp,
@@ -69,10 +72,10 @@ def megatron_args(
         "--hidden-size": shape.d_model,
         "--ffn-hidden-size": shape.ff,
         "--num-attention-heads": shape.n_head,
-        "--seq-length": seq,
+        "--seq-length": parallel.seq or shape.context,
         "--max-position-embeddings": shape.context,
-        "--micro-batch-size": setup.batch,
-        "--global-batch-size": setup.batch * setup.grad_accumulation * grid.parallel.dp,
+        "--micro-batch-size": parallel.micro_batch,
+        "--global-batch-size": parallel.micro_batch * parallel.accumulation * parallel.dp,
     }
     flags = [f"{name}={value}" for name, value in args.items()]
     if shape.family == "llama":
@@ -84,32 +87,34 @@ def megatron_args(
         flags.append("--untie-embeddings-and-output-weights")
     if sequence_parallel:
         flags.append("--sequence-parallel")
-    if setup.zero == 1:
+    if parallel.zero == 1:
         flags.append("--use-distributed-optimizer")
-    if setup.dtype != "fp32":
-        flags.append(f"--{setup.dtype}")
+    if dtype != "fp32":
+        flags.append(f"--{dtype}")
     return flags
 
 
 def megatron_command(
     model: str | ModelShape,
-    setup: TrainingSetup,
-    pipeline_parallel: int = 1,
+    parallel: Parallel,
+    dtype: str = "bf16",
     sequence_parallel: bool = False,
     gpus_per_node: int = 8,
     train_iters: int = 100,
     lr: float = 3e-4,
 ) -> str:
-    """A `torchrun ... pretrain_gpt.py ...` command line for this layout, on synthetic data
-    (`--mock-data`, a null tokenizer of the model's vocabulary) so it runs as it stands from a
-    Megatron-LM checkout. On several nodes, add torchrun's rendezvous flags."""
-    per_node = min(gpus_per_node, setup.gpus)
-    if setup.gpus % per_node:
-        raise ValueError(f"{setup.gpus} GPUs do not fill nodes of {per_node}")
+    """A `torchrun ... pretrain_gpt.py ...` command line for this layout on its `parallel.gpus`
+    GPUs, on synthetic data (`--mock-data`, a null tokenizer of the model's vocabulary) so it
+    runs as it stands from a Megatron-LM checkout. On several nodes, add torchrun's rendezvous
+    flags."""
+    gpus = parallel.gpus
+    per_node = min(gpus_per_node, gpus)
+    if gpus % per_node:
+        raise ValueError(f"{gpus} GPUs do not fill nodes of {per_node}")
     shape = as_shape(model)
-    launcher = ["torchrun", f"--nproc_per_node={per_node}", f"--nnodes={setup.gpus // per_node}"]
+    launcher = ["torchrun", f"--nproc_per_node={per_node}", f"--nnodes={gpus // per_node}"]
     data = ["--mock-data", "--tokenizer-type=NullTokenizer", f"--vocab-size={shape.vocab_size}",
             f"--train-iters={train_iters}", f"--lr={lr}"]  # fmt: skip
     words = launcher + ["pretrain_gpt.py"] + megatron_args(
-        shape, setup, pipeline_parallel, sequence_parallel) + data
+        shape, parallel, dtype, sequence_parallel) + data
     return " \\\n    ".join(shlex.quote(word) for word in words)

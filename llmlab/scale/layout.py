@@ -67,6 +67,9 @@ class Parallel:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.seq, int) or self.seq < 0:
+            raise ValueError(f"seq must be 0 (the model's context) or a positive integer, "
+                             f"got {self.seq!r}")  # fmt: skip
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero must be a ZeRO stage 0-3, got {self.zero!r}")
 
@@ -99,10 +102,20 @@ class Parallel:
         return size > 1 and gpus_per_node % (self.strides()[dim] * size) != 0
 
     def describe(self) -> str:
-        zero = f" ZeRO-{self.zero}" if self.zero else ""
+        """Everything, degrees of 1 included: "DP 8 x TP 1 x PP 1, micro-batch 1 x 1"."""
         chunks = f" ({self.virtual_stages} chunks)" if self.virtual_stages > 1 else ""
-        return (f"DP {self.dp}{zero} x TP {self.tp} x PP {self.pp}{chunks}, micro-batch "
+        return (f"{self._data_parallel()} x TP {self.tp} x PP {self.pp}{chunks}, micro-batch "
                 f"{self.micro_batch} x {self.accumulation}")  # fmt: skip
+
+    def degrees(self) -> str:
+        """The degrees alone, those of 1 left out: "DP 8 ZeRO-1 x TP 2"."""
+        splits = [f"{name} {degree}" for name, degree in (("TP", self.tp), ("PP", self.pp))
+                  if degree > 1]  # fmt: skip
+        return " x ".join([self._data_parallel(), *splits])
+
+    def _data_parallel(self) -> str:
+        """The data-parallel degree and its ZeRO stage, if any: "DP 8" or "DP 8 ZeRO-1"."""
+        return f"DP {self.dp}" + (f" ZeRO-{self.zero}" if self.zero else "")
 
 
 @dataclass(frozen=True)
@@ -116,13 +129,7 @@ class Layout:
 
     def describe(self) -> str:
         """The degrees alone ("DP 8 ZeRO-1 x TP 2"): the micro-batching is the set-up's."""
-        p = self.parallel
-        parts = [f"DP {p.dp}" + (f" ZeRO-{p.zero}" if p.zero else "")]
-        if p.tp > 1:
-            parts.append(f"TP {p.tp}")
-        if p.pp > 1:
-            parts.append(f"PP {p.pp}")
-        return " x ".join(parts)
+        return self.parallel.degrees()
 
 
 def gpu_memory_gb(gpu: str | float) -> float:

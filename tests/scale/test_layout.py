@@ -5,6 +5,7 @@ import pytest
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import ModelShape
 from llmlab.scale.layout import (
+    Layout,
     Parallel,
     choose_layouts,
     gpu_memory_gb,
@@ -115,6 +116,41 @@ def test_a_pipeline_is_planned_by_its_most_loaded_stage_each_with_its_own_items(
     assert plan.items["block activations"] == 128 * 2 * 64 * 2
     stages = [estimate_memory(shape, setup, pipeline_stage=i, pipeline_stages=2) for i in (0, 1)]
     assert plan == max(stages, key=lambda stage: stage.total) == stages[1]
+
+
+@pytest.mark.parametrize("parallel, degrees", [
+    (Parallel(dp=8), "DP 8"),  # degrees of 1 left out: not "DP 8 x TP 1 x PP 1"
+    (Parallel(dp=8, zero=1, tp=2), "DP 8 ZeRO-1 x TP 2"),
+    (Parallel(dp=2, tp=8, pp=2, zero=1, micro_batch=4), "DP 2 ZeRO-1 x TP 8 x PP 2"),
+    (Parallel(dp=1, pp=4), "DP 1 x PP 4"),
+])  # fmt: skip
+def test_the_short_form_names_the_degrees_above_one(parallel, degrees):
+    assert parallel.degrees() == degrees
+    layout = Layout(parallel, estimate_memory("tiny", TrainingSetup()), "yes", "")
+    assert layout.describe() == degrees  # the planner's tables print the short form
+
+
+def test_the_long_form_names_everything():
+    assert Parallel(dp=8).describe() == "DP 8 x TP 1 x PP 1, micro-batch 1 x 1"
+    assert (Parallel(dp=2, tp=8, pp=2, zero=1, accumulation=16, virtual_stages=2).describe()
+            == "DP 2 ZeRO-1 x TP 8 x PP 2 (2 chunks), micro-batch 1 x 16")  # fmt: skip
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"dp": 0}, "dp must be a positive integer, got 0"),
+    ({"tp": -2}, "tp must be a positive integer, got -2"),
+    ({"pp": 0}, "pp must be a positive integer, got 0"),
+    ({"pp": 1.5}, "pp must be a positive integer, got 1.5"),
+    ({"micro_batch": 0}, "micro_batch must be a positive integer"),
+    ({"accumulation": 0}, "accumulation must be a positive integer"),
+    ({"virtual_stages": 0}, "virtual_stages must be a positive integer"),
+    ({"seq": -1}, "seq must be 0 .* or a positive integer, got -1"),
+    ({"zero": 4}, "zero must be a ZeRO stage 0-3, got 4"),
+])  # fmt: skip
+def test_a_layout_rejects_degrees_below_one(kwargs, message):
+    # So a layout's GPUs, dp * tp * pp, are always a whole multiple of tp and of pp.
+    with pytest.raises(ValueError, match=message):
+        Parallel(**{"dp": 2, **kwargs})
 
 
 @pytest.mark.parametrize("dp, tp, pp, gpus_per_node, crossing", [
