@@ -9,7 +9,14 @@ import argparse
 
 import torch
 
-from llmlab.bench import DTYPES, GpuSpec, MatmulResult, find_gpu_spec, matmul_sweep
+from llmlab.bench import (
+    DTYPES,
+    GpuSpec,
+    MatmulResult,
+    find_gpu_spec,
+    markdown_table,
+    matmul_sweep,
+)
 from llmlab.device import choose_device
 
 WARMUP = 2  # untimed runs first: they pay for allocation, kernel selection and cold caches
@@ -39,19 +46,17 @@ def speedups_over_fp32(results: list[MatmulResult]) -> list[float | None]:
 
 
 def format_table(results: list[MatmulResult], spec: GpuSpec | None) -> str:
-    """A plain-text table; the % of peak column appears only on a GPU in the table."""
-    header = f"{'size':>6} {'dtype':>5} {'median ms':>10} {'TFLOP/s':>9} {'vs fp32':>8}"
-    lines = [header + (f" {'% peak':>7}" if spec else "")]
+    """A table for the terminal; the % of peak column appears only on a GPU in the table."""
+    rows = []
     for result, speedup in zip(results, speedups_over_fp32(results), strict=True):
-        line = (
-            f"{result.size:>6} {result.dtype:>5} {result.seconds * 1e3:>10.3f} "
-            f"{result.tflops:>9.3f} {'-' if speedup is None else f'{speedup:.2f}x':>8}"
-        )
-        peak = spec.tflops[result.dtype] if spec else None
-        if peak:
-            line += f" {100 * result.tflops / peak:>6.1f}%"
-        lines.append(line)
-    return "\n".join(lines)
+        row = {"size": result.size, "dtype": result.dtype,
+               "median ms": f"{result.seconds * 1e3:.3f}", "TFLOP/s": f"{result.tflops:.3f}",
+               "vs fp32": "-" if speedup is None else f"{speedup:.2f}x"}  # fmt: skip
+        if spec:
+            peak = spec.tflops[result.dtype]
+            row["% peak"] = f"{100 * result.tflops / peak:.1f}%" if peak else "-"
+        rows.append(row)
+    return markdown_table(rows, aligned=True)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ importable (`pip install -e .` from the repository root).
 import argparse
 import time
 
+from llmlab.bench import markdown_table
 from llmlab.memory import TrainingSetup, dry_run, estimate_memory, measure
 
 MiB = 2**20
@@ -45,15 +46,18 @@ def main() -> None:
     args = parse_args()
     base = TrainingSetup(batch=args.batch, seq=args.seq, dtype="fp32", optimizer="adamw")
     print(f"Real steps on {args.device}: AdamW, fp32, micro-batch {args.batch} x {args.seq}")
-    print(f"{'preset, set-up':<32}{'item':<24}{'predicted MiB':>14}{'measured MiB':>14}{'diff':>8}")
+    rows = []
     for name in ["tiny", "small"]:
         for label, changes in [("eager", {"attention": "eager"}), ("sdpa", {}),
                                ("sdpa, checkpointing", {"checkpointing": True})]:  # fmt: skip
             for item, predicted, measured in compare(name, base.replace(**changes), args.device):
-                print(f"{name + ', ' + label:<32}{item:<24}{predicted:>14.2f}{measured:>14.2f}"
-                      f"{measured / predicted - 1:>+8.1%}")  # fmt: skip
+                rows.append({"preset, set-up": f"{name}, {label}", "item": item,
+                             "predicted MiB": f"{predicted:.2f}", "measured MiB": f"{measured:.2f}",
+                             "diff": f"{measured / predicted - 1:+.1%}"})  # fmt: skip
+    print(markdown_table(rows, aligned=True))
 
     print("\nDry runs of Llama-2 7B on fake tensors, 1 x 2048 tokens")
+    rows = []
     for label, setup in [
         ("pure bf16", TrainingSetup(batch=1, seq=2048, master_weights=False)),
         ("torch.autocast bf16", TrainingSetup(batch=1, seq=2048, fp32_grads=True)),
@@ -65,10 +69,11 @@ def main() -> None:
         measured = dry_run("llama-7b", setup)
         seconds = time.perf_counter() - start
         predicted = estimate_memory("llama-7b", setup)
-        print(f"  {label:<40} dry-run peak {measured.peak_bytes / 1e9:7.2f} GB "
-              f"({measured.peak_phase}), predicted {predicted.peak / 1e9:7.2f} GB "
-              f"({predicted.peak_phase}), {seconds:4.1f} s")  # fmt: skip
-
+        rows.append({"set-up": label, "dry-run peak GB": f"{measured.peak_bytes / 1e9:.2f}",
+                     "phase": measured.peak_phase, "predicted GB": f"{predicted.peak / 1e9:.2f}",
+                     "predicted phase": predicted.peak_phase,
+                     "dry run": f"{seconds:.1f} s"})  # fmt: skip
+    print(markdown_table(rows, aligned=True))
 
 if __name__ == "__main__":
     main()

@@ -22,6 +22,7 @@ from functools import partial
 
 import torch.distributed as dist
 
+from llmlab.bench import markdown_table
 from llmlab.distributed import launch
 from llmlab.distributed.deepspeed_run import compare_deepspeed, deepspeed_available
 from llmlab.distributed.equivalence import (
@@ -147,30 +148,29 @@ GROUPS: dict[str, Callable[[int, int], list[Row]]] = {
 
 
 def _ratio(measured: float | None, planned: float | None) -> str:
-    return f"{measured / planned:>6.2f}" if measured is not None and planned else f"{'-':>6}"
+    return f"{measured / planned:.2f}" if measured is not None and planned else "-"
 
 
 def _mb(value: float | None) -> str:
-    return f"{value / MB:>8.2f}" if value is not None else f"{'-':>8}"
+    return f"{value / MB:.2f}" if value is not None else "-"
 
 
 def table(rows: list[Row]) -> str:
-    head = (f"{'strategy':<20}{'max rel err':>12}{'target':>8} |{'mem MB':>8}{'plan':>8}{'x':>6} |"
-            f"{'sent MB':>8}{'formula':>8}{'x':>6} |{'step ms':>9}{'speed':>7}")  # fmt: skip
-    lines = [head, "-" * len(head)]
-    for row in rows:
-        target = f"{row.target:>8.0e}" if row.target else f"{'-':>8}"
-        speed = row.reference_step_seconds / row.step_seconds
-        lines.append(
-            f"{row.strategy:<20}{row.error:>12.1e}{target} |"
-            f"{_mb(row.measured_bytes)}{_mb(row.planned_bytes)}"
-            f"{_ratio(row.measured_bytes, row.planned_bytes)} |"
-            f"{_mb(row.sent_bytes)}{_mb(row.formula_bytes)}"
-            f"{_ratio(row.sent_bytes, row.formula_bytes)} |"
-            f"{row.step_seconds * 1e3:>9.1f}{speed:>6.2f}x"
-        )  # fmt: skip
-    notes = [f"  {row.strategy}: {row.note}" for row in rows if row.note]
-    return "\n".join(lines + (["notes:"] + notes if notes else []) + HARNESSES)
+    cells = [{
+        "strategy": row.strategy,
+        "max rel err": f"{row.error:.1e}",
+        "target": f"{row.target:.0e}" if row.target else "-",
+        "mem MB": _mb(row.measured_bytes),
+        "plan": _mb(row.planned_bytes),
+        "mem / plan": _ratio(row.measured_bytes, row.planned_bytes),
+        "sent MB": _mb(row.sent_bytes),
+        "formula": _mb(row.formula_bytes),
+        "sent / formula": _ratio(row.sent_bytes, row.formula_bytes),
+        "step ms": f"{row.step_seconds * 1e3:.1f}",
+        "speed": f"{row.reference_step_seconds / row.step_seconds:.2f}x",
+        "note": row.note,
+    } for row in rows]  # fmt: skip
+    return "\n".join([markdown_table(cells, aligned=True), *HARNESSES])
 
 
 HARNESSES = [

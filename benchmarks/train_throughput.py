@@ -247,14 +247,15 @@ def main() -> None:
         f"matmul peak here: fp32 {peaks['fp32'] / 1e12:.3f}, bf16 {peaks['bf16'] / 1e12:.3f} "
         f"TFLOP/s (n=1024)\n"
     )
-    print(f"{'variant':<30} {'ms/step':>8} {'tokens/s':>9} {'vs bare fp32':>13} {'MFU':>6}")
+    rows = []
     for name, samples in times.items():
         step = statistics.median(samples)
         tokens_per_s = SEQ * BATCH / step
         peak = peaks["bf16" if "bf16" in name else "fp32"]
-        mfu = tokens_per_s * flops_per_token / peak
-        print(f"{name:<30} {step * 1e3:8.1f} {tokens_per_s:9,.0f} {base / step:12.2f}x {mfu:6.1%}")
-
+        rows.append({"variant": name, "ms/step": f"{step * 1e3:.1f}",
+                     "tokens/s": f"{tokens_per_s:,.0f}", "vs bare fp32": f"{base / step:.2f}x",
+                     "MFU": f"{tokens_per_s * flops_per_token / peak:.1%}"})  # fmt: skip
+    print(markdown_table(rows, aligned=True))
 
 if __name__ == "__main__":
     main()

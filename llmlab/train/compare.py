@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.bench import markdown_table
 from llmlab.env import MB
 from llmlab.memory.measure import measure_training_step
 from llmlab.train.config import TrainConfig
@@ -101,16 +102,19 @@ def _peak_memory_mb(trainer: Trainer, data: BatchSource) -> float:
 
 
 def runs_table(runs: list[QuickRun], baseline: str | None = None) -> str:
-    """A plain-text table; speed-ups are relative to `baseline` (default: the first run)."""
-    base = next(r for r in runs if r.name == (baseline or runs[0].name))
-    lines = [
-        f"{'variant':<28} {'ms/step':>8} {'tokens/s':>9} {'speed':>6} {'peak MB':>8} "
-        f"{'last loss':>9}"
-    ]
-    for run in runs:
-        memory = "-" if run.peak_memory_mb is None else f"{run.peak_memory_mb:.0f}"
-        lines.append(
-            f"{run.name:<28} {run.step_ms:8.1f} {run.tokens_per_s:9,.0f} "
-            f"{base.step_ms / run.step_ms:5.2f}x {memory:>8} {run.final_loss:9.3f}"
-        )
-    return "\n".join(lines)
+    """A table for the terminal; speed-ups are relative to `baseline` (default: the first run)."""
+    if not runs:
+        raise ValueError("no runs to show: pass at least one QuickRun")
+    names = [run.name for run in runs]
+    baseline = names[0] if baseline is None else baseline
+    if baseline not in names:
+        raise ValueError(f"baseline {baseline!r} is not one of the runs: pass one of {names}")
+    base = runs[names.index(baseline)]
+    return markdown_table([{
+        "variant": run.name,
+        "ms/step": f"{run.step_ms:.1f}",
+        "tokens/s": f"{run.tokens_per_s:,.0f}",
+        "speed": f"{base.step_ms / run.step_ms:.2f}x",
+        "peak MB": "-" if run.peak_memory_mb is None else f"{run.peak_memory_mb:.0f}",
+        "last loss": f"{run.final_loss:.3f}",
+    } for run in runs], aligned=True)  # fmt: skip

@@ -1,7 +1,8 @@
 """Quick side-by-side runs: alternating rounds, the first step reported on its own, per-variant
-tokens per step, and an optional validation loss."""
+tokens per step, an optional validation loss, and their table."""
 
 import pytest
+from helpers.tables import table_rows
 from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
 
 from llmlab.train import TrainConfig
@@ -38,7 +39,8 @@ def test_validation_loss_and_memory_when_asked():
                         make_val=windows)  # fmt: skip
     assert run.val_loss is not None and run.val_loss > 0
     assert run.peak_memory_mb is not None and run.peak_memory_mb > 0
-    assert "base" in runs_table([run])
+    (row,) = table_rows(runs_table([run]))
+    assert row["variant"] == "base" and row["peak MB"] == f"{run.peak_memory_mb:.0f}"
 
 
 def test_merged_rounds_keep_the_median_step_and_the_tokens_per_step():
@@ -55,3 +57,28 @@ def test_merged_rounds_keep_the_median_step_and_the_tokens_per_step():
 def test_bad_settings_are_refused(rounds, warmup):
     with pytest.raises(ValueError, match="rounds|timing_warmup"):
         quick_runs(tiny_gpt2, windows, BASE, {"base": {}}, timing_warmup=warmup, rounds=rounds)
+
+
+def quick_run(name, step_ms, peak_memory_mb=None):
+    return QuickRun(name, step_ms, tokens_per_s=1_000_000 / step_ms, losses=[3.0, 2.34567],
+                    peak_memory_mb=peak_memory_mb, first_step_ms=step_ms)  # fmt: skip
+
+
+def test_the_table_reads_cell_by_cell():
+    runs = [quick_run("base", 8.0, peak_memory_mb=123.4), quick_run("twice as slow", 16.0)]
+    assert table_rows(runs_table(runs)) == [
+        {"variant": "base", "ms/step": "8.0", "tokens/s": "125,000", "speed": "1.00x",
+         "peak MB": "123", "last loss": "2.346"},
+        {"variant": "twice as slow", "ms/step": "16.0", "tokens/s": "62,500", "speed": "0.50x",
+         "peak MB": "-", "last loss": "2.346"},
+    ]  # fmt: skip
+    against_the_slow_one = table_rows(runs_table(runs, baseline="twice as slow"))
+    assert [row["speed"] for row in against_the_slow_one] == ["2.00x", "1.00x"]
+
+
+def test_an_unknown_baseline_names_the_runs():
+    runs = [quick_run("bf16", 8.0), quick_run("fp32", 16.0)]
+    with pytest.raises(ValueError, match=r"'fp16'.*\['bf16', 'fp32'\]"):
+        runs_table(runs, baseline="fp16")
+    with pytest.raises(ValueError, match="no runs"):
+        runs_table([])
