@@ -20,7 +20,6 @@ UNTESTED = {
     "distributed.groups": "process groups, set up by every gloo test (tests/distributed/, ...)",
     "distributed.model_parallel": "its runs are compared in distributed/test_tensor_parallel.py",
     "memory.gpus": "the GPU table, read by tests/memory/test_estimate.py, test_oom.py, scale/",
-    "models.observe": "input capture, tested through quant/test_calibrate.py, prune/test_wanda.py",
     "scale.links": "link bandwidths, tested through scale/test_simulate.py, test_collectives.py",
     "scale.published": "published runs, reproduced by tests/scale/test_simulate.py",
 }
