@@ -19,7 +19,6 @@ UNTESTED = {
     "distributed.equivalence": "the 'same as one process?' harness tests/distributed/ runs",
     "distributed.groups": "process groups, set up by every gloo test (tests/distributed/, ...)",
     "distributed.model_parallel": "its runs are compared in distributed/test_tensor_parallel.py",
-    "scale.published": "published runs, reproduced by tests/scale/test_simulate.py",
 }
 
 # Test files about the project rather than one module.
