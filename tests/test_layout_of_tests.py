@@ -16,7 +16,6 @@ UNTESTED = {
     "__main__": "two lines that hand over to cli.main (tests/test_cli*.py run the CLI)",
     "_quiet": "silences third-party warnings at import; every test imports through it",
     "distributed.equivalence": "the 'same as one process?' harness tests/distributed/ runs",
-    "distributed.groups": "process groups, set up by every gloo test (tests/distributed/, ...)",
     "distributed.model_parallel": "its runs are compared in distributed/test_tensor_parallel.py",
 }
 
