@@ -15,7 +15,6 @@ HELPERS = "helpers"
 UNTESTED = {
     "__main__": "two lines that hand over to cli.main (tests/test_cli*.py run the CLI)",
     "_quiet": "silences third-party warnings at import; every test imports through it",
-    "distributed.model_parallel": "its runs are compared in distributed/test_tensor_parallel.py",
 }
 
 # Test files about the project rather than one module.
