@@ -15,15 +15,6 @@ HELPERS = "helpers"
 UNTESTED = {
     "__main__": "two lines that hand over to cli.main (tests/test_cli*.py run the CLI)",
     "_quiet": "silences third-party warnings at import; every test imports through it",
-    "data.errors": "one exception class; the data tests match its messages",
-    "distributed.equivalence": "the 'same as one process?' harness tests/distributed/ runs",
-    "distributed.groups": "process groups, set up by every gloo test (tests/distributed/, ...)",
-    "distributed.model_parallel": "its runs are compared in distributed/test_tensor_parallel.py",
-    "memory.gpus": "the GPU table, read by tests/memory/test_estimate.py, test_oom.py, scale/",
-    "models.finite": "NaN/inf refusals, tested through their callers in quant/ and prune/",
-    "models.observe": "input capture, tested through quant/test_calibrate.py, prune/test_wanda.py",
-    "scale.links": "link bandwidths, tested through scale/test_simulate.py, test_collectives.py",
-    "scale.published": "published runs, reproduced by tests/scale/test_simulate.py",
 }
 
 # Test files about the project rather than one module.

@@ -1,5 +1,6 @@
 """DDP, ZeRO-1 and FSDP2 on 2 gloo ranks train exactly like one process on the same global batch,
-and stop doing so when their communication is removed (so the check can fail)."""
+and stop doing so when their communication is removed (so the check can fail). (The harness in one
+process, and the arguments it refuses: tests/distributed/test_equivalence.py.)"""
 
 import pytest
 import torch
@@ -57,10 +58,6 @@ def test_bad_input_is_named():
         make_optimizer(model, "zero1", lr=0.1)
     with pytest.raises(TypeError, match="belong to DDP"):
         register_comm_hook(model, "fp16")
-    with pytest.raises(ValueError, match="no .broadcast. to remove"):
-        compare_to_single_process("fsdp", drop="broadcast")
-    with pytest.raises(ValueError, match="multiple of 2"):
-        compare_to_single_process("ddp", global_batch=3)
 
 
 def _hooked_step(kind):
@@ -108,5 +105,3 @@ def test_compressed_gradients_send_less_and_drift_a_little():
     powersgd = compare_to_single_process("ddp", comm_hook="powersgd")
     assert powersgd.bytes_sent_per_rank < powersgd.bytes_formula / 50
     assert powersgd.max_rel_error < 0.1
-    with pytest.raises(ValueError, match="comm hooks are DDP's"):
-        compare_to_single_process("fsdp", comm_hook="fp16")

@@ -11,18 +11,14 @@ before the first checkpoint restarts the run from step 1, not refused as an earl
 import json
 import os
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from helpers import WORKERS
 from helpers.launch import LAUNCHER_NAMES, run
 from safetensors.torch import load_file
 
-from llmlab.distributed.groups import _restart_store
-from llmlab.distributed.launch import free_port
 from llmlab.train import read_metrics
 
 WORKER = WORKERS / "elastic_worker.py"
@@ -102,21 +98,3 @@ def test_a_kill_inside_a_save_leaves_that_checkpoint_unused(straight, tmp_path):
     assert "left by an interrupted save" in output  # the torn temporary folder was swept
     assert "resumed from step 4" in output
     assert_same_run(tmp_path, straight, logged_before_kill=8, resumed=4)
-
-
-def test_only_a_restarted_attempt_gets_a_store_of_its_own(monkeypatch):
-    """torchrun's agent store outlives an attempt: the first attempt uses it as env:// does, a
-    restarted one under its own prefix, so it never reads keys a dead attempt wrote."""
-    port = free_port()
-    # A short timeout: a key under another name fails the test in seconds, not minutes.
-    agent_store = dist.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=5))
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(port))
-    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
-    assert _restart_store() is None
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
-    _restart_store().set("rank_0", "address of attempt 1")
-    assert agent_store.get("llmlab/attempt_1/rank_0") == b"address of attempt 1"
-    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")  # each attempt's own store
-    assert _restart_store() is None
