@@ -110,7 +110,7 @@ class TrainingBudget:
 
     def __str__(self) -> str:
         return (f"{self.steps:,} steps, {self.tokens / 1e6:,.1f}M tokens: about "
-                f"{self.minutes:,.0f} minutes on one {ASSUMED_GPU} at an assumed "
+                f"{self.minutes:,.1f} minutes on one {ASSUMED_GPU} at an assumed "
                 f"~{self.tokens_per_s:,.0f} tokens/s ({ASSUMED_MFU:.0%} MFU); "
                 "llmlab gpu-check measures the rate")  # fmt: skip
 

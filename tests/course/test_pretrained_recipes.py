@@ -35,7 +35,7 @@ def test_the_budget_arithmetic():
     assert budget.tokens_per_s == pytest.approx(500_000)
     assert budget.minutes == pytest.approx(3 * 16_384 / 500_000 / 60)
     line = str(training_budget(100_000_000, 1, 16_384, flops))
-    assert line.startswith("6,103 steps, 100.0M tokens: about 3 minutes on one H100")
+    assert line.startswith("6,103 steps, 100.0M tokens: about 3.3 minutes on one H100")
     assert "assumed ~500,000 tokens/s (45% MFU)" in line and "gpu-check measures" in line
 
 
