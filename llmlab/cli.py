@@ -218,6 +218,7 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _train_lab03(name: str, args: argparse.Namespace, info):
     """Build and run the trainer; it is freed on return, before the process group is left."""
     from llmlab.course.pretrained import lab03_config, lab03_data, lab03_shape
+    from llmlab.data.pipeline import full_corpus_line
     from llmlab.models import build_model, training_flops_per_token
     from llmlab.train import Trainer
 
@@ -225,6 +226,8 @@ def _train_lab03(name: str, args: argparse.Namespace, info):
     if args.checkpoint_every:
         changes["checkpoint_interval"] = args.checkpoint_every
     changes["parallel"] = args.parallel
+    if name == "full" and info.is_main:
+        print(full_corpus_line())
     config = lab03_config(name, out_dir=args.out, progress=info.is_main, **changes)
     data = lab03_data(name, config, seed=info.rank)  # each rank draws its own windows
     shape = lab03_shape(name, data.dataset)

@@ -11,12 +11,14 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from llmlab.bench import markdown_table, peak_tflops
 from llmlab.course.artifacts import artifacts_dir
 from llmlab.data import DatasetPaths, prepare_default_dataset
 from llmlab.data.docstrings import DocstringPair, hub_docstring_pairs
 from llmlab.data.errors import DataError
 from llmlab.data.loaders import RandomWindows
-from llmlab.data.pipeline import PROFILE_SPECS
+from llmlab.data.pipeline import FULL_ONLINE_CORPUS, profile_spec
+from llmlab.evaluate.bits_per_byte import published_bits_per_byte
 from llmlab.files import (
     DamagedFile,
     atomic_folder,
@@ -30,9 +32,16 @@ from llmlab.train import TrainConfig, Trainer, TrainResult
 
 MODEL_PRESET = {"smoke": "tiny", "full": "gpt2-124m"}
 HUB_MODEL = "gpt2"  # OpenAI's GPT-2 small: what online users fine-tune instead of Lab 03's model
-# Training tokens of the full profile's dataset (the whole built-in corpus, 32768-token BPE), as
-# prepare_default_dataset(..., "full") reports them; the full recipe makes about 2 passes.
-FULL_TRAIN_TOKENS = 2_708_799  # on Python 3.11: the built-in corpus is its standard library
+# Training tokens of the full profile's offline dataset (the whole built-in corpus, 32768-token
+# BPE), as prepare_default_dataset(..., "full") reports them on Python 3.11 (the built-in corpus
+# is its standard library). Recorded, so the offline recipe is known without building it.
+FULL_TRAIN_TOKENS = 2_708_799
+# Passes over the training split at full: two over the small built-in corpus (more would only
+# overfit), one over the FineWeb-Edu sample (text enough that each token is seen once).
+FULL_PASSES = {"builtin": 2, "fineweb-edu": 1}
+# The rate the budget assumes: bf16 on one H100 at this MFU (what a tuned GPT-2 small run aims
+# at); `llmlab gpu-check` measures the real one.
+ASSUMED_GPU, ASSUMED_MFU = "H100 SXM", 0.45
 
 
 RECIPES = {
@@ -50,10 +59,9 @@ RECIPES = {
         log_interval=10,
         checkpoint_interval=200,
     ),
-    # GPT-2 small on one GPU, 16 sequences of 1024 tokens per step, for about 2 epochs of the
-    # built-in corpus (FULL_TRAIN_TOKENS): more passes over so little text would only overfit.
+    # GPT-2 small on one GPU, 16 sequences of 1024 tokens per step; max_steps comes from the
+    # dataset (full_budget): 330 steps offline, 2 passes over the built-in corpus.
     "full": dict(
-        max_steps=2 * FULL_TRAIN_TOKENS // (16 * 1024),  # 330 steps of 16 x 1024 tokens
         micro_batch_size=16,
         seq_len=1024,
         lr=6e-4,
@@ -76,6 +84,8 @@ def lab03_config(profile_name: str, **changes) -> TrainConfig:
     if profile_name not in RECIPES:
         raise ValueError(f"unknown profile {profile_name!r}: use 'smoke' or 'full'")
     recipe = RECIPES[profile_name]
+    if profile_name == "full":
+        recipe = {**recipe, "max_steps": full_budget().steps}
     if "max_steps" in changes and "warmup_steps" not in changes:
         fraction = recipe["warmup_steps"] / recipe["max_steps"]
         changes["warmup_steps"] = round(fraction * changes["max_steps"])
@@ -84,6 +94,49 @@ def lab03_config(profile_name: str, **changes) -> TrainConfig:
 
 def lab03_shape(profile_name: str, dataset: DatasetPaths) -> ModelShape:
     return preset(MODEL_PRESET[profile_name], vocab_size=dataset.vocab_size)
+
+
+@dataclass(frozen=True)
+class TrainingBudget:
+    """How long a run is: steps and tokens (exact), minutes (an estimate at an assumed rate)."""
+
+    steps: int
+    tokens: int
+    tokens_per_s: float  # assumed, not measured
+
+    @property
+    def minutes(self) -> float:
+        return self.tokens / self.tokens_per_s / 60
+
+    def __str__(self) -> str:
+        return (f"{self.steps:,} steps, {self.tokens / 1e6:,.1f}M tokens: about "
+                f"{self.minutes:,.1f} minutes on one {ASSUMED_GPU} at an assumed "
+                f"~{self.tokens_per_s:,.0f} tokens/s ({ASSUMED_MFU:.0%} MFU); "
+                "llmlab gpu-check measures the rate")  # fmt: skip
+
+
+def training_budget(
+    train_tokens: int, passes: float, tokens_per_step: int, flops_per_token: float
+) -> TrainingBudget:
+    """Steps for `passes` over `train_tokens`, and the minutes they would take at ASSUMED_MFU of
+    ASSUMED_GPU's bf16 peak: tokens/s = MFU x peak FLOP/s / training FLOPs per token."""
+    steps = int(passes * train_tokens) // tokens_per_step
+    tokens_per_s = ASSUMED_MFU * peak_tflops(ASSUMED_GPU, "bf16") * 1e12 / flops_per_token
+    return TrainingBudget(steps, steps * tokens_per_step, tokens_per_s)
+
+
+def full_budget() -> TrainingBudget:
+    """The full recipe's length: offline, 2 passes over the built-in corpus (FULL_TRAIN_TOKENS);
+    online, 1 pass over the FineWeb-Edu sample, whose tokens its dataset.json records (it is
+    built now if missing)."""
+    spec, recipe = profile_spec("full"), RECIPES["full"]
+    train_tokens = FULL_TRAIN_TOKENS
+    if spec.corpus == FULL_ONLINE_CORPUS:  # the sample's tokens are known once it is built
+        train_tokens = prepare_default_dataset(artifacts_dir(), "full").info["tokens"]["train"]
+    shape = preset(MODEL_PRESET["full"], vocab_size=spec.vocab_size)
+    flops = training_flops_per_token(shape, recipe["seq_len"]).total
+    tokens_per_step = recipe["micro_batch_size"] * recipe["seq_len"]
+    return training_budget(train_tokens, FULL_PASSES[spec.corpus], tokens_per_step, flops)
 
 
 @dataclass
@@ -120,7 +173,7 @@ def recipe_stamp(profile_name: str) -> dict:
     """What a saved model was trained with: the recipe, the model preset and the dataset."""
     recipe = lab03_config(profile_name).to_dict()
     recipe.pop("progress")  # a progress bar changes nothing in the model
-    spec = PROFILE_SPECS[profile_name]
+    spec = profile_spec(profile_name)
     return {"recipe": recipe, "model": MODEL_PRESET[profile_name], "corpus": spec.corpus,
             "vocab_size": spec.vocab_size}  # fmt: skip
 
@@ -191,14 +244,35 @@ def hub_model(name: str = HUB_MODEL):
     LLMLAB_ONLINE=1: GPT-2 small by default, pretrained on web text rather than on the standard
     library (pair it with llmlab.data.docstrings.hub_docstring_pairs). safetensors weights, no
     remote code."""
+    model = AutoModelForCausalLM.from_pretrained(_online_only(name), use_safetensors=True)
+    return model, hub_tokenizer(name)
+
+
+def hub_tokenizer(name: str = HUB_MODEL):
+    """The tokenizer of a Hub model (GPT-2's by default), only with LLMLAB_ONLINE=1."""
+    return AutoTokenizer.from_pretrained(_online_only(name))
+
+
+def _online_only(name: str) -> str:
     if not online():
         raise DataError(
             f"{name} comes from the Hugging Face Hub and the course is offline: set "
             f"{ONLINE_VARIABLE}=1 before starting Python to use it, or use trained_model() "
             "(Lab 03's model, on every machine)."
         )
-    model = AutoModelForCausalLM.from_pretrained(name, use_safetensors=True)
-    return model, AutoTokenizer.from_pretrained(name)
+    return name
+
+
+def published_references(dataset: DatasetPaths, held_out_text: str) -> str:
+    """Published held-out losses of GPT-2 small, in bits per byte of `held_out_text` (converted
+    with the GPT-2 tokenizer's tokens per byte of it), as a table; they were measured on
+    FineWeb(-Edu), so for any other dataset a line saying how to get comparable text instead."""
+    if dataset.info["spec"]["corpus"] != FULL_ONLINE_CORPUS:
+        return ("Published GPT-2 small losses are measured on FineWeb(-Edu), not on this text: "
+                f"set {ONLINE_VARIABLE}=1 to train the full profile on FineWeb-Edu and compare.")
+    rows = published_bits_per_byte(held_out_text, hub_tokenizer())
+    title = "Published GPT-2 small losses, in bits per byte of this text:"
+    return title + "\n" + markdown_table(rows, aligned=True)
 
 
 @dataclass(frozen=True)

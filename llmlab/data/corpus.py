@@ -11,7 +11,7 @@ import itertools
 import os
 import re
 import sysconfig
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from llmlab.data.documents import Document, read_document
@@ -41,7 +41,13 @@ BUILTIN_RULE = (
 HUB_DATASETS = {
     "wikitext-2": ("Salesforce/wikitext", "wikitext-2-raw-v1", "text"),
     "tinystories": ("roneneldan/TinyStories", None, "text"),
+    # Web pages that a classifier rated educational; its 10B-token sample is what nanoGPT's
+    # GPT-2 reproduction (build-nanogpt) trains on, so published losses exist for it.
+    "fineweb-edu": ("HuggingFaceFW/fineweb-edu", "sample-10BT", "text"),
 }
+# How much of FineWeb-Edu the full profile streams: 500 MB of text (roughly 100M tokens, a few
+# minutes of GPT-2 small on one H100); the stream stops there, so only this much is downloaded.
+FINEWEB_EDU_BYTES = 500_000_000
 LOCAL_KINDS = {".txt": "text", ".md": "text", ".jsonl": "json", ".json": "json",
                ".parquet": "parquet"}  # fmt: skip
 
@@ -136,9 +142,11 @@ def local_documents(
 
 
 def hub_documents(
-    name: str, split: str = "train", max_documents: int | None = None
+    name: str, split: str = "train", max_documents: int | None = None,
+    max_bytes: int | None = None,
 ) -> list[Document]:
-    """A Hub dataset's texts (only with LLMLAB_ONLINE=1), streamed so only what is used comes."""
+    """A Hub dataset's texts (only with LLMLAB_ONLINE=1), streamed so only what is used comes:
+    at most `max_documents` texts, and no more once they hold `max_bytes` of UTF-8."""
     import datasets
 
     if name not in HUB_DATASETS:
@@ -155,7 +163,10 @@ def hub_documents(
         texts = (row[field] for row in rows)
         if name.startswith("wikitext"):
             texts = wikitext_articles(list(texts))  # small: about 36k lines of Wikipedia
-        kept = list(itertools.islice((text for text in texts if text.strip()), max_documents))
+        texts = (text for text in texts if text.strip())
+        if max_bytes is not None:
+            texts = up_to_bytes(texts, max_bytes)
+        kept = list(itertools.islice(texts, max_documents))
     except Exception as error:  # reading streams, so the network errors surface here
         raise DataError(
             f"could not load {repository} ({config or 'default'}, {split}) from the Hub: {error}. "
@@ -163,6 +174,17 @@ def hub_documents(
             "libraries read their offline switch when they are imported."
         ) from error
     return [Document(name, f"{split}:{i}", text) for i, text in enumerate(kept)]
+
+
+def up_to_bytes(texts: Iterable[str], max_bytes: int) -> Iterator[str]:
+    """Texts until they hold `max_bytes` of UTF-8 (the one that reaches it included); the stream
+    is read no further, so only the blocks holding those texts are downloaded."""
+    total = 0
+    for text in texts:
+        yield text
+        total += len(text.encode("utf-8"))
+        if total >= max_bytes:
+            return
 
 
 WIKITEXT_TITLE = re.compile(r"^ = [^=].* = \n?$")  # " = Title = " opens an article
@@ -184,6 +206,7 @@ CORPORA: dict[str, Callable[[], list[Document]]] = {
     "builtin-smoke": lambda: builtin_corpus("smoke"),
     "wikitext-2": lambda: hub_documents("wikitext-2"),
     "tinystories": lambda: hub_documents("tinystories", max_documents=200_000),
+    "fineweb-edu": lambda: hub_documents("fineweb-edu", max_bytes=FINEWEB_EDU_BYTES),
 }
 
 

@@ -10,14 +10,14 @@ import shutil
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from transformers import PreTrainedTokenizerFast
 
 from llmlab.data.clean import CleaningConfig, CleaningReport, clean_documents
-from llmlab.data.corpus import corpus_version, load_corpus
+from llmlab.data.corpus import FINEWEB_EDU_BYTES, HUB_DATASETS, corpus_version, load_corpus
 from llmlab.data.documents import Document, total_bytes
 from llmlab.data.errors import DataError
 from llmlab.data.shards import open_shard, shard_count, token_dtype, write_split
@@ -35,6 +35,7 @@ from llmlab.files import (
     replace_folder,
     temporary_sibling,
 )
+from llmlab.network import ONLINE_VARIABLE, online
 
 ENCODE_BATCH = 64  # documents per encode call: bounds the memory of the encodings in flight
 
@@ -55,8 +56,9 @@ PROFILE_SPECS = {
     # tiny model's parameters and FLOPs, so its training time goes into the blocks, where
     # what the later labs prune and quantize learns the language.
     "smoke": DatasetSpec("builtin-smoke", vocab_size=2048),
-    "full": DatasetSpec("builtin", vocab_size=32768),
+    "full": DatasetSpec("builtin", vocab_size=32768),  # offline; see profile_spec
 }
+FULL_ONLINE_CORPUS = "fineweb-edu"  # what `full` trains on with LLMLAB_ONLINE=1
 
 
 @dataclass(frozen=True)
@@ -227,14 +229,34 @@ def prepare_dataset(out_dir: str | Path, spec: DatasetSpec) -> DatasetPaths:
     return open_dataset(root, spec)
 
 
+def profile_spec(profile_name: str) -> DatasetSpec:
+    """What a profile trains on: PROFILE_SPECS, except that `full` with LLMLAB_ONLINE=1 streams
+    a FineWeb-Edu sample instead of the built-in corpus (12 MB, which GPT-2 small soon overfits)."""
+    if profile_name not in PROFILE_SPECS:
+        raise ValueError(f"unknown profile {profile_name!r}: use one of {sorted(PROFILE_SPECS)}")
+    spec = PROFILE_SPECS[profile_name]
+    if profile_name == "full" and online():
+        spec = replace(spec, corpus=FULL_ONLINE_CORPUS)
+    return spec
+
+
+def full_corpus_line() -> str:
+    """One line saying what the full profile trains on, and the switch that changes it."""
+    repository, config, _ = HUB_DATASETS[FULL_ONLINE_CORPUS]
+    sample = f"a {FINEWEB_EDU_BYTES / 1e6:,.0f} MB sample of FineWeb-Edu ({repository}, {config})"
+    if online():
+        return f"full profile data: {sample}, streamed from the Hub ({ONLINE_VARIABLE}=1)"
+    return (f"full profile data: the built-in corpus, as the course is offline; set "
+            f"{ONLINE_VARIABLE}=1 before starting Python to train on {sample} instead")  # fmt: skip
+
+
 def prepare_default_dataset(
     out_dir: str | Path, profile_name: str, corpus: str | None = None
 ) -> DatasetPaths:
     """The course's tokenizer and shards for a profile ("smoke": 2048-token vocabulary on a
-    subset of the built-in corpus; "full": 32768 on all of it), optionally on another corpus."""
-    if profile_name not in PROFILE_SPECS:
-        raise ValueError(f"unknown profile {profile_name!r}: use one of {sorted(PROFILE_SPECS)}")
-    spec = PROFILE_SPECS[profile_name]
+    subset of the built-in corpus; "full": 32768 on all of it, or on a FineWeb-Edu sample when
+    online; see profile_spec), optionally on another corpus."""
+    spec = profile_spec(profile_name)
     if corpus is not None:
         spec = DatasetSpec(corpus, spec.vocab_size)
     return prepare_dataset(out_dir, spec)

@@ -4,18 +4,22 @@ different vocabularies (smoke and full, or two tokenizers) compare, and so does 
 A model that predicts the next token with probability p can encode it in -log2(p) bits (with an
 arithmetic coder), so its summed loss in bits, divided by the bytes of text it predicted, is the
 size it would compress that text to. gzip and xz on the same bytes are the yardstick: a language
-model that has learned something compresses its held-out text better than they do.
+model that has learned something compresses its held-out text better than they do. Published
+losses (nats per token of another tokenizer) convert the same way, with that tokenizer's count of
+tokens on the same text.
 """
 
 import gzip
 import lzma
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from tokenizers import pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from llmlab.data.tokenization import encode_texts
 from llmlab.evaluate.next_token import TokenScores
 
 
@@ -60,3 +64,46 @@ def compressor_bits_per_byte(text: bytes) -> dict[str, float]:
         "xz -9e": len(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME)),
     }
     return {name: 8 * size / len(text) for name, size in sizes.items()}
+
+
+def loss_in_bits_per_byte(nats_per_token: float, n_tokens: int, n_bytes: int) -> float:
+    """A mean loss in nats per token, of a tokenizer that cuts `n_bytes` of text into `n_tokens`,
+    in bits per byte of that text: the summed loss (nats x tokens) over the bytes, in bits."""
+    if n_tokens <= 0 or n_bytes <= 0:
+        raise ValueError(f"need positive counts, got {n_tokens=} and {n_bytes=}")
+    return nats_per_token * n_tokens / n_bytes / math.log(2)
+
+
+@dataclass(frozen=True)
+class PublishedLoss:
+    """A held-out loss someone published, in nats per token of the GPT-2 tokenizer."""
+
+    model: str
+    held_out: str  # the text it was measured on
+    nats_per_token: float
+    source: str  # where the number is written
+
+
+GPT2_SMALL_LOSSES = (
+    # The red line of the loss plot in nanoGPT's GPT-2 reproduction (play.ipynb's
+    # loss_baseline["124M"]): OpenAI's checkpoint on the validation shard that fineweb.py cuts
+    # from the start of FineWeb-Edu's sample-10BT, the sample the full profile streams.
+    PublishedLoss("OpenAI's GPT-2 small (124M) checkpoint", "FineWeb-Edu", 3.2924,
+                  "github.com/karpathy/build-nanogpt, play.ipynb"),
+    # "By the end of the optimization we'll get to about 3.29": llm.c's GPT-2 small trained on
+    # 10B tokens of FineWeb (not the Edu subset), as quoted by the modded-nanogpt speedrun in
+    # records/track_1_short/2024-10-13_llmc/README.md.
+    PublishedLoss("llm.c's GPT-2 small, 10B tokens", "FineWeb", 3.29,
+                  "github.com/karpathy/llm.c/discussions/481"),
+)  # fmt: skip
+
+
+def published_bits_per_byte(text: str, gpt2_tokenizer: PreTrainedTokenizerFast) -> list[dict]:
+    """GPT2_SMALL_LOSSES in bits per byte of `text`, through the GPT-2 tokenizer's tokens per
+    byte of that text: approximate where `text` is not the text they were measured on."""
+    n_tokens = len(encode_texts(gpt2_tokenizer, [text])[0])
+    n_bytes = len(text.encode("utf-8"))
+    return [{"model": ref.model, "held out": ref.held_out,
+             "nats/token": ref.nats_per_token,
+             "bits/byte": f"{loss_in_bits_per_byte(ref.nats_per_token, n_tokens, n_bytes):.3f}",
+             "source": ref.source} for ref in GPT2_SMALL_LOSSES]  # fmt: skip

@@ -193,3 +193,26 @@ def test_the_hub_model_with_a_local_stand_in(tmp_path, monkeypatch):
     ids = torch.tensor([[1, 2, 3]])
     assert torch.equal(loaded(ids).logits, model(ids).logits)
     assert tokenizer.decode(tokenizer.encode("return a + b")) == "return a + b"
+
+
+def test_published_references_need_fineweb_text_and_never_reach_the_hub_without_it(monkeypatch):
+    """On the built-in corpus (offline) the references do not apply: one line names the switch,
+    and no tokenizer is fetched. On the FineWeb-Edu sample, GPT-2's tokenizer (a stand-in here)
+    converts each published loss into this text's bits per byte."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(pretrained, "hub_tokenizer", lambda: pytest.fail("fetched a tokenizer"))
+    offline = SimpleNamespace(info={"spec": {"corpus": "builtin"}})
+    assert "set LLMLAB_ONLINE=1" in pretrained.published_references(offline, "x = 1\n")
+    stand_in = train_bpe(["The cell is the unit of life.\n"] * 5, vocab_size=280)
+    monkeypatch.setattr(pretrained, "hub_tokenizer", lambda: stand_in)
+    online = SimpleNamespace(info={"spec": {"corpus": "fineweb-edu"}})
+    table = pretrained.published_references(online, "The cell is the unit of life.\n" * 4)
+    assert "OpenAI's GPT-2 small (124M) checkpoint" in table and "3.2924" in table
+    assert "llm.c's GPT-2 small, 10B tokens" in table
+
+
+def test_the_hub_tokenizer_needs_the_online_switch(monkeypatch):
+    monkeypatch.delenv("LLMLAB_ONLINE", raising=False)
+    with pytest.raises(DataError, match="set LLMLAB_ONLINE=1 before starting Python"):
+        pretrained.hub_tokenizer()

@@ -6,6 +6,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.data_samples import StandInHub
 
 from llmlab.data import corpus
 from llmlab.data.errors import DataError
@@ -74,6 +75,23 @@ def test_hub_path_with_a_local_stand_in_and_the_hub_offline(tmp_path, monkeypatc
     docs = corpus.hub_documents("tinystories", max_documents=5)
     assert [d.text for d in docs] == ["Once upon a time.", "The end."]  # empty rows dropped
     assert corpus.hub_documents("tinystories", max_documents=1)[0].name == "train:0"
+
+
+def test_a_byte_budget_stops_the_hub_stream_there(monkeypatch):
+    """FineWeb-Edu's sample is streamed up to a budget in bytes: the row that reaches it is kept
+    and no row after it is read (so no more is downloaded). Fails if the budget is ignored (all 6
+    rows read), checked only after the next row is pulled (5 read), or counted in characters
+    ("é" is 2 bytes: 5 rows would be kept)."""
+    import datasets
+
+    rows = ["é" * 50, "", "é" * 50, "é" * 50, "é" * 50, "é" * 50]  # 100 bytes each; one blank
+    hub = StandInHub(rows)
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    monkeypatch.setenv("LLMLAB_ONLINE", "1")
+    docs = corpus.hub_documents("fineweb-edu", max_bytes=250)
+    assert [len(d.text.encode()) for d in docs] == [100, 100, 100]  # 300 >= 250: stop
+    assert hub.rows_read == 4  # the three kept and the blank one between them
+    assert hub.calls == [("HuggingFaceFW/fineweb-edu", "sample-10BT", "train", True)]
 
 
 def test_wikitext_lines_are_joined_into_articles():

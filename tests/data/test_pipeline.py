@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers.data_samples import StandInHub
 
 from llmlab.data import DatasetSpec, pipeline, prepare_dataset, prepare_default_dataset
 from llmlab.data.clean import clean_documents
@@ -26,6 +27,32 @@ def test_profiles_use_vocabularies_that_fit_uint16():
     assert pipeline.PROFILE_SPECS["full"].vocab_size == 32768
     with pytest.raises(ValueError, match="unknown profile 'tiny'"):
         prepare_default_dataset("unused", "tiny")
+
+
+def test_full_trains_on_fineweb_edu_online_and_on_the_builtin_corpus_offline(tmp_path, monkeypatch):
+    """The one switch picks full's corpus, and the line says which; the two datasets never
+    share a folder or a tokenizer fingerprint, so an offline build is never taken for an online
+    one. Fails if the switch is ignored (no stream read, equal fingerprints), if offline touches
+    the Hub, or if smoke follows the switch too."""
+    import datasets
+
+    monkeypatch.setitem(CORPORA, "builtin", lambda: help_topics()[:30])  # small stand-ins
+    hub = StandInHub(doc.text for doc in help_topics()[30:60])
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    monkeypatch.delenv("LLMLAB_ONLINE", raising=False)
+    assert "the built-in corpus" in pipeline.full_corpus_line()
+    assert "set LLMLAB_ONLINE=1" in pipeline.full_corpus_line()
+    offline = prepare_default_dataset(tmp_path, "full")
+    assert hub.calls == []
+    monkeypatch.setenv("LLMLAB_ONLINE", "1")
+    assert "FineWeb-Edu (HuggingFaceFW/fineweb-edu, sample-10BT), streamed" in (
+        pipeline.full_corpus_line())
+    online = prepare_default_dataset(tmp_path, "full")
+    assert hub.calls == [("HuggingFaceFW/fineweb-edu", "sample-10BT", "train", True)]
+    assert (offline.info["spec"]["corpus"], online.info["spec"]["corpus"]) == (
+        "builtin", "fineweb-edu")
+    assert online.root != offline.root and online.fingerprint != offline.fingerprint
+    assert pipeline.profile_spec("smoke") == pipeline.PROFILE_SPECS["smoke"]
 
 
 def test_build_round_trip_from_documents_to_shards_and_back(tmp_path):

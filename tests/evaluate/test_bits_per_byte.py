@@ -10,9 +10,12 @@ from torch import nn
 from llmlab.data.tokenization import train_bpe, train_wordpiece
 from llmlab.evaluate import held_out_windows, score_tokens
 from llmlab.evaluate.bits_per_byte import (
+    GPT2_SMALL_LOSSES,
     bits_per_byte,
     compressor_bits_per_byte,
+    loss_in_bits_per_byte,
     predicted_bytes,
+    published_bits_per_byte,
     token_byte_lengths,
 )
 
@@ -80,3 +83,28 @@ def test_compressors_find_repetition_and_not_noise():
     assert all(bits > 7.9 for bits in compressor_bits_per_byte(noise).values())
     with pytest.raises(ValueError, match="no text"):
         compressor_bits_per_byte(b"")
+
+
+def test_a_loss_per_token_in_bits_per_byte():
+    """ln 2 nats per token is 1 bit per token; 4 tokens over 8 bytes is half a bit per byte.
+    Fails if nats are taken for bits or tokens per byte is inverted."""
+    assert loss_in_bits_per_byte(math.log(2), 10, 10) == pytest.approx(1.0)
+    assert loss_in_bits_per_byte(math.log(2), 4, 8) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="positive counts"):
+        loss_in_bits_per_byte(3.0, 0, 10)
+
+
+def test_published_losses_convert_with_the_tokenizers_own_count_on_this_text(tokenizer):
+    """A stand-in byte-level BPE in place of GPT-2's: each published loss x its tokens on the text
+    / the text's UTF-8 bytes / ln 2. Fails if characters are counted for bytes (the text has
+    multi-byte ones) or the end-of-document token is added to the count."""
+    text = "".join(TEXTS) * 3
+    n_tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    n_bytes = len(text.encode("utf-8"))
+    assert n_bytes > len(text)
+    rows = published_bits_per_byte(text, tokenizer)
+    assert [row["nats/token"] for row in rows] == [ref.nats_per_token for ref in GPT2_SMALL_LOSSES]
+    for row, ref in zip(rows, GPT2_SMALL_LOSSES, strict=True):
+        assert float(row["bits/byte"]) == pytest.approx(
+            ref.nats_per_token * n_tokens / n_bytes / math.log(2), abs=5e-4)
+        assert row["source"] == ref.source and "github.com/karpathy/" in ref.source
