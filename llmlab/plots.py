@@ -152,15 +152,23 @@ def memory_breakdown(
 
 def sequence_timing(seconds: Mapping[str, Mapping[int, float]], title: str = "") -> Figure:
     """Milliseconds per forward pass against sequence length, one line per model."""
+    return _log_log_lines(seconds, 1e3, "sequence length (tokens)",
+                          "ms per forward pass (log scale)",
+                          title or "Forward time against sequence length")  # fmt: skip
+
+
+def _log_log_lines(series: Mapping[str, Mapping[int, float]], scale: float, xlabel: str,
+                   ylabel: str, title: str) -> Figure:  # fmt: skip
+    """One line per label through its {x: y} points (y times `scale`), on log scales."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    for label, by_length in seconds.items():
-        lengths = sorted(by_length)
-        ax.plot(lengths, [1e3 * by_length[n] for n in lengths], marker="o", label=label)
+    for label, points in series.items():
+        xs = sorted(points)
+        ax.plot(xs, [scale * points[x] for x in xs], marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("sequence length (tokens)")
-    ax.set_ylabel("ms per forward pass (log scale)")
-    ax.set_title(title or "Forward time against sequence length")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -644,19 +652,8 @@ def accumulation_errors(errors: Mapping[str, Mapping[int, float]], title: str = 
     """Relative error of a sum against its length K, one line per accumulator
     ({"bf16 accumulator": {16: 1e-3, ...}}), log-log: a slope of 1/2 is error that grows like
     the square root of K, random roundings partly cancelling."""
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for label, by_length in errors.items():
-        lengths = sorted(by_length)
-        ax.plot(lengths, [by_length[k] for k in lengths], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("terms summed, K (log scale)")
-    ax.set_ylabel("relative error (log scale)")
-    ax.set_title(title or "Accumulation error against the length of the sum")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _log_log_lines(errors, 1.0, "terms summed, K (log scale)", "relative error (log scale)",
+                          title or "Accumulation error against the length of the sum")  # fmt: skip
 
 
 # ---------------------------------------------------------------- Lab 09, section 6: inference
