@@ -39,7 +39,7 @@ labs: $(STAMP)  ## regenerate labs/ from solutions/
 doctor: $(STAMP)
 	$(PY) -m llmlab doctor
 
-gpu-check: $(STAMP)  ## measure the course's GPU figures (about 8 minutes on an H100; no GPU: dry run)
+gpu-check: $(STAMP)  ## measure the course's GPU figures (under 3 minutes on an H200; no GPU: dry run)
 	$(PY) -m llmlab gpu-check
 
 bench: $(STAMP)  ## speed and memory benchmarks (tables, not tests)

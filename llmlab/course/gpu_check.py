@@ -13,11 +13,11 @@ a section checks its budget between measurements (a CUDA kernel cannot be interr
 Without a CUDA GPU (or with --dry-run) nothing is measured: each section prints what it would
 measure, the JSON marks every section skipped with the reason, and the command exits 0.
 
-On a GPU machine: `bash tools/gpu_check.sh` (8 minutes at most on an H100, the budget; it needs
-only the machine's own Python and PyTorch and the repository, no .venv. The code avoids names
-newer than the GPU images' PyTorch 2.11 as far as reading it tells: it has not run there yet.
-Missing optional packages, bitsandbytes and torchao, are skipped by name). The JSON it writes
-(build/gpu_check.json by default) holds:
+On a GPU machine: `bash tools/gpu_check.sh` (141 s of measuring on one H200, 8 minutes at most:
+the budget; it needs only the machine's own Python and PyTorch and the repository, no .venv. It
+ran on an H200 with PyTorch 2.11 and transformers 5.17; benchmarks/measured/gpu_check_h200.json
+holds that run. Missing optional packages, bitsandbytes and torchao, are skipped by name).
+The JSON it writes (build/gpu_check.json by default) holds:
   {"torch": ..., "cuda": ..., "device": ..., "model": ..., "budget_s": ..., "dry_run": ...,
    "sections": [{"section", "lab", "measures", "status" ("ok", "skipped", "error"), "reason",
                  "seconds", "rows": [{"what", "value", "unit", "note"}, ...]}, ...]}
@@ -27,6 +27,7 @@ import functools
 import importlib
 import importlib.util
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -46,6 +47,7 @@ from llmlab.files import write_atomically
 DEFAULT_BUDGET_S = 480.0  # the issue's "about 8 minutes on one H100"
 MODEL = "gpt2-124m"  # GPT-2 small: the course's GPU reference model
 SEQ = 1024  # its context
+LARGE_MODEL = "llama-7b"  # the 2:4 kernel's shapes at a size where sparsity is used
 TRAIN_BATCH = 16  # sequences per training step: enough work per step to keep an H100 busy
 MEMORY_BATCH = 8  # the memory plan's batch (and the checkpoint-stall run's)
 TRAIN_STEPS = 60  # bf16 run: compilation and warm-up take the first half, the median the rest
@@ -195,9 +197,11 @@ def check_memory(budget: Budget) -> list[dict]:
             # The CUDA allocator's peak is the figure; off a GPU only the tracker's sum exists.
             measured = step.cuda_max_allocated or step.peak_bytes
             by = "CUDA allocator" if step.cuda_max_allocated else "tracked tensors"
+            parts = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in step.peak.items())
             rows.append(row(what, round(measured / 1e9, 3), f"GB peak ({by})",
                             f"plan {plan / 1e9:.3f} GB, off by {measured / plan - 1:+.1%} "
-                            "(goal: within 5%)"))  # fmt: skip
+                            f"(goal: within 5%); tensors tracked {step.peak_bytes / 1e9:.3f} GB "
+                            f"at the {step.peak_phase}: {parts}"))  # fmt: skip
     return rows
 
 
@@ -275,7 +279,10 @@ def check_sparse(budget: Budget) -> list[dict]:
 
     device = require_cuda((8, 0), "2:4 sparse tensor cores")
     rows, tokens = [], TRAIN_BATCH * SEQ
-    for fan_in, fan_out in block_linear_shapes(preset(MODEL)):
+    # GPT-2 small's shapes, then Llama-7B's (where a kernel's fixed cost weighs less)
+    shapes = dict.fromkeys([*block_linear_shapes(preset(MODEL)),
+                            *block_linear_shapes(preset(LARGE_MODEL))])  # fmt: skip
+    for fan_in, fan_out in shapes:
         what = f"{tokens} tokens x ({fan_in} -> {fan_out}), fp16"
         if budget.left() <= 0:
             rows.append(row(what, None, note="section budget spent"))
@@ -286,7 +293,8 @@ def check_sparse(budget: Budget) -> list[dict]:
         sparse = to_sparse_semi_structured(weight)
         dense_s, sparse_s = _linear_seconds(x, weight), _linear_seconds(x, sparse)
         rows.append(row(what, round(dense_s / sparse_s, 2), "x dense speed",
-                        f"dense {dense_s * 1e3:.3f} ms, 2:4 {sparse_s * 1e3:.3f} ms"))  # fmt: skip
+                        f"dense {dense_s * 1e3:.3f} ms, 2:4 {sparse_s * 1e3:.3f} ms "
+                        f"({type(sparse).__name__.removeprefix('SparseSemiStructuredTensor')})"))
     return rows
 
 
@@ -386,24 +394,33 @@ def _one_rank_rows(device: torch.device) -> list[dict]:
 
 
 def _stall_rows(device: torch.device) -> list[dict]:
+    """dcp.save against async_save. A first sync run measures one write and one step; both
+    modes then save at an interval longer than a write, as a real job does (saved every few
+    steps, async_save would stall on the previous write, not on staging)."""
     rows = []
     with tempfile.TemporaryDirectory() as folder:
+        probe = _stall_run("sync", device, Path(folder) / "probe", steps=6, every=3)
+        step_s = statistics.median(probe.step_seconds)
+        every = min(100, math.ceil(1.5 * probe.median_stall / step_s))
         for mode in ("sync", "async"):
-            run = _stall_run(mode, device, Path(folder))
-            rows.append(row(f"checkpoint stall, {mode}", round(run.median_stall, 3), "s median",
-                            f"exact: {run.exact}, {run.checkpoint_bytes / MB:.0f} MB"))
-    return rows  # fmt: skip
+            run = _stall_run(mode, device, Path(folder) / mode, steps=3 * every, every=every)
+            rows.append(row(f"checkpoint stall, {mode}, a save every {every} steps",
+                            round(run.median_stall, 3), "s median",
+                            f"of it waiting for the previous save {run.median_wait:.3f} s; step "
+                            f"{statistics.median(run.step_seconds) * 1e3:.0f} ms; exact: "
+                            f"{run.exact}, {run.checkpoint_bytes / MB:.0f} MB"))  # fmt: skip
+    return rows
 
 
-def _stall_run(mode: str, device: torch.device, folder: Path):
-    """Train GPT-2 small in pure bf16 with a checkpoint every 3 steps, saved in `mode`."""
+def _stall_run(mode: str, device: torch.device, folder: Path, steps: int, every: int):
+    """Train GPT-2 small in pure bf16 for `steps` steps, saving in `mode` every `every`."""
     from llmlab.memory import TrainingSetup, prepare, training_step
     from llmlab.train.stall import measure_stall
 
     setup = TrainingSetup(batch=MEMORY_BATCH, seq=SEQ, dtype="bf16", master_weights=False)
     model, optimizer, ids, autocast_dtype = prepare(MODEL, setup, device)
     step = functools.partial(training_step, model, optimizer, ids, autocast_dtype)
-    return measure_stall(mode, model, optimizer, step, folder)
+    return measure_stall(mode, model, optimizer, step, folder, steps=steps, every=every)
 
 
 def check_kernels(budget: Budget) -> list[dict]:
@@ -492,7 +509,7 @@ SECTIONS = (
     Section("training", "Lab 03", "GPT-2 small bf16 + torch.compile + SDPA tokens/s and MFU; "
             "fp16 + GradScaler; a GPU checkpoint loaded on the CPU", check_training, 150),
     Section("sparse 2:4", "Lab 06", "2:4 semi-structured matmul against dense at GPT-2 small's "
-            "shapes", check_sparse, 40),
+            "and Llama-7B's shapes", check_sparse, 40),
     Section("quant", "Lab 07", "bitsandbytes NF4 and torchao int8 GPT-2 small on CUDA (bits "
             "per weight, latency against 16-bit)", check_quant, 60,
             ("bitsandbytes", "torchao")),

@@ -39,9 +39,10 @@ FULL_TRAIN_TOKENS = 2_708_799
 # Passes over the training split at full: two over the small built-in corpus (more would only
 # overfit), one over the FineWeb-Edu sample (text enough that each token is seen once).
 FULL_PASSES = {"builtin": 2, "fineweb-edu": 1}
-# The rate the budget assumes: bf16 on one H100 at this MFU (what a tuned GPT-2 small run aims
-# at); `llmlab gpu-check` measures the real one.
-ASSUMED_GPU, ASSUMED_MFU = "H100 SXM", 0.45
+# The rate the budget uses, measured: `llmlab train --profile full` (bf16, torch.compile) ran at
+# 359,000 tokens/s on one H200 on 2026-11-28, 28% of its 989 TFLOP/s bf16 peak (gpu-check's
+# training section gave 26-29%). An H100 has the same peak; `llmlab gpu-check` measures yours.
+RATE_GPU, RATE_MFU = "H200", 0.28
 
 
 RECIPES = {
@@ -98,11 +99,12 @@ def lab03_shape(profile_name: str, dataset: DatasetPaths) -> ModelShape:
 
 @dataclass(frozen=True)
 class TrainingBudget:
-    """How long a run is: steps and tokens (exact), minutes (an estimate at an assumed rate)."""
+    """How long a run is: steps and tokens (exact), minutes (an estimate at a rate measured on
+    one GPU)."""
 
     steps: int
     tokens: int
-    tokens_per_s: float  # assumed, not measured
+    tokens_per_s: float  # RATE_GPU's measured MFU, for this model's FLOPs per token
 
     @property
     def minutes(self) -> float:
@@ -110,18 +112,18 @@ class TrainingBudget:
 
     def __str__(self) -> str:
         return (f"{self.steps:,} steps, {self.tokens / 1e6:,.1f}M tokens: about "
-                f"{self.minutes:,.1f} minutes on one {ASSUMED_GPU} at an assumed "
-                f"~{self.tokens_per_s:,.0f} tokens/s ({ASSUMED_MFU:.0%} MFU); "
-                "llmlab gpu-check measures the rate")  # fmt: skip
+                f"{self.minutes:,.1f} minutes on one {RATE_GPU} at "
+                f"~{self.tokens_per_s:,.0f} tokens/s ({RATE_MFU:.0%} MFU, as measured there); "
+                "llmlab gpu-check measures your GPU's rate")  # fmt: skip
 
 
 def training_budget(
     train_tokens: int, passes: float, tokens_per_step: int, flops_per_token: float
 ) -> TrainingBudget:
-    """Steps for `passes` over `train_tokens`, and the minutes they would take at ASSUMED_MFU of
-    ASSUMED_GPU's bf16 peak: tokens/s = MFU x peak FLOP/s / training FLOPs per token."""
+    """Steps for `passes` over `train_tokens`, and the minutes they would take at RATE_MFU of
+    RATE_GPU's bf16 peak: tokens/s = MFU x peak FLOP/s / training FLOPs per token."""
     steps = int(passes * train_tokens) // tokens_per_step
-    tokens_per_s = ASSUMED_MFU * peak_tflops(ASSUMED_GPU, "bf16") * 1e12 / flops_per_token
+    tokens_per_s = RATE_MFU * peak_tflops(RATE_GPU, "bf16") * 1e12 / flops_per_token
     return TrainingBudget(steps, steps * tokens_per_step, tokens_per_s)
 
 

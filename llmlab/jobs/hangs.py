@@ -124,14 +124,18 @@ def parse_flight_record(dump: bytes) -> list[CollectiveCall]:
     return calls
 
 
-def dump_flight_record(prefix: str | Path) -> Path:
-    """Write this rank's flight record to `<prefix><rank>` (the naming NCCL's dump on timeout
-    uses) and return the path. Call it where a collective's timeout was caught; it needs
-    TORCH_FR_BUFFER_SIZE > 0 set before the process group was created."""
-    from torch._C._distributed_c10d import _dump_fr_trace  # no public name yet in torch 2.13
+def dump_flight_record(prefix: str | Path, group: dist.ProcessGroup | None = None) -> Path:
+    """Write this rank's flight record of `group`'s backend (the default group's when None) to
+    `<prefix><rank>` (the naming NCCL's dump on timeout uses) and return the path. Call it where
+    a collective's timeout was caught; it needs TORCH_FR_BUFFER_SIZE > 0 set before the process
+    group was created."""
+    from torch._C import _distributed_c10d as c10d  # no public names yet in torch 2.13
 
+    # NCCL's collectives go to a recorder of their own (it keeps CUDA events); gloo's to the
+    # generic one. Dumping the generic one under NCCL gives an empty record.
+    dump = c10d._dump_nccl_trace if dist.get_backend(group) == "nccl" else c10d._dump_fr_trace
     path = Path(f"{prefix}{dist.get_rank()}")
-    write_atomically(path, _dump_fr_trace())  # a reader never sees half a dump
+    write_atomically(path, dump())  # a reader never sees half a dump
     return path
 
 
@@ -265,7 +269,7 @@ def _demo_rank(skip_rank, position, instead, timeout_s, prefix) -> None:
             _call(name, group)
     except RuntimeError as error:  # the timeout, as gloo reports it (no rank, no collective)
         print(f"caught: {str(error).splitlines()[0][:120]}", flush=True)
-    dump_flight_record(prefix)
+    dump_flight_record(prefix, group)
 
 
 def hang_demo(

@@ -13,7 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from llmlab.device import TORCH_DTYPES
 from llmlab.memory.estimate import OPTIMIZER_STATES, TrainingSetup
 from llmlab.memory.measure import MeasuredStep, measure_training_step
-from llmlab.models import ModelShape, as_shape, build_model
+from llmlab.models import ModelShape, as_shape, build_model, enable_activation_checkpointing
 
 
 def optimizer_by_name(
@@ -72,7 +72,7 @@ def prepare(
     weights_dtype = torch.float32 if setup.fp32_grads else TORCH_DTYPES[setup.dtype]
     built = build_model(shape, device, weights_dtype, setup.attention)
     if setup.checkpointing:
-        built.activation_checkpointing_enable()
+        enable_activation_checkpointing(built)
     optimizer = optimizer_by_name(built.parameters(), setup.optimizer, setup.fused_optimizer)
     seq = setup.seq or shape.context
     input_ids = torch.randint(0, shape.vocab_size, (setup.batch, seq), device=device)

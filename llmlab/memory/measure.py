@@ -9,6 +9,7 @@ Memory a kernel uses without making a tensor (cuBLAS's workspace) is invisible t
 `torch.cuda.max_memory_allocated`, the allocator's own count, sees it.
 """
 
+import gc
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -195,6 +196,9 @@ def measure_training_step(
     training_step(model, optimizer, input_ids, autocast_dtype)
     on_cuda = input_ids.device.type == "cuda"
     if on_cuda:
+        # Models measured before this one live on until the garbage collector frees their
+        # reference cycles: on an H200 each left 1.5 GB in the allocator's peak (GPT-2 small).
+        gc.collect()
         torch.cuda.synchronize(input_ids.device)
         torch.cuda.reset_peak_memory_stats(input_ids.device)
     with MemoryTracker(model, optimizer) as tracker:

@@ -27,6 +27,7 @@ from llmlab.models.presets import (
     ModelShape,
     as_shape,
     build_model,
+    enable_activation_checkpointing,
     preset,
 )
 from llmlab.models.rnn import LSTMLanguageModel, lstm_flops_per_token, lstm_layer_parameters
@@ -34,8 +35,8 @@ from llmlab.models.rnn import LSTMLanguageModel, lstm_flops_per_token, lstm_laye
 __all__ = [
     "ATTENTION", "BLOCK_MATRIX_TYPES", "PRESETS", "SMOKE_VOCAB", "FlopCounts", "LSTMLanguageModel",
     "ModelShape", "ParamCounts", "as_shape", "block_matrices", "block_parameters", "build_model",
-    "count_model_parameters", "count_parameters", "input_dim", "linear_from_conv1d",
-    "lstm_flops_per_token", "lstm_layer_parameters", "measure_training_flops", "named_blocks",
-    "parameter_table", "preset", "stage_parameters", "training_flops_per_token",
-    "transformer_blocks",
+    "count_model_parameters", "count_parameters", "enable_activation_checkpointing", "input_dim",
+    "linear_from_conv1d", "lstm_flops_per_token", "lstm_layer_parameters",
+    "measure_training_flops", "named_blocks", "parameter_table", "preset", "stage_parameters",
+    "training_flops_per_token", "transformer_blocks",
 ]  # fmt: skip

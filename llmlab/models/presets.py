@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 from transformers import (
     AutoModelForCausalLM,
     GPT2Config,
@@ -176,3 +177,13 @@ def build_model(
         # Created in `dtype` directly: no fp32 copy first, and it works under FakeTensorMode.
         model = AutoModelForCausalLM.from_config(shape.config(attention), dtype=dtype)
     return model.train()
+
+
+def enable_activation_checkpointing(model: nn.Module) -> None:
+    """Keep only each block's input and recompute its activations during backward.
+
+    transformers 5.2x names the switch `activation_checkpointing_enable`; earlier releases
+    (5.17 on the course's GPU images, and 4.x) call it `gradient_checkpointing_enable`.
+    """
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    (enable or model.gradient_checkpointing_enable)()

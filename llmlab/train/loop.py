@@ -26,6 +26,7 @@ from llmlab.device import (
 )
 from llmlab.distributed import dist_info
 from llmlab.distributed.data_parallel import wrap_model
+from llmlab.models import enable_activation_checkpointing
 from llmlab.train.checkpointer import Checkpointer
 from llmlab.train.config import TrainConfig
 from llmlab.train.metrics import (
@@ -165,10 +166,7 @@ class Trainer:
         if hasattr(getattr(model, "config", None), "use_cache"):
             model.config.use_cache = False  # a key/value cache only helps generation
         if config.gradient_checkpointing:
-            # Keep only each block's input; recompute its activations during backward.
-            # (transformers 5 renamed gradient_checkpointing_enable; older versions lack this.)
-            enable = getattr(self.model, "activation_checkpointing_enable", None)
-            (enable or self.model.gradient_checkpointing_enable)()
+            enable_activation_checkpointing(self.model)
         # One process trains the model as it is; several share it as config.parallel says.
         self.strategy = config.parallel if self.dist.distributed else "none"
         if self.strategy == "fsdp" and self.precision.use_grad_scaler:

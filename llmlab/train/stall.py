@@ -33,6 +33,7 @@ MODES = ("sync", "async")
 class StallRun:
     mode: str
     stalls: list[float]  # seconds each save kept the loop waiting
+    waits: list[float]  # the part of each stall spent waiting for the previous save to finish
     step_seconds: list[float]  # each training step, saves excluded
     checkpoint_bytes: int  # the last checkpoint on disk
     wall_seconds: float  # the whole loop, the last background write included
@@ -41,6 +42,12 @@ class StallRun:
     @property
     def median_stall(self) -> float:
         return statistics.median(self.stalls)
+
+    @property
+    def median_wait(self) -> float:
+        """Non-zero when saves come faster than the disk takes them: then async_save's stall
+        is the previous write's, and only a longer interval between saves helps."""
+        return statistics.median(self.waits)
 
     def row(self) -> dict:
         """One row of a table (llmlab.bench.markdown_table)."""
@@ -68,14 +75,17 @@ def measure_stall(
     every: int = 3,
 ) -> StallRun:
     """Train `steps` steps (`train_step()` runs one), saving under `folder` every `every` steps
-    in `mode` ("sync" or "async"); time each save call and check every checkpoint afterwards."""
+    in `mode` ("sync" or "async"); time each save call and check every checkpoint afterwards.
+    On a GPU each step is waited for (synchronized) before its time is read, so no queued
+    training work is counted as part of a save."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: use one of {MODES}")
     if not 1 <= every <= steps:
         raise ValueError(f"every={every} with steps={steps}: save at least once (1 <= every <= "
                          "steps)")  # fmt: skip
     folder = Path(folder)
-    stalls, step_seconds, saved, pending = [], [], [], None
+    stalls, waits, step_seconds, saved, pending = [], [], [], [], None
+    wait_for_gpu = _synchronizer(model)
     with warnings.catch_warnings():
         # One process without a process group is what this measures; DCP warns that it assumes so.
         warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
@@ -86,22 +96,31 @@ def measure_stall(
         for step in range(1, steps + 1):
             begin = time.perf_counter()
             train_step()
+            wait_for_gpu()
             step_seconds.append(time.perf_counter() - begin)
             if step % every:
                 continue
             target = folder / f"{mode}-{step}"
             state = snapshot(model, optimizer)
             saved.append((target, _copy(state)))  # what the checkpoint must hold (not timed)
+            wait_for_gpu()
             begin = time.perf_counter()
             if pending is not None:
                 pending.result()  # one save in flight at a time: its staged copy is then freed
+            waits.append(time.perf_counter() - begin)
             pending = _save(mode, state, target)
             stalls.append(time.perf_counter() - begin)
         pending.result()
         wall = time.perf_counter() - started
         exact = all(_holds(target, expected, model, optimizer) for target, expected in saved)
     size = sum(p.stat().st_size for p in saved[-1][0].rglob("*") if p.is_file())
-    return StallRun(mode, stalls, step_seconds, size, wall, exact)
+    return StallRun(mode, stalls, waits, step_seconds, size, wall, exact)
+
+
+def _synchronizer(model: torch.nn.Module) -> Callable[[], None]:
+    """Waits for the model's GPU, if it is on one (CUDA runs kernels after the call returns)."""
+    device = next(model.parameters()).device
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
 
 def stall_parts(

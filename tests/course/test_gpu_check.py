@@ -178,4 +178,5 @@ def test_the_gpu_sections_run_on_the_cpu_at_a_tiny_scale(monkeypatch):
     ]  # fmt: skip
     assert training[0]["value"] > 0 and training[2]["value"] == 2  # resumed at the last step
     stall = gpu_check._stall_rows(torch.device("cpu"))
-    assert [r["note"].startswith("exact: True") for r in stall] == [True, True]
+    assert [r["what"].split(",")[1] for r in stall] == [" sync", " async"]
+    assert all("exact: True" in r["note"] for r in stall)

@@ -166,3 +166,25 @@ def test_detail_names_a_different_call_at_once(odd_rank):
     # each rank compares itself with one other: every line names the odd rank and its call
     assert all(f"rank {odd_rank} called BROADCAST" in line for line in summaries)
     assert all("#1 of their group" in line and "ALLREDUCE" in line for line in summaries)
+
+
+@pytest.mark.parametrize("backend, recorder", [("nccl", "_dump_nccl_trace"),
+                                               ("gloo", "_dump_fr_trace")])  # fmt: skip
+def test_the_dump_reads_the_recorder_of_the_groups_backend(backend, recorder, tmp_path,
+                                                           monkeypatch):  # fmt: skip
+    # NCCL keeps its own recorder: dumping the generic one under NCCL gave 0 collectives on an
+    # H200 (the GPU check). A CPU build of torch has no NCCL dump, so both are stand-ins here.
+    from torch._C import _distributed_c10d as c10d
+
+    from llmlab.jobs import hangs
+
+    entry = {"process_group": ("0", "default_pg"), "profiling_name": f"{backend}:all_reduce",
+             "timeout_ms": 1000, "collective_seq_id": 1}  # fmt: skip
+    for name in ("_dump_nccl_trace", "_dump_fr_trace"):
+        dump = pickle.dumps({"entries": [entry] if name == recorder else []})
+        monkeypatch.setattr(c10d, name, lambda dump=dump: dump, raising=False)
+    monkeypatch.setattr(hangs.dist, "get_backend", lambda group=None: backend)
+    monkeypatch.setattr(hangs.dist, "get_rank", lambda: 0)
+    hangs.dump_flight_record(tmp_path / "rank_")
+    assert load_flight_records(tmp_path / "rank_") == {0: [CollectiveCall("0", 1, "all_reduce",
+                                                                          1.0)]}  # fmt: skip

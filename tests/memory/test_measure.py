@@ -6,6 +6,7 @@ import torch
 from helpers.memory_items import activations
 
 from llmlab import memory
+from llmlab.env import MB
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import build_model
 
@@ -72,10 +73,14 @@ def test_measurement_refuses_what_plain_pytorch_cannot_run():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_allocator_peak_agrees_with_the_tracker():
-    """The allocator rounds every block up to 512 bytes and cuBLAS keeps a workspace: a few
-    percent above the tensor bytes the tracker counts."""
+    """The allocator rounds every block up to 512 bytes, and cuBLAS keeps workspaces that are no
+    tensors: a fixed amount above the tensor bytes the tracker counts, not a share of them (on
+    an H200: 70 MB for GPT-2 small's 11.9 GB step, at most 79 MB for this 0.36 GB one)."""
+    first = memory.measure("small", CPU_STEP, device="cuda")  # its model is left for the collector
     measured = memory.measure("small", CPU_STEP, device="cuda")
-    assert measured.cuda_max_allocated == pytest.approx(measured.peak_bytes, rel=0.10)
+    assert 0 <= measured.cuda_max_allocated - measured.peak_bytes <= 100 * MB
+    # the first model's weights and optimizer states would add to this peak if left uncollected
+    assert measured.cuda_max_allocated == pytest.approx(first.cuda_max_allocated, rel=0.02)
     assert measured.peak_bytes == pytest.approx(estimate_memory("small", CPU_STEP).peak, rel=0.10)
 
 

@@ -58,3 +58,19 @@ def test_builds_on_the_gpu():
     assert next(model.parameters()).device.type == "cuda"
     x = torch.randint(0, models.SMOKE_VOCAB, (2, 32), device="cuda")
     assert torch.isfinite(model(input_ids=x, labels=x).loss)
+
+
+def test_activation_checkpointing_switches_on_under_either_transformers_name():
+    model = models.build_model("tiny")
+    models.enable_activation_checkpointing(model)
+    assert model.is_gradient_checkpointing
+
+    class OlderTransformersModel:  # transformers before 5.2x: only the old name exists
+        called = False
+
+        def gradient_checkpointing_enable(self):
+            self.called = True
+
+    older = OlderTransformersModel()
+    models.enable_activation_checkpointing(older)
+    assert older.called

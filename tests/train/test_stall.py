@@ -26,7 +26,9 @@ def tiny():
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_every_save_is_timed_and_holds_its_steps_state(mode, tmp_path):
     result = measure_stall(mode, *tiny(), tmp_path, steps=6, every=2)
-    assert len(result.stalls) == 3 and len(result.step_seconds) == 6
+    assert len(result.stalls) == len(result.waits) == 3 and len(result.step_seconds) == 6
+    # the wait for the previous save is a part of the stall
+    assert all(0 <= wait <= stall for wait, stall in zip(result.waits, result.stalls, strict=True))
     assert result.exact
     # weights and AdamW's two moments, fp32: at least 3 x 4 bytes per parameter
     assert result.checkpoint_bytes >= 3 * 4 * (64 * 64 + 64 + 64 * 8 + 8)
