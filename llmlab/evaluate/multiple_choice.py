@@ -8,6 +8,7 @@ parsing, works for a model that cannot follow instructions, and is deterministic
 Two details decide whether the numbers match a harness's:
 - The prompt and the choice are tokenized together and the choice's tokens are what comes after
   the prompt's: a choice tokenized on its own can start with a different token.
+- A prompt and choice longer than the model's context lose the prompt's first tokens.
 - Longer choices collect more negative log-probabilities. `normalize="characters"` divides by
   the choice's length in characters (the harness's `acc_norm`); "tokens" by its token count.
 
@@ -72,18 +73,26 @@ def split_tokens(
 def continuation_logprob(
     model: torch.nn.Module, context: Sequence[int], continuation: Sequence[int]
 ) -> float:
-    """Sum of log p(continuation token | all tokens before it), over the continuation only."""
+    """Sum of log p(continuation token | all tokens before it), over the continuation only.
+
+    Longer than the model's context, the context is cut from the left, as lm-eval-harness does:
+    the continuation is scored on the nearest tokens before it."""
     if not context or not continuation:
         raise ValueError(
             "need at least one context token (start the prompt with a BOS token if it is empty) "
             f"and one continuation token; got {len(context)} and {len(continuation)}"
         )
+    ids = [*context, *continuation][:-1]  # the last token is only predicted, never read
+    # transformers' name for every model's context; a model without one (an LSTM) has no limit
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None) or len(ids)
+    if len(continuation) > limit:
+        raise ValueError(f"a continuation of {len(continuation)} tokens is longer than the "
+                         f"model's context ({limit}): no prompt token would be left to score it "
+                         "from; shorten the choice")  # fmt: skip
     device = next(model.parameters()).device
-    ids = torch.tensor([*context, *continuation], device=device)[None]
-    log_probs = model(ids).logits[0].float().log_softmax(-1)
-    # The logits at position t predict token t + 1: the continuation's predictions start at the
-    # last context position and stop one before the end.
-    predicted = log_probs[len(context) - 1 : -1]
+    log_probs = model(torch.tensor(ids[-limit:], device=device)[None]).logits[0]
+    # The logits at position t predict token t + 1: the continuation's are the last ones.
+    predicted = log_probs.float().log_softmax(-1)[-len(continuation) :]
     targets = torch.tensor(continuation, device=device)
     return predicted.gather(1, targets[:, None]).sum().item()
 

@@ -75,6 +75,22 @@ def test_continuation_logprob_matches_token_by_token(model):
             assert mistake(model, context, continuation) != pytest.approx(expected, abs=1e-3)
 
 
+def test_a_prompt_longer_than_the_context_is_cut_from_the_left(model):
+    """As lm-eval-harness: the continuation is scored on the last tokens that fit (the model's
+    context is 64 here). Without the cut, the position embeddings run out (IndexError)."""
+    generator = torch.Generator().manual_seed(2)
+    context = torch.randint(0, VOCAB, (100,), generator=generator).tolist()
+    continuation = torch.randint(0, VOCAB, (5,), generator=generator).tolist()
+    # 64 tokens go in: the last 60 of the context and the first 4 of the continuation
+    expected = reference_logprob(model, context[-60:], continuation)
+    assert continuation_logprob(model, context, continuation) == pytest.approx(expected, abs=1e-4)
+    # cutting one token too many (forgetting that the last token is never read) scores another
+    assert reference_logprob(model, context[-59:], continuation) != pytest.approx(expected,
+                                                                                  abs=1e-3)
+    with pytest.raises(ValueError, match="longer than the model's context"):
+        continuation_logprob(model, context, context[:65])
+
+
 def test_the_choice_is_tokenized_with_the_prompt():
     words = {"ab": 1, "a": 2, "b": 3, " ": 4, "c": 5}
 
