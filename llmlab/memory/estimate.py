@@ -121,6 +121,12 @@ class TrainingSetup:
         """16-bit compute with fp32 master weights."""
         return self.dtype != "fp32" and self.master_weights
 
+    @property
+    def autocast(self) -> bool:
+        """torch.autocast: fp32 weights, 16-bit matmuls. What is not a matmul's output stays
+        fp32: the residual stream, and the norms that read it."""
+        return self.mixed and self.fp32_grads
+
     def replace(self, **changes) -> "TrainingSetup":
         return dataclasses.replace(self, **changes)
 
@@ -176,7 +182,7 @@ def model_states(
     if params < 0 or frozen_bytes < 0:
         raise ValueError(f"need non-negative sizes, got {params=} and {frozen_bytes=}")
     compute = DTYPE_BYTES[setup.dtype]
-    if setup.mixed and setup.fp32_grads:  # autocast: the fp32 weights are the master copy,
+    if setup.autocast:  # autocast: the fp32 weights are the master copy,
         weights, copies, master, grad_bytes = 4, compute, 0, 4  # and it makes 16-bit copies
     else:
         weights, copies, master, grad_bytes = compute, 0, 4 if setup.mixed else 0, compute
@@ -214,21 +220,35 @@ def layer_activations(model: str | ModelShape, setup: TrainingSetup) -> dict[str
     norms and activation functions, and for eager attention the seq x seq softmax output per head.
     A fused kernel (sdpa, FlashAttention) keeps only q, k, v, its output and per-row statistics,
     and recomputes the scores in the backward pass. Dropout is off (it would add masks).
+
+    Under torch.autocast the residual stream is fp32 (the embeddings are, and additions are not
+    cast), so the norms keep fp32 tensors, and every matmul keeps its own 16-bit cast of its
+    input: Llama's separate q, k and v projections keep three copies of one input, its gate and
+    up projections two (GPT-2 fuses q, k, v into one matmul).
     """
     shape = as_shape(model)
     seq = _seq(shape, setup)
     d, f, kv = shape.d_model, shape.ff, shape.kv_dim
     a = DTYPE_BYTES[setup.dtype]
+    residual = 4 if setup.autocast else a  # the dtype of the stream between the blocks
+    attention_inputs, mlp_inputs = 1, 1  # copies of each normalised input the matmuls keep
     if shape.family == "gpt2":
-        norms = 2 * d * a  # LayerNorm keeps its input (and two numbers per token)
+        norms = 2 * d * residual  # LayerNorm keeps its input (and two numbers per token)
         mlp = 2 * f * a  # GELU's input and the second matmul's input
     else:
         # transformers' RMSNorm is written in Python: it keeps an fp32 copy of its input and
-        # the normalised result in the compute dtype, two norms per block.
-        norms = 2 * (4 * d + d * a)
+        # the normalised result in the input's dtype (fp32 under autocast), two norms per block.
+        norms = 2 * (4 * d + d * residual)
         mlp = 4 * f * a  # SwiGLU: gate output, SiLU of it, up output, their product
+        if setup.autocast:
+            attention_inputs, mlp_inputs = 3, 2
     # Eager attention repeats grouped k/v heads to every query head before its matmuls.
     k_and_v = 2 * (d if setup.attention == "eager" else kv)
+    # GPT-2's q, k and v are strided views into one matmul's output; the fused kernels (on the
+    # CPU and on CUDA) save contiguous copies of two of them: 2 d more per token (measured on
+    # the CPU and on an H200: 0.60 GB for GPT-2 small's 8 x 1024 tokens in fp32).
+    if shape.family == "gpt2" and setup.attention == "sdpa":
+        k_and_v += 2 * d
     scores = 0
     if setup.attention == "eager":
         scores = shape.n_head * seq * a
@@ -236,11 +256,11 @@ def layer_activations(model: str | ModelShape, setup: TrainingSetup) -> dict[str
             scores = shape.n_head * seq * (4 + a)  # then a 16-bit copy feeds the next matmul
     items = {
         "norm inputs": norms,
-        "attention input": d * a,  # the normalised input, shared by the q, k, v matmuls
+        "attention input": attention_inputs * d * a,  # the normalised input of q, k, v
         "q, k, v": (d + k_and_v) * a,
         "attention scores": scores,
         "attention output": d * a,
-        "MLP input": d * a,
+        "MLP input": mlp_inputs * d * a,
         "MLP hidden": mlp,
     }
     return {name: nbytes for name, nbytes in items.items() if nbytes}
@@ -260,8 +280,8 @@ def block_activation_bytes(model: str | ModelShape, setup: TrainingSetup, layers
         nbytes / tp if name in TENSOR_PARALLEL_SPLIT else nbytes
         for name, nbytes in layer_activations(shape, setup).items()
     )
-    if setup.checkpointing:
-        per_token = shape.d_model * DTYPE_BYTES[setup.dtype]
+    if setup.checkpointing:  # the block's input: the residual stream, fp32 under autocast
+        per_token = shape.d_model * (4 if setup.autocast else DTYPE_BYTES[setup.dtype])
     return setup.batch * _seq(shape, setup) * (layers or shape.n_layer) * per_token
 
 
@@ -273,7 +293,8 @@ def head_activation_bytes(model: str | ModelShape, setup: TrainingSetup) -> floa
     """
     shape = as_shape(model)
     d, a = shape.d_model, DTYPE_BYTES[setup.dtype]
-    final_norm = d * a if shape.family == "gpt2" else 4 * d + d * a
+    residual = 4 if setup.autocast else a  # see layer_activations
+    final_norm = d * residual if shape.family == "gpt2" else 4 * d + d * residual
     if setup.head_only:  # the frozen final norm's input needs no gradient: it is not kept
         final_norm = 0
     per_token = final_norm + d * a + shape.vocab_size * 4 / setup.tensor_parallel
@@ -324,7 +345,7 @@ def _trainable_and_frozen(
     stage of `layers` blocks (the first and last hold the embeddings and the head)."""
     total = stage_parameters(shape, layers, first, last)
     # torch.autocast computes in 16 bits from fp32 weights: the frozen ones stay fp32 too.
-    base = 4 if setup.mixed and setup.fp32_grads else DTYPE_BYTES[setup.dtype]
+    base = 4 if setup.autocast else DTYPE_BYTES[setup.dtype]
     if setup.head_only:  # a tied head's trainable copy comes on top of the frozen embedding
         head = shape.vocab_size * shape.d_model
         return head, (total - (0 if shape.tied_embeddings else head)) * base
@@ -343,7 +364,7 @@ def _frozen_weight_copies(
     """LoRA under torch.autocast: the 16-bit copies of the frozen fp32 matrices that matmuls
     use, which backward keeps to pass the gradient on: the LM head (on the last stage), and the
     block matrices unless they are 4-bit (bitsandbytes dequantizes those per call, keeps none)."""
-    if not (setup.lora_rank and setup.mixed and setup.fp32_grads):
+    if not (setup.lora_rank and setup.autocast):
         return 0.0
     matrices = shape.vocab_size * shape.d_model if last else 0
     if not setup.weights_4bit:
@@ -398,6 +419,10 @@ def estimate_memory(
         items["head activations"] = head_activation_bytes(shape, setup)
         # The gradients of the fp32 log-probabilities and of the logits, as backward starts.
         items["loss buffers"] = 2 * tokens * shape.vocab_size * 4 / tp
+        if setup.autocast and setup.checkpointing and not setup.lora_rank:
+            # The head is not checkpointed: its 16-bit weight copy stays for its backward.
+            items["head weight copy"] = shape.vocab_size * shape.d_model * (
+                DTYPE_BYTES[setup.dtype] / tp)
     # At the end of backward the first block's activations are still there (or recomputed).
     items["block in backward"] = below_head * block_activation_bytes(
         shape, setup.replace(checkpointing=False), layers=1
@@ -415,8 +440,9 @@ def estimate_memory(
 
     # Accumulating over micro-batches keeps the gradients alive through the next backward.
     held = ("gradients",) if setup.grad_accumulation > 1 else ()
-    # Autograd keeps autocast's 16-bit weight copies for backward, unless checkpointing drops them.
-    copies = () if setup.checkpointing else ("16-bit weight copies",)
+    # Autograd keeps autocast's 16-bit weight copies for backward; checkpointing drops the
+    # blocks' (they are made again when a block is recomputed), not the head's.
+    copies = ("head weight copy",) if setup.checkpointing else ("16-bit weight copies",)
     phases = {
         "start of backward": (*STATES, *held, *copies, "block activations", "head activations",
                               "loss buffers", "gathered blocks"),

@@ -248,9 +248,10 @@ def test_each_pipeline_stage_holds_its_own_parameters_and_micro_batches():
     # Head: the final norm's input, the head's input and fp32 log-probabilities, per token.
     assert last.items["head activations"] == 128 * (64 * bf16 + 64 * bf16 + 1000 * 4)
     assert last.items["loss buffers"] == 2 * 128 * 1000 * 4
-    # One micro-batch's backward at a time: one block recomputed, 2048 bytes a token in GPT-2.
-    per_token = 2 * 64 * bf16 + 64 * bf16 + 3 * 64 * bf16 + 64 * bf16 + 64 * bf16 + 2 * 256 * bf16
-    assert per_token == 2048
+    # One micro-batch's backward at a time: one block recomputed, 2304 bytes a token in GPT-2
+    # (norms, attention input, q, k, v and the fused kernel's copies of two, output, MLP).
+    per_token = (2 * 64 + 64 + 3 * 64 + 2 * 64 + 64 + 64 + 2 * 256) * bf16
+    assert per_token == 2304
     for stage in (first, last):
         assert stage.items["block in backward"] == 128 * per_token
     assert (first.pipeline_stage, last.pipeline_stage, last.pipeline_stages) == (0, 1, 2)
