@@ -437,6 +437,26 @@ def perplexity_vs_sparsity(
     return fig
 
 
+def per_window_perplexity(
+    perplexities: Sequence[float], overall: float, marked: int = 0, title: str = ""
+) -> Figure:
+    """Each held-out window's perplexity (log axis), in order, with the perplexity over all of
+    them as a dashed line; the first `marked` windows are drawn in another colour (a subset that
+    another table is computed on)."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    colours = ["tab:orange" if i < marked else "tab:blue" for i in range(len(perplexities))]
+    ax.bar(range(len(perplexities)), perplexities, color=colours)
+    ax.axhline(overall, color="k", linestyle="--", linewidth=1, label=f"all windows: {overall:.2f}")
+    ax.set_yscale("log")
+    ax.set_xlabel("held-out window")
+    ax.set_ylabel("perplexity")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Perplexity window by window")
+    fig.tight_layout()
+    return fig
+
+
 def sensitivity_scan(
     scan: Mapping[str, Mapping[str, Mapping[float, float]]], dense: float, title: str = ""
 ) -> Figure:
@@ -511,6 +531,30 @@ def layer_errors(errors: Mapping[str, Mapping[str, float]], title: str = "") -> 
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title or "Output error per layer")
+    fig.tight_layout()
+    return fig
+
+
+def bits_vs_perplexity(
+    points: Mapping[str, Mapping[str, tuple[float, float]]], reference: float, title: str = ""
+) -> Figure:
+    """Perplexity against bits per weight, one marker series per method ({"RTN": {"int4, g128":
+    (4.16, 17.3), ...}, ...}), each point labelled; `reference` (the float model) dashed. Down
+    and to the left is better: a method whose points lie below another's wins at equal size."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (method, series), marker in zip(points.items(), "os^vD", strict=False):
+        ax.scatter([b for b, _ in series.values()], [p for _, p in series.values()], marker=marker,
+                   label=method, zorder=3)  # fmt: skip
+        for label, (bits, perplexity) in series.items():
+            ax.annotate(label, (bits, perplexity), fontsize=7, xytext=(4, 3),
+                        textcoords="offset points")  # fmt: skip
+    ax.axhline(reference, color="k", linestyle="--", linewidth=1, label="float")
+    ax.set_yscale("log")
+    ax.set_xlabel("bits per weight of the blocks' matrices (scales and zero points included)")
+    ax.set_ylabel("held-out perplexity")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Bits per weight against perplexity")
     fig.tight_layout()
     return fig
 

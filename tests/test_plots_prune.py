@@ -33,3 +33,10 @@ def test_sensitivity_scan_has_a_line_per_layer_and_the_dense_reference():
 def test_sparsity_schedules_plots_one_line_per_schedule():
     ax = plots.sparsity_schedules({"cubic": [0.0, 0.5, 0.8], "one-shot": [0.8] * 3}).axes[0]
     assert len(ax.lines) == 2 and ax.get_ylim() == (0.0, 1.0)
+
+
+def test_per_window_perplexity_draws_a_bar_per_window_and_the_overall_line():
+    ax = plots.per_window_perplexity([5.0, 80.0, 12.0], overall=17.2, marked=1).axes[0]
+    assert [bar.get_height() for bar in ax.patches] == [5.0, 80.0, 12.0]
+    assert ax.patches[0].get_facecolor() != ax.patches[1].get_facecolor()  # the marked subset
+    assert list(ax.lines[0].get_ydata()) == [17.2, 17.2] and ax.get_yscale() == "log"

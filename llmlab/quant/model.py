@@ -66,13 +66,14 @@ def quantize_model(
     method: str = "gptq",
     batches: Iterable[torch.Tensor] | None = None,
     bits: int = 4,
-    group_size: int = 128,
+    group_size: int | str = 128,
     window: int | None = None,
     progress: bool = True,
     **gptq_options,
 ) -> ModelQuantization:
     """Quantize every Linear / Conv1D of the model's blocks in place (fake-quant) with "rtn" or
-    "gptq", group-wise asymmetric int-`bits`. GPTQ needs `batches` of token ids (batch, seq),
+    "gptq", group-wise asymmetric int-`bits` (group_size "channel": one grid per output row of
+    each matrix, whatever its width). GPTQ needs `batches` of token ids (batch, seq),
     cut to `window` tokens; `gptq_options` go to `gptq` (block_size, damp, act_order). With
     `progress`, a bar counts the blocks done."""
     if method not in METHODS:
@@ -92,10 +93,11 @@ def quantize_model(
             inputs = record_inputs(model, here, batches, window)
         for name, module in here.items():
             weight = matrix(module)
+            size = weight.shape[1] if group_size == "channel" else group_size  # in: one per row
             if method == "rtn":
-                q = rtn(weight, bits, group_size)
+                q = rtn(weight, bits, size)
             else:
-                q = gptq(weight, hessian(inputs[name]), bits, group_size, **gptq_options)
+                q = gptq(weight, hessian(inputs[name]), bits, size, **gptq_options)
             write_back(module, q)
             layers[name] = q
     return size_report(model, layers)

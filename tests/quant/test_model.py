@@ -127,3 +127,16 @@ def test_quantize_model_shows_a_bar_over_the_blocks_unless_told_not_to(capsys):
     assert "gptq blocks: 100%" in bar and "2/2" in bar
     quantize_model(build_model(SHAPES["gpt2"]), "rtn", group_size=32, progress=False)
     assert "blocks" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["rtn", "gptq"])
+def test_per_channel_is_one_grid_per_row_of_every_matrix_whatever_its_width(method):
+    """The MLP's down projection is 256 wide, the others 64: "channel" fits each its own row
+    grid (a fixed group size of 64 would split the 256-wide rows into four)."""
+    model = build_model(SHAPES["gpt2"])
+    report = quantize_model(model, method, calibration(), bits=4, group_size="channel",
+                            progress=False)  # fmt: skip
+    for name, q in report.layers.items():
+        assert q.scales.shape[-1] == 1, name  # one scale per output row
+    down = next(q for name, q in report.layers.items() if name.endswith("mlp.c_proj"))
+    assert down.codes.shape[-1] == 256
