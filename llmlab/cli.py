@@ -180,7 +180,7 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from llmlab.course import profile
     from llmlab.distributed import process_group
     from llmlab.distributed.data_parallel import STRATEGIES
-    from llmlab.train import CheckpointError, EarlierRun, RunFolderBusy
+    from llmlab.train import CheckpointError, EarlierRun, RunFolderBusy, TrainingDiverged
     from llmlab.train.metrics import format_perplexity
 
     if args.parallel not in STRATEGIES:  # checked here: importing torch for choices= is slow
@@ -200,7 +200,7 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         problem = None
         try:
             result = _train_lab03(name, args, info)
-        except RunFolderBusy as error:
+        except (RunFolderBusy, TrainingDiverged) as error:  # one line, naming the checkpoint
             problem = str(error)
         except (CheckpointError, EarlierRun) as error:
             problem = f"{_one_line(error)}. Use another --out, or --fresh to start again in it"
@@ -283,6 +283,14 @@ def _number(kind: type, allowed: Callable[[float], bool], says: str) -> Callable
     return parse
 
 
+def _path(text: str) -> Path:
+    """An argparse type: Path(text), but not of an empty text (Path("") is the current folder,
+    which a run would then fill by accident)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give a path (. for the current folder)")
+    return Path(text)
+
+
 MAX_GPUS = 2**20  # more than any cluster: a larger count is a typo (and takes long to search)
 _positive = _number(int, lambda n: n >= 1, "a positive integer")
 _count_or_zero = _number(int, lambda n: n >= 0, "0 or a positive integer")
@@ -361,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     p_course = commands.add_parser("course", help="run the solution notebooks headless")
     p_course.add_argument("--profile", default="auto", help="smoke, full or auto (default)")
     p_course.add_argument("--only", nargs="+", default=None, help="lab prefixes, e.g. 00 03")
-    p_course.add_argument("--solutions", type=Path, default=Path("solutions"))
-    p_course.add_argument("--out", type=Path, default=Path("build"))
+    p_course.add_argument("--solutions", type=_path, default=Path("solutions"))
+    p_course.add_argument("--out", type=_path, default=Path("build"))
 
     p_memory = _add_memory_parser(commands)
     p_plan = _add_plan_parser(commands)
@@ -378,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                          "prints it)")
     p_train.add_argument("--steps", type=_positive, default=None,
                          help="train this many steps (the recipe's warm-up scales with them)")
-    p_train.add_argument("--out", type=Path, default=None,
+    p_train.add_argument("--out", type=_path, default=None,
                          help="metrics and checkpoints go here; a run there is resumed (one run "
                          "at a time: a second one is refused)")
     p_train.add_argument("--checkpoint-every", type=_positive, default=None, metavar="N",
@@ -393,15 +401,15 @@ def main(argv: list[str] | None = None) -> int:
                          "checkpoints (they are set aside, the metrics appended to)")
 
     p_labs = commands.add_parser("make-labs", help="regenerate labs/ from solutions/")
-    p_labs.add_argument("--solutions", type=Path, default=Path("solutions"))
-    p_labs.add_argument("--labs", type=Path, default=Path("labs"))
+    p_labs.add_argument("--solutions", type=_path, default=Path("solutions"))
+    p_labs.add_argument("--labs", type=_path, default=Path("labs"))
 
     p_gpu = commands.add_parser(
         "gpu-check", help="measure the course's GPU figures on this GPU (a table and a JSON)",
         description="Doctor, matmul TFLOP/s, memory against the plan, training MFU, 2:4, "
         "quantization and one NCCL rank on this machine's GPU; without one, a dry run.",
     )  # fmt: skip
-    p_gpu.add_argument("--out", type=Path, default=Path("build/gpu_check.json"),
+    p_gpu.add_argument("--out", type=_path, default=Path("build/gpu_check.json"),
                        help="the JSON report (default build/gpu_check.json)")
     p_gpu.add_argument("--budget-s", type=_positive_real, default=None,
                        help="seconds for all sections together (default 480: 8 minutes)")

@@ -13,7 +13,7 @@ import sys
 import psutil
 import pytest
 from helpers.fake_machines import L4, T4
-from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
+from helpers.train_fakes import NaNAt, RandomWindows, config, tiny_gpt2, token_stream
 
 from llmlab import cli, env
 from llmlab.cli import main
@@ -178,6 +178,35 @@ def test_checkpoint_every_without_out_is_an_error(faked_training, capsys):
     assert stopped.value.code == 2
     assert "--checkpoint-every 5 saves checkpoints into --out" in one_error_line(capsys)
     assert "profile" not in faked_training  # refused before any training
+
+
+def test_an_empty_out_is_refused_not_taken_for_the_current_folder(
+    faked_training, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # where an empty --out (Path("") is ".") would have trained
+    with pytest.raises(SystemExit) as stopped:
+        train("--out", "")
+    assert stopped.value.code == 2
+    assert "argument --out: is empty" in one_error_line(capsys)
+    assert "profile" not in faked_training  # refused before any training
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_loss_turned_nan_is_one_error_line_naming_the_last_good_checkpoint(
+    tmp_path, capsys, monkeypatch
+):
+    def diverging(name, args, info):  # the real trainer; its logits turn NaN on the 4th step
+        settings = config(max_steps=6, checkpoint_interval=2, out_dir=args.out, eval_interval=100)
+        model = NaNAt(tiny_gpt2(), bad_call=4)
+        return Trainer(model, settings, RandomWindows(token_stream(), 4)).fit()
+
+    monkeypatch.setattr(cli, "_train_lab03", diverging)
+    with pytest.raises(SystemExit) as stopped:
+        train("--out", str(tmp_path))
+    assert stopped.value.code == 2
+    line = one_error_line(capsys)
+    assert f"loss is nan at step 4; the step was not applied and the last good checkpoint is " \
+           f"{tmp_path / 'checkpoints' / 'step_0000002'}" in line  # fmt: skip
 
 
 @pytest.mark.parametrize(

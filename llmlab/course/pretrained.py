@@ -237,7 +237,8 @@ def trained_model(profile_name: str = "smoke", progress: bool = True):
         # while it loads, so two loads at once in one process can leave the no-op in place, and
         # every model built afterwards has an LM head untied from its embedding.
         folder = model_folder(profile_name)
-        model = AutoModelForCausalLM.from_pretrained(folder)  # safetensors; no remote code
+        # safetensors only (a pickled .bin would be unpickled, which can run code); no remote code
+        model = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True)
         return model, PreTrainedTokenizerFast.from_pretrained(folder)
 
 

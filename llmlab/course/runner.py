@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from traitlets.config import Config
 
 from llmlab.bench import markdown_table
@@ -73,6 +73,11 @@ def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 
             ok, summary = True, "(no headline)"
         except CellExecutionError as error:
             ok, summary = False, f"FAILED: {str(error).strip().splitlines()[-1][:120]}"
+        # not CellExecutionErrors: uncaught, they stopped the course and skipped the labs after
+        except CellTimeoutError:
+            ok, summary = False, f"FAILED: a cell ran past the {timeout_s} s limit"
+        except DeadKernelError as error:
+            ok, summary = False, f"FAILED: the kernel died (out of memory?): {str(error)[:80]}"
     seconds = time.perf_counter() - start
     nbformat.write(notebook, out_dir / path.name)
     if ok and headline_file.exists():

@@ -540,17 +540,19 @@ def run_command(
     return "".join(printer.lines)
 
 
-def kill_process_tree(pid: int, wait_s: float = 30) -> None:
+def kill_process_tree(pid: int, wait_s: float | None = 30) -> None:
     """SIGKILL a process and all its descendants at once, like a lost node, and wait for them to
-    go. (torchrun starts its workers in sessions of their own, so killing its process group would
-    leave them running.)"""
+    go (wait_s=None: not, when `pid` is this process's child and the code that started it must
+    read its exit code: waiting here would reap it). (torchrun starts its workers in sessions of
+    their own, so killing its process group would leave them running.)"""
     with contextlib.suppress(psutil.NoSuchProcess):
         parent = psutil.Process(pid)
         tree = [*parent.children(recursive=True), parent]
         for process in tree:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
-        psutil.wait_procs(tree, timeout=wait_s)
+        if wait_s is not None:
+            psutil.wait_procs(tree, timeout=wait_s)
 
 
 # An environment variable every process of a run_script job inherits: it finds them all, even

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from llmlab.models.finite import require_finite_parameters
+
 
 @dataclass(frozen=True)
 class TokenScores:
@@ -56,7 +58,24 @@ def score_tokens(
             tokens += targets.numel()
     finally:
         model.train(was_training)
+    if not math.isfinite(nll_sum):
+        # no score at all: a NaN loss made perplexity nan and accuracy a plausible number
+        _refuse_non_finite_loss(model, nll_sum)
     return TokenScores(nll_sum, correct, tokens)
+
+
+def _refuse_non_finite_loss(model: torch.nn.Module, loss: float) -> None:
+    """A ValueError that says why the loss is not finite: the weight that is not, by name, or an
+    overflow when every weight is finite."""
+    try:
+        require_finite_parameters(model)
+    except ValueError as error:
+        raise ValueError(f"the model's loss is {loss} on these windows: {error}") from None
+    raise ValueError(
+        f"the model's loss is {loss} on these windows, though every weight is finite: an "
+        "activation overflowed (float16 tops out at 65504) or was divided by zero; score the "
+        "model in float32 or bfloat16, or find the first layer whose output is not finite"
+    )
 
 
 def _same_length_batches(windows: Sequence[torch.Tensor], batch_size: int):

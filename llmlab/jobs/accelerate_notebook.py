@@ -16,42 +16,70 @@ rank, returns what each rank returned, names each rank's own error, and fails wh
 Accelerator did not join them into one group.
 """
 
+import math
 import os
 import pickle
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import psutil
 import torch
 from accelerate import notebook_launcher
 from accelerate.state import PartialState
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from llmlab.distributed.launch import LaunchError, free_port
+from llmlab.distributed.launch import LaunchError, free_port, kill_process_tree
 
 
-def notebook_launch(fn: Callable, nprocs: int = 2, args: Sequence = (), threads: int = 1) -> list:
+def notebook_launch(
+    fn: Callable, nprocs: int = 2, args: Sequence = (), threads: int = 1, timeout_s: float = 600
+) -> list:
     """Run `fn(*args)` on `nprocs` ranks with Accelerate's `notebook_launcher`; return each rank's
     result, in rank order (pickled: return CPU tensors, numbers or dicts).
 
     `fn` creates its own `Accelerator(cpu=not torch.cuda.is_available())` (an Accelerator made in
     the notebook before the launch makes notebook_launcher refuse). Each rank gets `threads`
-    math threads: several ranks sharing a few cores run slower with more.
+    math threads: several ranks sharing a few cores run slower with more. Ranks still running
+    after `timeout_s` are stopped (with the processes they started) and LaunchError says so.
     """
     if not isinstance(nprocs, int) or nprocs < 2:
         raise ValueError(f"nprocs must be 2 or more, got {nprocs!r}: one process needs no "
                          "launcher, call the function")  # fmt: skip
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    if not 0 < timeout_s < math.inf:  # also refuses NaN
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    before = {child.pid for child in psutil.Process().children()}
+    stopped = threading.Event()
+    timer = threading.Timer(timeout_s, _stop_new_children, args=(before, stopped))
     with tempfile.TemporaryDirectory(prefix="notebook-launch-") as outcomes:
+        timer.start()
         try:
             notebook_launcher(_on_rank, args=(fn, tuple(args), threads, outcomes),
                               num_processes=nprocs, use_port=str(free_port()))  # fmt: skip
         except ChildFailedError:
-            raise LaunchError(_failures(Path(outcomes), nprocs)) from None
+            failures = _failures(Path(outcomes), nprocs)
+            if stopped.is_set():  # the ranks were stopped, not failed
+                failures = (f"the ranks did not finish within {timeout_s:g} s and were stopped: a "
+                            "rank waiting in a collective that another never reaches hangs until "
+                            f"then (raise timeout_s for a longer run)\n{failures}")  # fmt: skip
+            raise LaunchError(failures) from None
+        finally:
+            timer.cancel()
         return [_read(Path(outcomes), rank)[1] for rank in range(nprocs)]
+
+
+def _stop_new_children(before: set[int], stopped: threading.Event) -> None:
+    """Kill the ranks: the children this process started since `before` (notebook_launcher's
+    agent forks them from here), each with its own children. The agent then reports them failed."""
+    stopped.set()  # first: the agent may report the first rank killed before the last one is
+    for child in psutil.Process().children():
+        if child.pid not in before:
+            kill_process_tree(child.pid, wait_s=None)  # the agent reads its exit code
 
 
 def _on_rank(fn: Callable, args: tuple, threads: int, outcomes: str) -> None:

@@ -12,6 +12,7 @@ Field names and units as in DCGM's API reference ("Field Identifiers", "Profilin
 and dcgm-exporter's counter files (etc/default-counters.csv, etc/dcp-metrics-included.csv).
 """
 
+import ipaddress
 import re
 import shlex
 from dataclasses import dataclass
@@ -92,26 +93,45 @@ def write_collectors(path: str | Path) -> Path:
 
 
 def exporter_command(
-    collectors: str | Path, port: int = EXPORTER_PORT, image: str = EXPORTER_IMAGE
+    collectors: str | Path,
+    port: int = EXPORTER_PORT,
+    image: str = EXPORTER_IMAGE,
+    host: str = "127.0.0.1",
 ) -> list[str]:
     """`docker run` for dcgm-exporter beside a job on this node, collecting `FIELDS` from the
     counter file `collectors` (see `write_collectors`); it then serves Prometheus text at
-    http://localhost:<port>/metrics (`curl` it, or point Prometheus at it)."""
+    http://localhost:<port>/metrics (`curl` it, or point Prometheus at it).
+
+    The port is published on `host`, this node's loopback by default: the exporter has no
+    authentication, so on every interface anyone who reaches the node reads its GPU counters.
+    For a Prometheus on another machine pass this node's address on a private network (or
+    "0.0.0.0" for every interface, behind a firewall)."""
     if not 0 < port < 65536:
         raise ValueError(f"port {port} is not a TCP port: use one between 1024 and 65535")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(
+            f"host {host!r} is not an IP address: give the address to publish the port on, "
+            "127.0.0.1 for this node only (what `hostname -I` prints for another machine)"
+        ) from None
+    # docker's --publish takes an IPv6 address in brackets (its colons would split the field)
+    bind = f"[{address}]" if address.version == 6 else str(address)
     return [
         "docker", "run", "--detach", "--rm", "--name", "dcgm-exporter",
         "--gpus", "all",  # the NVIDIA container toolkit gives it every GPU of the node
         "--cap-add", "SYS_ADMIN",  # DCGM's profiling fields (DCGM_FI_PROF_*) need it
-        "--publish", f"{port}:{EXPORTER_PORT}",
+        "--publish", f"{bind}:{port}:{EXPORTER_PORT}",
         "--volume", f"{Path(collectors).resolve()}:{COLLECTORS_IN_CONTAINER}:ro",
         image, "-f", COLLECTORS_IN_CONTAINER,
     ]  # fmt: skip
 
 
-def exporter_command_line(collectors: str | Path, port: int = EXPORTER_PORT) -> str:
+def exporter_command_line(
+    collectors: str | Path, port: int = EXPORTER_PORT, host: str = "127.0.0.1"
+) -> str:
     """`exporter_command` as one line to paste into a shell."""
-    return shlex.join(exporter_command(collectors, port))
+    return shlex.join(exporter_command(collectors, port, host=host))
 
 
 def _value(text: str) -> float | None:

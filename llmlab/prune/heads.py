@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from llmlab.models import input_dim, named_blocks, transformer_blocks
+from llmlab.models.finite import require_finite
 from llmlab.prune.keep import current_weight
 from llmlab.prune.structured import output_dim, sliced
 
@@ -109,7 +110,9 @@ def kept_heads(model: nn.Module, keep: int, scores=None) -> list[torch.Tensor]:
         )
     scores = head_scores(model) if scores is None else scores
     kept = []
-    for layer_scores in scores:
+    for index, layer_scores in enumerate(scores):
+        # a NaN score would rank its group above every other and keep it: refused, by block
+        require_finite(layer_scores, f"the head-score tensor of block {index}")
         group_scores = layer_scores.view(layout.n_kv, layout.group).sum(1)
         groups = group_scores.topk(keep // layout.group).indices.sort().values
         kept.append(_runs(groups, layout.group))

@@ -91,7 +91,8 @@ def nm_mask(weight: torch.Tensor, n: int = 2, m: int = 4, dim: int = -1) -> torc
             f"N:M groups of m={m} along a dimension of {size}: {size} is not divisible by {m}. "
             f"Use an m that divides {size}, or leave this tensor out of N:M pruning."
         )
-    moved = weight.detach().abs().movedim(dim, -1)
+    # NaN would be kept in its group (topk ranks it above every number): refused
+    moved = require_finite(weight.detach(), "the weight").abs().movedim(dim, -1)
     groups = moved.reshape(*moved.shape[:-1], size // m, m)
     keep = torch.zeros_like(groups, dtype=torch.bool)
     keep.scatter_(-1, groups.topk(n, dim=-1).indices, True)

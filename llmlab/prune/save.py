@@ -49,8 +49,13 @@ def load_pruned(folder: str | Path) -> nn.Module:
     """A model saved by `save_pruned`, loaded with `from_pretrained` once its files verify."""
     from transformers import AutoModelForCausalLM
 
-    verify_folder(folder, f"pruned model {folder}", "Save it again with llmlab.prune.save_pruned")
-    return AutoModelForCausalLM.from_pretrained(folder)  # safetensors; no remote code
+    remedy = "Save it again with llmlab.prune.save_pruned"
+    verify_folder(folder, f"pruned model {folder}", remedy)
+    try:  # safetensors only: a pickled pytorch_model.bin would be unpickled, which can run code
+        return AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True)
+    except OSError as error:
+        raise ValueError(f"pruned model {folder}: {error} Only safetensors weights are loaded "
+                         f"(unpickling can run code). {remedy}") from None  # fmt: skip
 
 
 def save_masks(masks: Mapping[str, torch.Tensor], path: str | Path) -> Path:

@@ -14,6 +14,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from llmlab.models import input_dim, named_blocks, transformer_blocks
+from llmlab.models.finite import require_finite
 from llmlab.prune.keep import current_weight
 from llmlab.prune.masks import check_sparsity
 
@@ -73,7 +74,14 @@ def kept_neurons(model: nn.Module, sparsity: float, scores=None) -> list[torch.T
             f"sparsity {sparsity} would remove every one of the {width} MLP neurons of each "
             "layer: lower it so at least one neuron stays"
         )
-    return [layer_scores.topk(keep).indices.sort().values for layer_scores in scores]
+    # a NaN score would rank above every number and its neuron be kept: refused, by block
+    return [
+        require_finite(layer_scores, f"the neuron-score tensor of block {index}")
+        .topk(keep)
+        .indices.sort()
+        .values
+        for index, layer_scores in enumerate(scores)
+    ]
 
 
 def neuron_masks(model: nn.Module, kept: list[torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -37,6 +37,17 @@ def code_range(bits: int, symmetric: bool) -> tuple[int, int]:
     return 0, 2**bits - 1
 
 
+def require_values(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """`tensor` itself, or a ValueError if it has no values (a grid is fit on values: there is
+    none to fit, and torch's reshape or amax would fail with a message about itself)."""
+    if tensor.numel() == 0:
+        raise ValueError(
+            f"{name} has shape {tuple(tensor.shape)}: no values, so no grid to fit. Leave an "
+            "empty layer out of quantization (was it pruned to nothing, or sliced by mistake?)"
+        )
+    return tensor
+
+
 def group_count(weight: torch.Tensor, granularity: str | int) -> tuple[int, int]:
     """(rows with their own scales, groups per row) for "tensor", "channel" or a group size."""
     if weight.dim() != 2:
@@ -44,6 +55,7 @@ def group_count(weight: torch.Tensor, granularity: str | int) -> tuple[int, int]
             f"expected a 2-D weight (out_features, in_features), got shape {tuple(weight.shape)}: "
             "reshape it first (e.g. activations to (tokens, features))"
         )
+    require_values(weight, "the weight to quantize")
     rows, cols = weight.shape
     if granularity == "tensor":
         return 1, 1

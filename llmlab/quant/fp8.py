@@ -15,7 +15,7 @@ import torch
 from llmlab.device import TORCH_DTYPES
 from llmlab.models.finite import require_finite
 from llmlab.quant.error import QuantError, quant_error
-from llmlab.quant.formats import fake_quantize
+from llmlab.quant.formats import fake_quantize, require_values
 
 FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 GRANULARITIES = ("tensor", "channel")
@@ -67,6 +67,7 @@ def fp8_quantize(x: torch.Tensor, name: str = "e4m3", granularity: str = "tensor
         )
     if granularity == "channel" and x.dim() != 2:
         raise ValueError(f"per-channel fp8 needs a 2-D tensor, got shape {tuple(x.shape)}")
+    x = require_values(x, "the tensor to quantize")
     x = require_finite(x, "the tensor to quantize").detach().float()  # NaN would spoil the scale
     absmax = x.abs().amax() if granularity == "tensor" else x.abs().amax(-1, keepdim=True)
     limit = torch.finfo(dtype).max

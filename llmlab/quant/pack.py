@@ -20,6 +20,7 @@ from llmlab.files import (
     verify_checksums,
     write_checksums,
 )
+from llmlab.models.finite import require_finite
 from llmlab.quant.formats import Quantized, code_range
 from llmlab.quant.model import ModelQuantization
 
@@ -57,6 +58,9 @@ def save_packed(model: nn.Module, report: ModelQuantization, path: str | Path) -
     """Write the quantized layers of `report` packed (codes, fp16 scales, zeros) and every other
     parameter of `model` in fp16 to one safetensors file; return its path."""
     quantized = {f"{name}.weight" for name in report.layers}
+    # every float parameter is checked before anything is written; a tied matrix is yielded once
+    floats = {name: require_finite(parameter.detach(), f"parameter {name}")
+              for name, parameter in model.named_parameters() if name not in quantized}  # fmt: skip
     tensors, layouts = {}, {}
     for name, q in report.layers.items():
         low, _ = code_range(q.bits, q.symmetric)
@@ -66,9 +70,8 @@ def save_packed(model: nn.Module, report: ModelQuantization, path: str | Path) -
             tensors[f"{name}.qzeros"] = pack_codes(q.zeros.to(torch.uint8), q.bits)
         layouts[name] = {"bits": q.bits, "symmetric": q.symmetric, "group_size": q.group_size,
                          "in_features": q.codes.shape[1]}  # fmt: skip
-    for name, parameter in model.named_parameters():  # a tied matrix is yielded once
-        if name not in quantized:
-            tensors[name] = parameter.detach().half().contiguous()
+    for name, parameter in floats.items():
+        tensors[name] = parameter.half().contiguous()
     path = Path(path)
     with atomic_file(path) as tmp:
         save_file(tensors, tmp, metadata={"quantized_layers": json.dumps(layouts)})
@@ -87,6 +90,8 @@ def load_packed(path: str | Path) -> tuple[dict[str, Quantized], dict[str, torch
         if layouts is None:
             raise ValueError(f"{path} was not written by save_packed: it has no quantized layers")
         tensors = {key: file.get_tensor(key) for key in file.keys()}
+    for name, tensor in tensors.items():  # a NaN scale or float parameter: refused, by name
+        require_finite(tensor, f"tensor {name} of packed model {path}")
     layers = {}
     for name, layout in layouts.items():
         problem = layout_problem(name, layout, tensors)

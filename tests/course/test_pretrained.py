@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from helpers.model_files import pickle_the_weights
 from helpers.train_fakes import tiny_gpt2, tiny_tokenizer
 from transformers import GPT2LMHeadModel
 
@@ -83,6 +84,13 @@ def test_a_damaged_model_is_trained_again(artifacts, monkeypatch):
     assert trained == [1]
 
 
+def test_a_model_with_pickled_weights_is_not_unpickled(artifacts):
+    saved = tiny_gpt2()
+    pickle_the_weights(pretrained.save_trained_model(saved, tiny_tokenizer(), "smoke"), saved)
+    with pytest.raises(OSError, match="no file named model.safetensors"):
+        pretrained.trained_model("smoke")
+
+
 def test_two_labs_asking_at_once_train_one_model(artifacts, monkeypatch):
     """The second caller waits on the lock while the first trains, then loads what it saved.
     Without the lock the second would look for the model during the first one's training (the
@@ -128,14 +136,14 @@ def test_two_threads_never_load_the_model_at_once(artifacts, monkeypatch):
     loading, most_at_once, other_entered = [], [], threading.Event()
     real_load = pretrained.AutoModelForCausalLM.from_pretrained
 
-    def watched_load(folder):
+    def watched_load(folder, **options):
         loading.append(folder)
         most_at_once.append(len(loading))
         if len(loading) > 1:
             other_entered.set()
         other_entered.wait(1)
         try:
-            return real_load(folder)
+            return real_load(folder, **options)
         finally:
             loading.pop()
 

@@ -2,8 +2,11 @@
 reports a failing lab without stopping the others."""
 
 import nbformat
+import pytest
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_code_cell, new_notebook
 
+from llmlab.course import runner
 from llmlab.course.runner import format_table, run_course
 
 
@@ -47,3 +50,36 @@ def test_kernels_start_without_the_unencrypted_tcp_warning(tmp_path, capfd):
     write(tmp_path / "00_a.ipynb", "x = 1")
     run_course(tmp_path, tmp_path / "out", profile_name="smoke")
     assert "without encryption" not in capfd.readouterr().err
+
+
+class StandInClient:
+    """NotebookClient without a kernel: a notebook whose cell says "hang" times out, one that
+    says "die" loses its kernel (as nbclient reports them), any other runs."""
+
+    def __init__(self, notebook, timeout, **options):
+        self.notebook, self.timeout = notebook, timeout
+
+    def execute(self):
+        cell = self.notebook.cells[0]
+        if cell.source == "hang":
+            message = "Timeout waiting for execute reply"
+            raise CellTimeoutError.error_from_timeout_and_cell(message, self.timeout, cell)
+        if cell.source == "die":
+            raise DeadKernelError("Kernel died")
+
+
+@pytest.mark.parametrize(("source", "says"), [
+    ("hang", "a cell ran past the 1800 s limit"),
+    ("die", "the kernel died (out of memory?): Kernel died"),
+])  # fmt: skip
+def test_a_lab_that_times_out_or_loses_its_kernel_fails_and_the_next_labs_run(
+    tmp_path, monkeypatch, source, says
+):
+    monkeypatch.setattr(runner, "NotebookClient", StandInClient)
+    for name, cell in [("00_a", "x = 1"), ("01_b", source), ("02_c", "x = 2")]:
+        write(tmp_path / f"{name}.ipynb", cell)
+    runs = run_course(tmp_path, tmp_path / "out", profile_name="smoke")
+    assert [(run.notebook, run.ok) for run in runs] == [
+        ("00_a.ipynb", True), ("01_b.ipynb", False), ("02_c.ipynb", True)]  # fmt: skip
+    assert runs[1].headline == f"FAILED: {says}"
+    assert (tmp_path / "out" / "01_b.ipynb").exists()  # what ran before it stopped is kept

@@ -12,6 +12,7 @@ from torch import nn
 from llmlab.evaluate import (
     held_out_windows,
     next_token_accuracy,
+    perplexity,
     score_tokens,
 )
 from llmlab.models import build_model
@@ -82,3 +83,30 @@ def test_score_refuses_bad_windows(model):
         score_tokens(model, [])
     with pytest.raises(ValueError, match="length >= 2"):
         score_tokens(model, [torch.tensor([1])])
+
+
+@pytest.mark.parametrize("score", [score_tokens, perplexity, next_token_accuracy])
+def test_a_model_with_a_nan_weight_is_refused_by_name(uneven_windows, score):
+    # one NaN weight made perplexity nan and accuracy a plausible 0.016 (argmax of NaN logits)
+    model = build_model(TINY, seed=0)
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_fc.weight[2, 3] = math.nan
+    with pytest.raises(ValueError, match=r"the model's loss is nan on these windows: "
+                       r"transformer.h.1.mlp.c_fc.weight holds 1 NaN or inf value\(s\), the first "
+                       r"at index \(2, 3\)"):  # fmt: skip
+        score(model, uneven_windows)
+    assert model.training  # left in the mode it was in
+
+
+class Overflowing(NextIdModel):
+    """Finite weights, infinite logits: what an fp16 activation overflow gives."""
+
+    def forward(self, ids):
+        return SimpleNamespace(logits=super().forward(ids).logits * math.inf)
+
+
+def test_a_non_finite_loss_from_finite_weights_says_so():
+    windows = held_out_windows(torch.arange(50) % 7, seq_len=8)
+    with pytest.raises(ValueError, match="the model's loss is nan on these windows, though "
+                       "every weight is finite: .*overflow"):  # fmt: skip
+        score_tokens(Overflowing(7), windows)

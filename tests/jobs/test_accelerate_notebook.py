@@ -7,6 +7,7 @@ bitsandbytes is imported or an Accelerator exists, and other tests in the same p
 both behind (a notebook kernel restarted before the lab has neither)."""
 
 import multiprocessing
+import threading
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -93,8 +94,25 @@ def test_the_rank_that_failed_is_named_with_its_own_error():
         fresh(notebook_launch, fails_on_rank_1, nprocs=2)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"nprocs": 1}, "nprocs must be 2 or more"),
-                                                 ({"threads": 0}, "threads must be a positive")])
+def hangs_on_rank_1():
+    accelerator = Accelerator(cpu=True)
+    if accelerator.process_index == 1:
+        threading.Event().wait()  # forever: a rank stuck in a loop, or in I/O that never ends
+    dist.barrier()  # rank 0 waits for it, as in a collective it never reaches
+
+
+def test_ranks_that_hang_are_stopped_after_the_timeout():
+    # the outcome does not depend on speed: the rank hangs forever, however fast it starts
+    with pytest.raises(LaunchError, match=r"(?s)the ranks did not finish within 2 s and were "
+                       r"stopped.*rank\(s\) \[0, 1\] ended without a result"):  # fmt: skip
+        fresh(notebook_launch, hangs_on_rank_1, nprocs=2, timeout_s=2)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"nprocs": 1}, "nprocs must be 2 or more"),
+    ({"threads": 0}, "threads must be a positive"),
+    ({"timeout_s": 0}, "timeout_s must be a positive"),
+])  # fmt: skip
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         notebook_launch(train, **kwargs)

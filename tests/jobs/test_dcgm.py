@@ -3,6 +3,7 @@ the counter file it collects, and the Prometheus text it serves is read per GPU 
 
 import dataclasses
 import math
+import shlex
 
 import pytest
 
@@ -92,13 +93,25 @@ def test_the_exporter_command_runs_the_container_with_that_file(tmp_path):
     command = dcgm.exporter_command(counters, port=9500)
     assert command[:2] == ["docker", "run"]
     assert command[command.index("--gpus") + 1] == "all"
-    assert command[command.index("--publish") + 1] == "9500:9400"
+    # on this node's loopback only: the exporter has no authentication
+    assert command[command.index("--publish") + 1] == "127.0.0.1:9500:9400"
     mount = command[command.index("--volume") + 1]
     assert mount == f"{counters.resolve()}:{dcgm.COLLECTORS_IN_CONTAINER}:ro"
     image = command.index(dcgm.EXPORTER_IMAGE)
     assert command[image + 1 :] == ["-f", dcgm.COLLECTORS_IN_CONTAINER]
     assert "SYS_ADMIN" in command  # the profiling fields need it
     line = dcgm.exporter_command_line(counters)
-    assert line.startswith("docker run ") and "9400:9400" in line
+    assert line.startswith("docker run ") and " 127.0.0.1:9400:9400 " in line
     with pytest.raises(ValueError, match="not a TCP port"):
         dcgm.exporter_command(counters, port=0)
+
+
+@pytest.mark.parametrize(
+    ("host", "published"), [("0.0.0.0", "0.0.0.0:9400:9400"), ("::1", "[::1]:9400:9400")]
+)
+def test_the_exporter_is_published_wider_only_when_asked(tmp_path, host, published):
+    command = dcgm.exporter_command(tmp_path / "counters.csv", host=host)
+    assert command[command.index("--publish") + 1] == published
+    assert shlex.split(dcgm.exporter_command_line(tmp_path / "counters.csv", host=host)) == command
+    with pytest.raises(ValueError, match="'node-1' is not an IP address"):
+        dcgm.exporter_command(tmp_path / "counters.csv", host="node-1")

@@ -2,6 +2,7 @@
 with from_pretrained (GQA: whole key/value groups), a GPT-2 one does not; bad requests refused."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -88,6 +89,19 @@ def test_the_kept_heads_score_highest_and_gqa_keeps_whole_groups():
     expected = torch.stack([v_proj[:, 16 * h : 16 * (h + 1)].norm() * o_proj[16 * h : 16 * (h + 1)]
                             .norm() for h in range(4)])  # fmt: skip
     torch.testing.assert_close(head_scores(model)[0], expected)
+
+
+def test_kept_heads_refuses_non_finite_scores_by_block():
+    model = build_model(GQA)
+    scores = head_scores(model)
+    scores[1][2] = math.nan  # topk would rank its group above every other and keep it
+    with pytest.raises(ValueError, match=r"the head-score tensor of block 1 holds 1 NaN or inf "
+                       r"value\(s\), the first at index \(2,\)"):  # fmt: skip
+        kept_heads(model, 2, scores)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.o_proj.weight[0, 3] = math.nan
+    with pytest.raises(ValueError, match="the head-score tensor of block 0 holds 2 NaN or inf"):
+        kept_heads(model, 2)  # the default scores follow the weight (both heads of its group)
 
 
 def test_head_removal_refuses_what_the_model_cannot_hold():

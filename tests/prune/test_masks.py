@@ -107,6 +107,22 @@ def test_nm_masks_group_along_each_layers_input_features(family):
         assert torch.equal(groups.reshape(-1, 4).sum(-1), torch.full((mask.numel() // 4,), 2))
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_nm_masks_refuse_a_non_finite_weight_by_name(bad):
+    # topk ranks NaN above every number, so a NaN weight would be kept in its group of 4
+    weight = torch.randn(4, 8)
+    weight[2, 6] = bad
+    with pytest.raises(ValueError, match=r"the weight holds 1 NaN or inf value\(s\), the first "
+                       r"at index \(2, 6\)"):  # fmt: skip
+        nm_mask(weight)
+    model = build_model(GPT2)
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_fc.weight[3, 5] = bad
+    with pytest.raises(ValueError, match=r"transformer.h.1.mlp.c_fc.weight: the weight holds 1 "
+                       r"NaN or inf value\(s\), the first at index \(3, 5\)"):  # fmt: skip
+        nm_masks(model)
+
+
 def test_nm_refuses_a_dimension_not_divisible_by_m_and_bad_n():
     with pytest.raises(ValueError, match="6 is not divisible by 4"):
         nm_mask(torch.randn(4, 6), 2, 4)

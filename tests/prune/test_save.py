@@ -3,6 +3,7 @@
 
 import pytest
 import torch
+from helpers.model_files import pickle_the_weights
 from helpers.pruning import GPT2, LLAMA, SHAPES, same_masks
 from transformers import AutoModelForCausalLM
 
@@ -48,6 +49,15 @@ def test_a_damaged_pruned_model_is_refused(tmp_path):
     flip_byte(folder / "model.safetensors")
     with pytest.raises(ValueError, match="pruned model .* is damaged: model.safetensors differs "
                        "from the sha256 .*llmlab.prune.save_pruned$"):  # fmt: skip
+        load_pruned(folder)
+
+
+def test_a_pruned_model_with_pickled_weights_is_refused(tmp_path):
+    model = build_model(GPT2).eval()
+    folder = save_pruned(model, tmp_path / "pruned")
+    pickle_the_weights(folder, model)  # from_pretrained alone would unpickle it
+    with pytest.raises(ValueError, match=r"pruned model .*: .*no file named model.safetensors.* "
+                       r"Only safetensors weights .*llmlab.prune.save_pruned$"):  # fmt: skip
         load_pruned(folder)
 
 

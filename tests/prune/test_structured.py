@@ -2,6 +2,7 @@
 one and reloads with from_pretrained; stale, out-of-range or repeated indices are refused."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -66,6 +67,19 @@ def test_neuron_removal_refuses_removing_every_neuron_or_uneven_widths():
     kept = kept_neurons(model, 0.5)
     with pytest.raises(ValueError, match="one MLP width"):
         remove_mlp_neurons(model, [kept[0], kept[1][:-1]])
+
+
+def test_kept_neurons_refuses_non_finite_scores_by_block():
+    model = build_model(GPT2)
+    scores = neuron_scores(model)
+    scores[1][7] = math.nan  # topk would rank it above every neuron and keep it
+    with pytest.raises(ValueError, match=r"the neuron-score tensor of block 1 holds 1 NaN or inf "
+                       r"value\(s\), the first at index \(7,\)"):  # fmt: skip
+        kept_neurons(model, 0.5, scores)
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_proj.weight[4, 0] = math.inf  # the default scores follow it
+    with pytest.raises(ValueError, match="the neuron-score tensor of block 0 holds 1 NaN or inf"):
+        kept_neurons(model, 0.5)
 
 
 def test_neuron_removal_refuses_indices_the_model_does_not_have():

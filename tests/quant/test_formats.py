@@ -1,6 +1,8 @@
 """llmlab.quant's integer formats: exact grids on hand-made weights, the error ordering tensor >
 channel > group, and the errors for bad input (NaN or inf weights refused by every format)."""
 
+import re
+
 import pytest
 import torch
 
@@ -84,6 +86,14 @@ def test_a_non_finite_weight_is_refused_naming_where_it_is(quantizer, bad):
     with pytest.raises(ValueError, match=r"holds 1 NaN or inf value\(s\), the first at index "
                        rf"\(2, 17\) \({bad}\)"):  # fmt: skip
         quantizer(weight)
+
+
+@pytest.mark.parametrize("shape", [(0, 64), (4, 0)])
+@pytest.mark.parametrize("granularity", ["tensor", "channel", 32])
+def test_an_empty_weight_is_refused_not_a_raw_reshape_error(shape, granularity):
+    no_values = re.escape(f"the weight to quantize has shape {shape}: no values")
+    with pytest.raises(ValueError, match=no_values):
+        quantize(torch.zeros(shape), 4, granularity=granularity)
 
 
 def test_bad_group_size_and_shape():

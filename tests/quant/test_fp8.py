@@ -2,6 +2,8 @@
 format's max, e4m3 is measured more precise and e5m2 measured to reach further, and the
 comparison with int8/int4 on the same weight."""
 
+import re
+
 import pytest
 import torch
 
@@ -72,3 +74,14 @@ def test_all_zero_rows_stay_zero():
 def test_bad_input_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         fp8_quantize(torch.ones(2, 4), **kwargs)
+
+
+@pytest.mark.parametrize("shape", [(0, 64), (4, 0)])
+@pytest.mark.parametrize("granularity", ["tensor", "channel"])
+def test_an_empty_tensor_is_refused_not_a_raw_reduction_error(shape, granularity):
+    empty = torch.zeros(shape)
+    no_values = re.escape(f"has shape {shape}: no values")
+    with pytest.raises(ValueError, match=f"the tensor to quantize {no_values}"):
+        fp8_quantize(empty, granularity=granularity)
+    with pytest.raises(ValueError, match=no_values):
+        format_errors(empty, granularity)

@@ -102,6 +102,8 @@ def test_bad_input(layer):
         gptq_linear(linear, [inputs], group_size=64, block_size=96)
     with pytest.raises(ValueError, match="integer group size"):
         gptq_linear(linear, [inputs], group_size="channel")
+    with pytest.raises(ValueError, match=r"has shape \(0, 256\): no values"):
+        gptq(linear.weight[:0], hessian([inputs]))
     with pytest.raises(ValueError, match="Hessian shape"):
         gptq(linear.weight, hessian([inputs[:, :64]]))
     with pytest.raises(ValueError, match="bits must be from 2 to 8"):

@@ -4,6 +4,7 @@ computes with and weighs what ModelQuantization counts, and bad input is refused
 (its checksum), an edited bit width (the tensors' shapes), a file of another kind."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -72,6 +73,28 @@ def packed_file(tmp_path):
     model = build_model(SHAPE).eval()
     return save_packed(model, quantize_model(model, "rtn", bits=4, group_size=32),
                        tmp_path / "model.safetensors")  # fmt: skip
+
+
+def test_a_nan_in_a_float_parameter_is_refused_on_save_and_on_load(tmp_path):
+    model = build_model(SHAPE).eval()
+    report = quantize_model(model, "rtn", bits=4, group_size=32)
+    with torch.no_grad():
+        model.transformer.ln_f.weight[3] = math.nan  # not quantized: shipped as it is, in fp16
+    path = tmp_path / "model.safetensors"
+    with pytest.raises(ValueError, match=r"parameter transformer.ln_f.weight holds 1 NaN or inf "
+                       r"value\(s\), the first at index \(3,\)"):  # fmt: skip
+        save_packed(model, report, path)
+    assert not path.exists()  # nothing written
+    path = packed_file(tmp_path)  # a file from elsewhere, consistent with its checksum
+    with safe_open(str(path), framework="pt") as file:
+        metadata = file.metadata()
+        tensors = {key: file.get_tensor(key) for key in file.keys()}
+    tensors["transformer.h.0.ln_1.bias"][5] = math.nan
+    save_file(tensors, path, metadata=metadata)
+    write_checksums(checksums_beside(path), [path.name])
+    with pytest.raises(ValueError, match=r"tensor transformer.h.0.ln_1.bias of packed model "
+                       r".*model.safetensors holds 1 NaN or inf value\(s\)"):  # fmt: skip
+        load_packed(path)
 
 
 @pytest.mark.parametrize("damage", ["flipped byte", "truncated", "checksum lost"])
