@@ -52,5 +52,5 @@ clean:
 	rm -rf $(VENV) build
 
 solutions: $(STAMP)  ## re-run solutions/ in place at the smoke scale to store their outputs, then labs
-	$(PY) -m llmlab course --profile smoke --out solutions
+	$(PY) -m llmlab course --profile smoke --threads 2 --out solutions
 	$(PY) -m llmlab make-labs

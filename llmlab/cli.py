@@ -91,7 +91,9 @@ def course(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ValueError as error:
         parser.error(str(error))  # exits with status 2
     _check_out_dir(args.out, parser, holds="the executed notebooks")
-    runs = run_course(args.solutions, args.out, args.profile, args.only)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads {args.threads}: give 1 or more math threads per kernel")
+    runs = run_course(args.solutions, args.out, args.profile, args.only, args.threads)
     print()
     print(format_table(runs))
     return 0 if all(run.ok for run in runs) else 1
@@ -371,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     p_course.add_argument("--only", nargs="+", default=None, help="lab prefixes, e.g. 00 03")
     p_course.add_argument("--solutions", type=_path, default=Path("solutions"))
     p_course.add_argument("--out", type=_path, default=Path("build"))
+    p_course.add_argument("--threads", type=int, default=None,
+                          help="math threads per notebook kernel (default: PyTorch's own choice); "
+                               "make solutions pins 2, so stored timings share one setting")
 
     p_memory = _add_memory_parser(commands)
     p_plan = _add_plan_parser(commands)

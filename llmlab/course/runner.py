@@ -52,11 +52,14 @@ def _kernel_over_unix_sockets(folder: Path) -> Config:
     return Config(KernelManager={"transport": "ipc", "ip": str(folder / "kernel")})
 
 
-def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 1800) -> LabRun:
+def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 1800,
+                 threads: int | None = None) -> LabRun:  # fmt: skip
     """Execute one notebook in its own folder; write the executed copy to out_dir.
 
     With out_dir == the notebook's folder this stores fresh outputs in the notebook itself
-    (`make solutions` does that with the smoke profile, before a commit).
+    (`make solutions` does that with the smoke profile, before a commit). `threads` pins the
+    kernel's math threads (OMP_NUM_THREADS, which PyTorch and ONNX Runtime read at start), so
+    every lab's timings of one run come from the same setting.
     """
     notebook = nbformat.read(path, as_version=4)
     scratch = Path(tempfile.mkdtemp(prefix="llmlab-"))  # the headline file and the kernel's sockets
@@ -67,7 +70,9 @@ def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 
         config=_kernel_over_unix_sockets(scratch),
     )  # fmt: skip
     start = time.perf_counter()
-    with _environment(**{ENV_VARIABLE: profile_name, HEADLINE_VARIABLE: str(headline_file)}):
+    pinned = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+    with _environment(**{ENV_VARIABLE: profile_name, HEADLINE_VARIABLE: str(headline_file)},
+                      **pinned):  # fmt: skip
         try:
             client.execute()
             ok, summary = True, "(no headline)"
@@ -106,20 +111,29 @@ def find_notebooks(solutions: Path, only: list[str] | None = None) -> list[Path]
 
 
 def run_course(
-    solutions: Path, out_dir: Path, profile_name: str = "auto", only: list[str] | None = None
+    solutions: Path,
+    out_dir: Path,
+    profile_name: str = "auto",
+    only: list[str] | None = None,
+    threads: int | None = None,
 ) -> list[LabRun]:
-    """Run every solution notebook (or those whose name starts with one of `only`)."""
+    """Run every solution notebook (or those whose name starts with one of `only`), each kernel
+    with `threads` math threads if given."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads={threads}: give 1 or more math threads per kernel")
     named = explicit_profile(profile_name)
     notebooks = find_notebooks(solutions, only)
     out_dir.mkdir(parents=True, exist_ok=True)
     # "auto" reaches the kernels as it is, so that each lab's profile("auto", lab=N) applies its
     # own rule (Lab 03 needs more GPU memory than Lab 00).
     how = str(named) if named else "profile 'auto': each lab's rule picks (see `llmlab doctor`)"
-    print(f"Running {len(notebooks)} lab(s) with {how}; executed notebooks go to {out_dir}/")
+    pinned = f", {threads} math thread(s) each" if threads else ""
+    print(f"Running {len(notebooks)} lab(s) with {how}{pinned}; executed notebooks go to "
+          f"{out_dir}/")  # fmt: skip
     runs = []
     for number, path in enumerate(notebooks, start=1):
         print(f"[{number}/{len(notebooks)}] {path.name} ...", flush=True)
-        runs.append(run_notebook(path, out_dir, named.name if named else "auto"))
+        runs.append(run_notebook(path, out_dir, named.name if named else "auto", threads=threads))
     return runs
 
 

@@ -45,6 +45,16 @@ def test_runner_filters_labs_by_prefix(tmp_path):
     assert [run.notebook for run in runs] == ["00_a.ipynb"]
 
 
+def test_threads_are_pinned_in_every_kernel_when_asked(tmp_path, monkeypatch):
+    write(tmp_path / "00_a.ipynb", "import torch\nprint(torch.get_num_threads())")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # what the kernel would inherit unpinned
+    run_course(tmp_path, tmp_path / "out", profile_name="smoke", threads=1)
+    executed = nbformat.read(tmp_path / "out" / "00_a.ipynb", as_version=4)
+    assert executed.cells[0].outputs[0].text == "1\n"
+    with pytest.raises(ValueError, match="1 or more math threads"):
+        run_course(tmp_path, tmp_path / "out", profile_name="smoke", threads=0)
+
+
 def test_kernels_start_without_the_unencrypted_tcp_warning(tmp_path, capfd):
     """The kernel's own log goes to this process's stderr: once per lab in `make course`."""
     write(tmp_path / "00_a.ipynb", "x = 1")
