@@ -69,6 +69,8 @@ def _lora_mistake(got, base_out, update, rank: int, alpha: float) -> str:
         (rank / alpha, "your correction is scaled by rank / alpha: the scaling is alpha / rank."),
         (1.0, "your correction B A x is not scaled: LoRA multiplies it by alpha / rank."),
         (alpha, "your correction is scaled by alpha alone: divide it by the rank too."),
+        (alpha // rank, "your scaling alpha // rank is integer division: it rounds down "
+         "whenever the rank does not divide alpha; LoRA's scaling is the exact ratio."),
         (1 / rank, "your correction is divided by the rank but not multiplied by alpha."),
     ):
         if torch.allclose(got, base_out + factor * update, rtol=1e-4, atol=1e-5):
@@ -85,8 +87,10 @@ def exercise_lora_linear(lora_class) -> None:
     forward, merge() and unmerge(), matching peft's LoRA layer on the same base."""
     name = _LORA
     generator = torch.Generator().manual_seed(8)
+    # 10 / 4: an alpha the rank does not divide, so integer division (2) shows.
     for in_features, out_features, rank, alpha, bias in ((12, 10, 4, 8, True),
-                                                         (16, 6, 2, 16, False)):  # fmt: skip
+                                                         (16, 6, 2, 16, False),
+                                                         (8, 5, 4, 10, True)):  # fmt: skip
         base = nn.Linear(in_features, out_features, bias=bias)
         with torch.no_grad():
             base.weight.copy_(torch.randn(out_features, in_features, generator=generator))
@@ -114,10 +118,15 @@ def exercise_lora_linear(lora_class) -> None:
             raise ExerciseFailed(f"{name}: {call_text}: a new layer's output differs from the "
                                  "frozen layer's, so fine-tuning would start from a damaged "
                                  "model. Which of A and B starts at zero?")  # fmt: skip
-        if not bool(a.detach().abs().sum() > 0):
+        if not bool(a.detach().abs().sum() > 0) and not bool(b.detach().abs().sum() > 0):
             raise ExerciseFailed(f"{name}: {call_text}: A starts at zero as well as B; then "
                                  "the gradients of both are zero and nothing ever trains. "
                                  "How does nn.Linear initialise its weight?")  # fmt: skip
+        if not bool(a.detach().abs().sum() > 0):
+            raise ExerciseFailed(f"{name}: {call_text}: A starts at zero and B at random "
+                                 "values. That trains too, but it is not LoRA's start: peft "
+                                 "zeroes B and draws A at random, so the product B A starts at "
+                                 "zero with A already pointing somewhere.")  # fmt: skip
         # The same adapter values in both layers (B no longer zero), then compare everything.
         reference = _peft_layer(base, rank, alpha)
         a_value = torch.randn(rank, in_features, generator=generator)
@@ -228,10 +237,22 @@ def _inverted_brevity(counts: BleuCounts) -> float:
     return bleu_from_counts(counts) * math.exp(1 - c / r) / math.exp(1 - r / c)
 
 
+def _mean_of_present_orders(counts: BleuCounts) -> float:
+    """BLEU with the orders that have no n-gram at all left out of the mean."""
+    present = [n for n, total in enumerate(counts.totals) if total]
+    if not present:
+        return math.nan
+    return bleu_from_counts(BleuCounts(counts.hypothesis_length, counts.reference_length,
+                                       tuple(counts.matches[n] for n in present),
+                                       tuple(counts.totals[n] for n in present)))  # fmt: skip
+
+
 def _bleu_mistakes(hypotheses, references) -> list[tuple[float, str]]:
     counts = _corpus_counts(hypotheses, references)
+    ratio = counts.hypothesis_length / counts.reference_length
     sentences = [bleu_from_counts(sentence_counts(h, [r])) for h, r in
                  zip(hypotheses, references, strict=True)]  # fmt: skip
+    # A mistake that changes nothing on this corpus is nan here: it matches no answer.
     return [
         (bleu_from_counts(_corpus_counts(hypotheses, references, clip=False)),
          "your n-gram matches are not clipped: a hypothesis n-gram may count at most as often as "
@@ -242,6 +263,13 @@ def _bleu_mistakes(hypotheses, references) -> list[tuple[float, str]]:
         (_inverted_brevity(counts),
          "your brevity penalty compares the lengths the wrong way round: which ratio makes a "
          "short hypothesis pay more the shorter it is?"),
+        (bleu_from_counts(counts) * math.exp(1 - 1 / ratio) if ratio > 1 else math.nan,
+         "your brevity penalty changes the score of hypotheses longer than their references: "
+         "it only ever punishes hypotheses that are too short."),
+        (_mean_of_present_orders(counts),
+         "the hypotheses are too short to hold a 4-gram, and your mean leaves that order out. "
+         "Corpus BLEU counts an order with no n-gram at all as a precision of 0 (sacrebleu "
+         "leaves orders out only in sentence BLEU, with effective_order)."),
         (_arithmetic(counts),
          "you averaged the four precisions arithmetically: BLEU takes their geometric mean."),
         (bleu_from_counts(counts, smooth="none"),
@@ -278,6 +306,11 @@ def _bleu_cases() -> list[tuple[str, list[list[str]], list[list[str]]]]:
          [ref, ref]),
         ("hypotheses shorter than their references", [ref[:4], "a dog ran".split()],
          [ref, "a dog ran on the mat".split()]),
+        ("hypotheses longer than their references",
+         ["the cat sat on the mat and the dog ran".split(), "a dog ran on the mat too".split()],
+         [ref, "a dog ran on a mat".split()]),
+        ("hypotheses of fewer than 4 words", ["the cat sat".split(), "a dog".split()],
+         [ref, "a dog ran".split()]),
         ("no 4-gram match", ["the cat ran on the mat".split(), "a dog sat on the cat".split()],
          [ref, "the dog sat on a mat".split()]),
         ("an empty hypothesis beside a good one", [[], ref], [ref, ref]),
@@ -315,8 +348,8 @@ def exercise_bleu(bleu) -> None:
                      if math.isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-9)), "")  # fmt: skip
         raise ExerciseFailed(f"{name}: {call_text} returned {got:.4f}, sacrebleu says "
                              f"{expected:.4f}. {hint}".strip())  # fmt: skip
-    passed(name, "sacrebleu's corpus BLEU on random corpora, repeated words, short and empty "
-                 "hypotheses and no 4-gram match")  # fmt: skip
+    passed(name, "sacrebleu's corpus BLEU on random corpora, repeated words, short, long, "
+                 "empty and under-4-word hypotheses and no 4-gram match")  # fmt: skip
 
 
 NOTEBOOK = "08_finetuning.ipynb"
