@@ -176,7 +176,8 @@ def _softmax_mistake(x, x_buffer, got, out_buffer, expected, extreme: bool) -> s
             return ("inf or NaN on rows with entries near +-1e4: exp(1e4) overflows float32 to "
                     "inf, and inf / inf is NaN (exp(-1e4) underflows to 0, and 0 / 0 too). "
                     "Subtract the row's maximum before exp: softmax does not change, and the "
-                    "largest term becomes exp(0) = 1.")  # fmt: skip
+                    "largest term becomes exp(0) = 1 (any other entry can leave a term above "
+                    "it).")  # fmt: skip
         return ("NaN in your output, where the input has none: your kernel read past the end of "
                 "a row (the check keeps NaN in the memory after each row). Lanes at or past "
                 "n_cols must stay off: mask the load.")  # fmt: skip
@@ -203,15 +204,18 @@ def exercise_softmax_kernel(fn) -> None:
     check_triton_mode()
     name, device = _KERNEL, "cpu" if interpreted() else "cuda"
     generator = torch.Generator().manual_seed(9)
-    extreme = torch.tensor([[1e4, -1e4, 0.0, 1e4 - 3, 9999.5, -float("inf"), 1e4, 20.0, 1e4,
-                             -5.0, 1e4 - 1, 3.0, 1e4 - 50]] * 2)  # fmt: skip
-    extreme[1] = extreme[1] - 2e4  # every entry near -1e4 (or -inf)
+    row = [1e4, -1e4, 0.0, 1e4 - 3, 9999.5, -float("inf"), 1e4, 20.0, 1e4, -5.0, 1e4 - 1, 3.0,
+           1e4 - 50]  # fmt: skip
+    # Rows 2 and 3 start with a small entry: subtracting the first entry instead of the maximum
+    # still overflows there.
+    extreme = torch.tensor([row, row, row[1:] + row[:1], row[1:] + row[:1]])
+    extreme[1::2] -= 2e4  # every entry near -1e4 (or -inf)
     # (what the case adds, rows, n_cols, x's row stride, out's row stride, values)
     cases = [("4 rows of 16", 4, 16, 16, 16, None), ("5 rows of 37", 5, 37, 37, 37, None),
              ("one element", 1, 1, 1, 1, None), ("3 rows of 3", 3, 3, 3, 3, None),
              ("2 rows of 1000", 2, 1000, 1000, 1000, None),
              ("rows 50 apart in x, 40 in out", 6, 37, 50, 40, None),
-             ("entries of +-1e4 and -inf", 2, 13, 16, 13, extreme)]  # fmt: skip
+             ("entries of +-1e4 and -inf", 4, 13, 16, 13, extreme)]  # fmt: skip
     for what, rows, n_cols, x_stride, out_stride, values in cases:
         if values is None:
             values = 3 * torch.randn(rows, n_cols, generator=generator)

@@ -100,7 +100,7 @@ tl = triton.language
 
 @triton.jit
 def _softmax_kernel(y_ptr, x_ptr, y_row_stride, x_row_stride, n_cols, BLOCK: tl.constexpr,
-                    SUBTRACT_MAX: tl.constexpr, PAD: tl.constexpr, MASK_LOAD: tl.constexpr,
+                    SUBTRACT: tl.constexpr, PAD: tl.constexpr, MASK_LOAD: tl.constexpr,
                     MASK_STORE: tl.constexpr):  # fmt: skip
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
@@ -109,8 +109,10 @@ def _softmax_kernel(y_ptr, x_ptr, y_row_stride, x_row_stride, n_cols, BLOCK: tl.
         x = tl.load(x_ptr + row * x_row_stride + cols, mask=inside, other=PAD)
     else:
         x = tl.load(x_ptr + row * x_row_stride + cols)
-    if SUBTRACT_MAX:
+    if SUBTRACT == "max":
         x = x - tl.max(x, axis=0)
+    elif SUBTRACT == "first":  # the row's first entry, as if it were the largest
+        x = x - tl.load(x_ptr + row * x_row_stride)
     numerator = tl.exp(x)
     y = numerator / tl.sum(numerator, axis=0)
     if MASK_STORE:
@@ -119,7 +121,7 @@ def _softmax_kernel(y_ptr, x_ptr, y_row_stride, x_row_stride, n_cols, BLOCK: tl.
         tl.store(y_ptr + row * y_row_stride + cols, y)
 
 
-def softmax_with(subtract_max=True, pad=-float("inf"), mask_load=True, mask_store=True,
+def softmax_with(subtract="max", pad=-float("inf"), mask_load=True, mask_store=True,
                  x_stride=None, out_stride=None, block_factor=1):  # fmt: skip
     """A launcher for `_softmax_kernel`; x_stride="n_cols" or out_stride="n_cols" passes the
     row length where the row stride belongs."""
@@ -129,7 +131,7 @@ def softmax_with(subtract_max=True, pad=-float("inf"), mask_load=True, mask_stor
         _softmax_kernel[(x.shape[0],)](
             out, x, n_cols if out_stride == "n_cols" else out.stride(0),
             n_cols if x_stride == "n_cols" else x.stride(0), n_cols,
-            BLOCK=triton.next_power_of_2(n_cols) * block_factor, SUBTRACT_MAX=subtract_max,
+            BLOCK=triton.next_power_of_2(n_cols) * block_factor, SUBTRACT=subtract,
             PAD=pad, MASK_LOAD=mask_load, MASK_STORE=mask_store)  # fmt: skip
 
     return launch
@@ -150,8 +152,13 @@ def test_softmax_kernel_passes_correct_kernels(answer, capsys):
 
 
 def test_softmax_kernel_names_a_missing_max_subtraction():
-    fails(check.exercise_softmax_kernel, softmax_with(subtract_max=False),
+    fails(check.exercise_softmax_kernel, softmax_with(subtract=None),
           r"\+-1e4.*exp\(1e4\) overflows.*Subtract the row's maximum")  # fmt: skip
+
+
+def test_softmax_kernel_names_the_first_entry_subtracted_for_the_maximum():
+    fails(check.exercise_softmax_kernel, softmax_with(subtract="first"),
+          r"\+-1e4.*overflows.*Subtract the row's maximum")  # fmt: skip
 
 
 def test_softmax_kernel_names_lanes_loaded_as_zero():
