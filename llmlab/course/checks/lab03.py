@@ -12,6 +12,7 @@ from llmlab.bench import mfu
 from llmlab.course.checks import (
     ExerciseFailed,
     call,
+    call_or_fail,
     exercise,
     expect_number,
     expect_real,
@@ -336,12 +337,8 @@ def _check_step_case(name: str, train_step, steps, max_norm: float, overflow: bo
         expected = trainer_step(reference, reference_optimizer, reference_scaler, micro_batches,
                                 max_norm)  # fmt: skip
         stale = any(p.grad is not None and bool(p.grad.any()) for p in mine.parameters())
-        try:
-            got = call(name, train_step, mine, optimizer, scaler, micro_batches, max_norm)
-        except ExerciseFailed:
-            raise
-        except Exception as error:  # the learner's own bug (torch's message names it): no source
-            raise ExerciseFailed(f"{name}: {text} raised {type(error).__name__}: {error}") from None
+        got = call_or_fail(name, text, train_step, mine, optimizer, scaler, micro_batches,
+                           max_norm)  # fmt: skip
         if recorder.overlapped():
             raise ExerciseFailed(
                 f"{name}: {text}: a micro-batch ran forward before the previous one's backward(), "

@@ -12,7 +12,15 @@ import math
 import torch
 from torch import nn
 
-from llmlab.course.checks import ExerciseFailed, call, exercise, expect_real, passed
+from llmlab.course.checks import (
+    ExerciseFailed,
+    call,
+    call_or_fail,
+    exercise,
+    expect_real,
+    failure_from,
+    passed,
+)
 from llmlab.evaluate.ngram_bleu import BleuCounts, bleu_from_counts, ngram_counts, sentence_counts
 from llmlab.train.lora import LoRALinear
 
@@ -99,7 +107,7 @@ def exercise_lora_linear(lora_class) -> None:
         original = base.weight.detach().clone()
         call_text = (f"{lora_class.__name__}(<nn.Linear({in_features}, {out_features}, "
                      f"bias={bias})>, rank={rank}, alpha={alpha})")  # fmt: skip
-        layer = call(name, lora_class, base, rank, alpha)
+        layer = call_or_fail(name, call_text, lora_class, base, rank, alpha)
         a, a_t = _matrix(name, layer, in_features, out_features, rank, "A")
         b, b_t = _matrix(name, layer, in_features, out_features, rank, "B")
         trainable = {id(p) for p in layer.parameters() if p.requires_grad}
@@ -112,8 +120,9 @@ def exercise_lora_linear(lora_class) -> None:
                                  "requires a gradient. LoRA freezes the pretrained layer: only "
                                  "A and B train.")  # fmt: skip
         x = torch.randn(2, 3, in_features, generator=generator)
+        forward = f"{call_text}, forward on x of shape {tuple(x.shape)}"
         with torch.no_grad():
-            start, base_out = layer(x), base(x)
+            start, base_out = call_or_fail(name, forward, layer, x), base(x)
         if not torch.allclose(start, base_out, rtol=1e-5, atol=1e-6):
             raise ExerciseFailed(f"{name}: {call_text}: a new layer's output differs from the "
                                  "frozen layer's, so fine-tuning would start from a damaged "
@@ -135,7 +144,7 @@ def exercise_lora_linear(lora_class) -> None:
         _set(b, b_t, b_value)
         _set(reference.lora_A["default"].weight, False, a_value)
         _set(reference.lora_B["default"].weight, False, b_value)
-        got, expected = layer(x), reference(x)
+        got, expected = call_or_fail(name, forward, layer, x), reference(x)
         if not torch.allclose(got, expected, rtol=1e-4, atol=1e-5):
             update = x @ a_value.t() @ b_value.t()
             raise ExerciseFailed(f"{name}: {call_text}, with A and B set to random values: "
@@ -164,7 +173,7 @@ def _check_merge(name, call_text, layer, reference, base, original, x, a_value, 
                  alpha) -> None:  # fmt: skip
     with torch.no_grad():
         before = layer(x)
-        call(name, layer.merge)
+        call_or_fail(name, f"{call_text}: merge()", layer.merge)
         reference.merge()
         merged = base.weight.detach()
         expected = reference.base_layer.weight.detach()
@@ -176,19 +185,20 @@ def _check_merge(name, call_text, layer, reference, base, original, x, a_value, 
             else:
                 hint = "merge() did not add (alpha / rank) B A into the base layer's weight."
             raise ExerciseFailed(f"{name}: {call_text}: {hint}")
-        after = layer(x)
+        after = call_or_fail(name, f"{call_text}: forward after merge()", layer, x)
         if not torch.allclose(after, reference(x), rtol=1e-4, atol=1e-5):
             hint = ("after merge() your layer still adds B A x on top, so the correction "
                     "counts twice: a merged layer is the base layer alone."
                     if not torch.allclose(after, before, rtol=1e-4, atol=1e-4) else
                     "after merge() your outputs differ from peft's merged layer.")
             raise ExerciseFailed(f"{name}: {call_text}: {hint}")
-        call(name, layer.unmerge)
+        call_or_fail(name, f"{call_text}: unmerge()", layer.unmerge)
         if not torch.allclose(base.weight, original, rtol=1e-5, atol=1e-5):
             raise ExerciseFailed(f"{name}: {call_text}: after merge() then unmerge() the base "
                                  "weight is not the original: unmerge must take out exactly "
                                  "what merge put in.")  # fmt: skip
-        if not torch.allclose(layer(x), before, rtol=1e-4, atol=1e-5):
+        restored = call_or_fail(name, f"{call_text}: forward after unmerge()", layer, x)
+        if not torch.allclose(restored, before, rtol=1e-4, atol=1e-5):
             raise ExerciseFailed(f"{name}: {call_text}: after unmerge() the layer's outputs "
                                  "differ from before merge(): the correction must be added in "
                                  "the forward pass again.")  # fmt: skip
@@ -340,6 +350,8 @@ def exercise_bleu(bleu) -> None:
             raise ExerciseFailed(f"{name}: {call_text} divided by zero. An empty hypothesis has "
                                  "no n-grams and no length: what must its brevity penalty and "
                                  "precisions be?") from None  # fmt: skip
+        except Exception as error:
+            raise failure_from(name, call_text, error) from error
         got = expect_real(name, call_text, got)
         expected = sacrebleu_bleu(hypotheses, references)
         if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-6):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.checks import fails, stub
+from helpers.checks import BUG_NAMED, buggy, fails, stub
 from torch import nn
 
 from llmlab.course.checks import lab08 as check
@@ -250,3 +250,23 @@ def test_the_lab_pins_the_cpu_threads_before_it_computes_anything():
     setup = next(source for source in cells if "trained_model(" in source)  # the first model
     assert "pin_cpu_threads(DEVICE)" in setup
     assert setup.index("pin_cpu_threads(DEVICE)") < setup.index("trained_model(")
+
+
+@pytest.mark.parametrize("exercise", list(check.EXERCISES.values()),
+                         ids=list(check.EXERCISES))  # fmt: skip
+def test_an_error_in_an_answer_is_named_with_its_input(exercise):
+    fails(exercise, buggy, BUG_NAMED)
+
+
+def test_lora_an_error_in_forward_or_merge_is_named_with_the_call():
+    class ForwardBug(lora_class()):
+        def forward(self, x):
+            return buggy(x)
+
+    fails(check.exercise_lora_linear, ForwardBug, r"forward on x of shape \(2, 3, 12\)" + BUG_NAMED)
+
+    class MergeBug(lora_class()):
+        def merge(self):
+            buggy()
+
+    fails(check.exercise_lora_linear, MergeBug, r"alpha=8\): merge\(\)" + BUG_NAMED)

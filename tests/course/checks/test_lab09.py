@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.checks import fails, stub
+from helpers.checks import BUG_NAMED, buggy, fails, stub
 
 from llmlab import profiler
 from llmlab.course.checks import lab09 as check
@@ -191,6 +191,16 @@ def test_softmax_kernel_names_an_output_never_written():
         softmax_with()(out, x)
 
     fails(check.exercise_softmax_kernel, swapped, r"never written.*order the kernel takes them")
+
+
+@triton.jit
+def _odd_block_kernel(y_ptr, x_ptr):
+    tl.store(y_ptr + tl.arange(0, 3), tl.load(x_ptr + tl.arange(0, 3)))  # 3: not a power of 2
+
+
+def test_softmax_kernel_an_error_inside_the_kernel_is_named_with_its_input():
+    fails(check.exercise_softmax_kernel, lambda x, out: _odd_block_kernel[(1,)](out, x),
+          r"my_softmax\(<4 rows of 16: .*\) raised ")  # fmt: skip
 
 
 def test_softmax_kernel_not_done_falls_back_to_llmlabs(capsys):
@@ -479,3 +489,9 @@ def test_kv_cache_generation_catches_what_the_unit_steps_miss():
 
 def test_the_lab_names_its_notebook():
     assert check.NOTEBOOK == "09_kernels.ipynb"
+
+
+@pytest.mark.parametrize("exercise", list(check.EXERCISES.values()),
+                         ids=list(check.EXERCISES))  # fmt: skip
+def test_an_error_in_an_answer_is_named_with_its_input(exercise):
+    fails(exercise, buggy, BUG_NAMED)
