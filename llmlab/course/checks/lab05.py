@@ -233,6 +233,12 @@ def exercise_find_stragglers(find_stragglers: Callable) -> None:
                 g[0] == w[0] and math.isclose(g[1], w[1], rel_tol=REL)
                 for g, w in zip(pairs, want, strict=True)):  # fmt: skip
             continue
+        ranks = len(step_seconds[0])
+        missing = next((rank for rank, _ in pairs if not 0 <= rank < ranks), None)
+        if missing is not None:
+            raise ExerciseFailed(f"{name}: {text} returned {pairs}: rank {missing} does not "
+                                 f"exist: step_seconds has {ranks} ranks, numbered 0 to "
+                                 f"{ranks - 1}. Which rank is a column of step_seconds?")
         shown = "\n".join(f"  step {step}: " + ", ".join(f"{t:.4g}" for t in row)
                           for step, row in enumerate(step_seconds[:5]))  # fmt: skip
         raise ExerciseFailed(

@@ -142,6 +142,14 @@ def test_stragglers_rejects_likely_mistakes(switches, message):
                                                                             **switches))
 
 
+def test_stragglers_ranks_out_of_range_are_named_not_an_index_error():
+    def counted_from_one(steps, threshold):
+        return [(rank + 1, slowdown) for rank, slowdown in _stragglers(steps, threshold)]
+
+    fails(check.exercise_find_stragglers, counted_from_one,
+          r"rank 3 does not exist: .* 3 ranks, numbered 0 to 2")  # fmt: skip
+
+
 def test_stragglers_an_error_other_than_the_asked_value_error_on_nan_is_named():
     def type_error_on_nan(steps, threshold):
         if any(math.isnan(t) for row in steps for t in row):
