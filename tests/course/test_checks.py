@@ -9,6 +9,7 @@ from llmlab.course.checks import (
     ExerciseFailed,
     ExerciseNotDone,
     call,
+    call_or_fail,
     compare_prediction,
     exercise,
     expect_number,
@@ -35,6 +36,13 @@ def test_a_non_number_is_named_as_the_problem(value):
 def test_a_wrong_number_names_the_likely_mistake():
     with pytest.raises(ExerciseFailed, match="expected about 6.*doubled"):
         expect_number("Exercise", "f()", 12.0, 6.0, mistakes=[(2.0, "doubled")])
+
+
+def test_an_error_in_the_learners_code_is_named_with_its_input():
+    with pytest.raises(ExerciseFailed, match=r"^Exercise 9: f\(3\) raised KeyError: 'x'$"):
+        call_or_fail("Exercise 9", "f(3)", lambda value: {}["x"], 3)
+    with pytest.raises(ExerciseNotDone):  # an undone exercise is still said to be not done
+        call_or_fail("Exercise 9", "f(3)", _stub, 3)
 
 
 def _reference(x):

@@ -79,6 +79,24 @@ def call(exercise: str, fn: Callable, *args, **kwargs):
         raise ExerciseNotDone(exercise) from None
 
 
+def failure_from(exercise: str, call_text: str, error: Exception) -> ExerciseFailed:
+    """The failure to raise when the learner's code raised `error` on `call_text`: the error named
+    with the input, instead of a traceback through the checker's source. A failure the call
+    itself raised (an exercise not done yet) stays as it is."""
+    if isinstance(error, ExerciseFailed):
+        return error
+    return ExerciseFailed(f"{exercise}: {call_text} raised {type(error).__name__}: {error}")
+
+
+def call_or_fail(exercise: str, call_text: str, fn: Callable, *args, **kwargs):
+    """`call`, with an error the learner's function raises turned into a failure that names the
+    input (`call_text`) and the error."""
+    try:
+        return call(exercise, fn, *args, **kwargs)
+    except Exception as error:  # the learner's own bug: show where, not the checker's source
+        raise failure_from(exercise, call_text, error) from error
+
+
 def real_number(value) -> float | None:
     """`value` as a float when it is a real number of any type (int, float, numpy scalar, 0-d
     tensor); None for anything else (bool, str, a list, a tensor with several elements)."""

@@ -5,12 +5,14 @@ does, and records whether the clock was read while work was still running. The m
 is checked by recording the PyTorch operations its timed function runs.
 """
 
+import math
 import random
 import statistics
 from typing import NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map_only
 
 from llmlab import bench
 from llmlab.course.checks import (
@@ -157,11 +159,14 @@ class RecordOps(TorchDispatchMode):
         self.ops: list[Op] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        output = func(*args, **(kwargs or {}))
+        output = self.run(func, args, kwargs or {})
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         written = output if isinstance(output, torch.Tensor) else None
         self.ops.append(Op(func.overloadpacket.__name__, tensors, written))
         return output
+
+    def run(self, func, args, kwargs):
+        return func(*args, **kwargs)
 
 
 class FakeTimer:
@@ -376,8 +381,9 @@ def exercise_matmul_roofline(roofline) -> None:
 
 CACHE_BYTES = 32 * 2**20  # the fake machine's cache: data that fits is moved 4x faster
 CACHE_SPEEDUP = 4
+TILE = 128  # a compute unit of the fake machine works on one TILE x TILE block of a matmul's output
 # Operations that make a tensor: inside a timed function their allocation would be timed too.
-ALLOCATES = ("rand", "empty", "zeros", "ones", "full", "normal", "uniform", "arange")
+ALLOCATES = ("rand", "empty", "zeros", "ones", "full", "normal", "uniform", "arange", "clone")
 
 
 def _bytes(tensors) -> int:
@@ -396,26 +402,52 @@ def _flops(op: Op) -> int:
     return 2 * op.output.numel() * op.inputs[-1].shape[-2] if op.name in MATMUL_OPS else 0
 
 
-class FakeMachine:
-    """Runs a timed function for real and says how long this machine would take: every operation
-    at its roofline, the slower of its FLOPs at `tflops` and its bytes at `bandwidth_gbs` (4x
-    that bandwidth for data that fits in its cache)."""
+class RecordShapes(RecordOps):
+    """RecordOps that gives each matmul a result of the right shape and dtype without computing
+    it: the fake machine charges a matmul by its shapes alone, and multiplying for real (a 2048^3
+    bf16 matmul takes minutes on a CPU that emulates bf16) would only slow the check down."""
 
-    def __init__(self, bandwidth_gbs: float, tflops: float):
-        self.bandwidth_gbs, self.tflops = bandwidth_gbs, tflops
+    def run(self, func, args, kwargs):
+        if func.overloadpacket.__name__ not in MATMUL_OPS:
+            return func(*args, **kwargs)
+        # On meta tensors the matmul still refuses wrong shapes and mixed dtypes, as it would
+        # for real.
+        meta_args, meta_kwargs = tree_map_only(torch.Tensor, lambda t: t.to("meta"),
+                                               (args, kwargs))  # fmt: skip
+        shaped = func(*meta_args, **meta_kwargs)
+        return torch.empty(shaped.shape, dtype=shaped.dtype, device=args[0].device)
+
+
+class FakeMachine:
+    """Runs a timed function and says how long this machine would take: every operation at its
+    roofline, the slower of its FLOPs at the peak of its dtype (`tflops`) and its bytes at
+    `bandwidth_gbs` (4x that bandwidth for data that fits in its cache). A matmul reaches the
+    peak only with a TILE x TILE block of output for each of the `units` compute units (cores,
+    SMs); with fewer blocks the idle units' share of the peak is lost, as on a real machine."""
+
+    def __init__(self, bandwidth_gbs: float, tflops: dict[torch.dtype, float], units: int):
+        self.bandwidth_gbs, self.tflops, self.units = bandwidth_gbs, tflops, units
         self.calls: list[list[Op]] = []
 
-    @property
-    def ridge(self) -> float:
-        return self.tflops * 1e12 / (self.bandwidth_gbs * 1e9)
+    def ridge(self, dtype: torch.dtype) -> float:
+        return self.tflops[dtype] * 1e12 / (self.bandwidth_gbs * 1e9)
+
+    def at_peak_s(self, op: Op) -> float:
+        """The time of an operation's FLOPs at the peak of its dtype, every unit busy."""
+        return _flops(op) / (self.tflops[op.output.dtype] * 1e12) if _flops(op) else 0.0
 
     def seconds(self, op: Op) -> float:
         moved = _moved(op)
         bandwidth = self.bandwidth_gbs * 1e9 * (CACHE_SPEEDUP if moved < CACHE_BYTES else 1)
-        return max(_flops(op) / (self.tflops * 1e12), moved / bandwidth)
+        compute_s = self.at_peak_s(op)
+        if compute_s:
+            *batch, rows, columns = op.output.shape
+            blocks = math.prod(batch) * math.ceil(rows / TILE) * math.ceil(columns / TILE)
+            compute_s /= min(1.0, blocks / self.units)
+        return max(compute_s, moved / bandwidth)
 
     def timer(self, fn, **ignored) -> float:
-        with RecordOps() as recorder:
+        with RecordShapes() as recorder:
             fn()
         self.calls.append(recorder.ops)
         return sum(self.seconds(op) for op in recorder.ops)
@@ -432,11 +464,17 @@ def measure_roofline(timer, device, dtype) -> tuple[float, float, float]:
     return bandwidth_gbs, tflops, tflops * 1e12 / (bandwidth_gbs * 1e9)
 
 
-ROOFLINE_MACHINES = [  # (dtype, bandwidth GB/s, TFLOP/s): a CPU, a V100 in fp32, an H100 in bf16
-    (torch.float32, 40.0, 0.5),
-    (torch.float32, 900.0, 15.7),
-    (torch.bfloat16, 3350.0, 989.0),
-]
+# (dtype asked for, bandwidth GB/s, TFLOP/s per dtype, compute units): a CPU, a V100 in fp32, an
+# H100 in bf16. Each format has its own peak, so an answer that ignores `dtype` measures the wrong
+# one (the CPU's and the V100's bf16, which they lack and emulate, are made up).
+ROOFLINE_MACHINES = [
+    (torch.float32, 40.0, {torch.float64: 0.25, torch.float32: 0.5, torch.bfloat16: 0.2,
+                           torch.float16: 0.1}, 16),
+    (torch.float32, 900.0, {torch.float64: 7.8, torch.float32: 15.7, torch.bfloat16: 3.9,
+                            torch.float16: 125.0}, 80),
+    (torch.bfloat16, 3350.0, {torch.float64: 67.0, torch.float32: 67.0, torch.bfloat16: 989.0,
+                              torch.float16: 989.0}, 132),
+]  # fmt: skip
 
 
 def _split_calls(name: str, text: str, calls: list[list[Op]]) -> tuple[list[Op], list[Op]]:
@@ -477,20 +515,26 @@ def _bandwidth_hint(got: float, machine: FakeMachine, memory: list[Op], dtype) -
                  if is_close(got, machine.bandwidth_gbs * factor, 1e-6)), "")  # fmt: skip
 
 
-def _tflops_hint(got: float, machine: FakeMachine, matmuls: list[Op]) -> str:
-    if any(_flops(op) / (machine.tflops * 1e12) < machine.seconds(op) for op in matmuls):
-        return ("Your matmul is too small to keep this machine's compute busy: moving its "
-                "matrices takes longer than its FLOPs. Measure the peak with a larger one.")
+def _tflops_hint(got: float, machine: FakeMachine, matmuls: list[Op], dtype) -> str:
+    formats = sorted({str(op.output.dtype) for op in matmuls if op.output.dtype != dtype})
+    if formats:
+        return (f"Your matmul multiplied {' and '.join(formats)} tensors: each number format has "
+                "its own peak; measure the one asked for (`dtype`).")
+    if any(machine.at_peak_s(op) < machine.seconds(op) for op in matmuls):
+        return ("Your matmul is too small to keep this machine's compute busy: too few blocks of "
+                "output to give every compute unit work, or its matrices take longer to move "
+                "than to multiply. Measure the peak with a larger one.")
     wrong = [(0.5, "A multiply-add is 2 FLOPs."),
              (1e3, "Units: 1 TFLOP/s is 1e12 FLOP/s.")]  # fmt: skip
     return next((text for factor, text in wrong
-                 if is_close(got, machine.tflops * factor, 1e-6)), "")  # fmt: skip
+                 if is_close(got, machine.tflops[dtype] * factor, 1e-6)), "")  # fmt: skip
 
 
-def _check_machine(name: str, roofline, dtype, bandwidth_gbs: float, tflops: float) -> None:
-    machine = FakeMachine(bandwidth_gbs, tflops)
+def _check_machine(name: str, roofline, dtype, bandwidth_gbs: float, peaks, units: int) -> None:
+    machine = FakeMachine(bandwidth_gbs, peaks, units)
+    tflops, expected_ridge = peaks[dtype], machine.ridge(dtype)
     text = f"measure_roofline(timer, 'cpu', {dtype}) on a machine of {bandwidth_gbs:g} GB/s and " \
-           f"{tflops:g} TFLOP/s"
+           f"{tflops:g} TFLOP/s in {dtype}"
     got = call(name, roofline, machine.timer, torch.device("cpu"), dtype)
     if not (isinstance(got, tuple | list) and len(got) == 3):
         raise ExerciseFailed(f"{name}: {text} returned {got!r}; return three numbers: "
@@ -503,13 +547,13 @@ def _check_machine(name: str, roofline, dtype, bandwidth_gbs: float, tflops: flo
                              f"{bandwidth_gbs:g}. {hint}".strip())  # fmt: skip
     if not is_close(peak, tflops, 1e-6):
         raise ExerciseFailed(f"{name}: {text} measured {peak:.6g} TFLOP/s, expected {tflops:g}. "
-                             f"{_tflops_hint(peak, machine, matmuls)}".strip())  # fmt: skip
-    if not is_close(ridge, machine.ridge, 1e-6):
+                             f"{_tflops_hint(peak, machine, matmuls, dtype)}".strip())  # fmt: skip
+    if not is_close(ridge, expected_ridge, 1e-6):
         hint = ("That is bytes per FLOP: the ridge is the FLOPs a byte must feed for compute, "
-                "not memory, to set the time." if is_close(ridge, 1 / machine.ridge, 1e-6) else
+                "not memory, to set the time." if is_close(ridge, 1 / expected_ridge, 1e-6) else
                 "Put both rates in the same units (FLOP/s and bytes/s) before dividing.")
         raise ExerciseFailed(f"{name}: {text} returned the ridge {ridge:.6g}, expected "
-                             f"{machine.ridge:.6g} FLOPs per byte. {hint}")  # fmt: skip
+                             f"{expected_ridge:.6g} FLOPs per byte. {hint}")  # fmt: skip
 
 
 @exercise(fallback=measure_roofline,
@@ -517,8 +561,8 @@ def _check_machine(name: str, roofline, dtype, bandwidth_gbs: float, tflops: flo
 def exercise_measure_roofline(roofline) -> None:
     """Exercise 5: measure_roofline(timer, device, dtype) -> (GB/s, TFLOP/s, FLOPs per byte)."""
     name = "Exercise 5 (this machine's roofline)"
-    for dtype, bandwidth_gbs, tflops in ROOFLINE_MACHINES:
-        _check_machine(name, roofline, dtype, bandwidth_gbs, tflops)
+    for machine in ROOFLINE_MACHINES:
+        _check_machine(name, roofline, *machine)
     passed(name, "bandwidth from a copy larger than the caches, the peak from a compute-bound "
                  "matmul, and the ridge between them, on three fake machines")  # fmt: skip
 

@@ -11,23 +11,10 @@ from itertools import pairwise
 import numpy as np
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from llmlab.course.checks import ExerciseFailed, call, exercise, passed
+from llmlab.course.checks import ExerciseFailed, call, call_or_fail, exercise, passed
 from llmlab.data.clean import CONTROL_CHARACTERS, NEWLINES, normalize_text
 from llmlab.data.packing import pack
 from llmlab.data.shards import token_dtype
-
-
-def _call(name: str, call_text: str, fn, *args):
-    """The learner's fn(*args); an error it raises becomes a failure that names the input."""
-    try:
-        return call(name, fn, *args)
-    except ExerciseFailed:
-        raise
-    except Exception as error:  # the learner's own bug: show where, not the checker's source
-        raise ExerciseFailed(
-            f"{name}: {call_text} raised {type(error).__name__}: {error}"
-        ) from error
-
 
 # ---------------------------------------------------------------- Exercise 1: normalize a text
 
@@ -97,7 +84,7 @@ def exercise_normalize(normalize) -> None:
     newline, no trailing whitespace on any line."""
     name = "Exercise 1 (normalize text)"
     for text in NORMALIZE_CASES:
-        got = _call(name, f"normalize({text!r})", normalize, text)
+        got = call_or_fail(name, f"normalize({text!r})", normalize, text)
         expected = normalize_text(text)
         if got != expected:
             hint = _normalize_hint(text, got, expected) if isinstance(got, str) else (
@@ -367,7 +354,7 @@ def exercise_pack(pack_documents) -> None:
     for documents, block_size, eos_id in PACK_CASES:
         copies = [list(doc) for doc in documents]  # the learner's code may change its input
         call_text = f"pack({documents}, {block_size}, {eos_id})"
-        got = _call(name, call_text, pack_documents, copies, block_size, eos_id)
+        got = call_or_fail(name, call_text, pack_documents, copies, block_size, eos_id)
         if copies != documents:
             raise ExerciseFailed(
                 f"{name}: {call_text} changed its input: the documents are now {copies}. The "
@@ -429,7 +416,8 @@ def exercise_token_dtype(choose_dtype) -> None:
     """Exercise 4: token_dtype(vocab_size) -> the smallest unsigned NumPy dtype for every id."""
     name = "Exercise 4 (token dtype)"
     for vocab_size in TOKEN_DTYPE_CASES:
-        got = _as_dtype(_call(name, f"token_dtype({vocab_size:,})", choose_dtype, vocab_size))
+        got = _as_dtype(call_or_fail(name, f"token_dtype({vocab_size:,})", choose_dtype,
+                                     vocab_size))  # fmt: skip
         expected = smallest_token_dtype(vocab_size)
         if got != expected:
             hint = _dtype_hint(vocab_size, got, expected)
@@ -498,7 +486,7 @@ def _split(name, shards_for, num_shards, world_size, num_workers, epoch, readers
     for rank, worker in readers:
         args = (num_shards, rank, world_size, worker, num_workers, epoch)
         call_text = f"shards_for{args}"
-        got = _call(name, call_text, shards_for, *args)
+        got = call_or_fail(name, call_text, shards_for, *args)
         split[rank, worker] = _shard_list(name, call_text, got, num_shards)
     return split
 

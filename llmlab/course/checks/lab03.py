@@ -1,6 +1,7 @@
 """Checks for Lab 03 (training on one GPU), and the versions the lab falls back to."""
 
 import copy
+import functools
 import math
 import random
 
@@ -12,6 +13,7 @@ from llmlab.bench import mfu
 from llmlab.course.checks import (
     ExerciseFailed,
     call,
+    call_or_fail,
     exercise,
     expect_number,
     expect_real,
@@ -227,6 +229,60 @@ STEP_SCALE = 2.0**12  # a power of 2: scaling and unscaling fp32 gradients by it
 STEP_LR = 0.1  # plain SGD, so the weights move by exactly the clipped gradient
 
 
+# The calls a step with a loss scaler makes, each with what it is for (the gradients may be
+# cleared through the optimizer or the model).
+STEP_CALLS = {
+    "scaler.scale(loss)": "each loss scaled before backward(), so small fp16 gradients survive",
+    "scaler.unscale_(optimizer)": "the true gradients back before they are clipped and measured",
+    "scaler.step(optimizer)": "an update that is skipped when a gradient overflowed",
+    "scaler.update()": "the scale grown after good steps, shrunk after an overflow",
+    "optimizer.zero_grad()": "gradients cleared once per step, since backward() adds to .grad",
+}
+
+
+class _CallSpy:
+    """Notes which of STEP_CALLS a step makes, through the scaler, optimizer and model it is
+    given. A call a noted method makes itself (scaler.step unscales when nobody did) is not the
+    learner's, so it is not noted."""
+
+    def __init__(self, scaler, optimizer, model):
+        self.made: set[str] = set()
+        self._inside = False
+        for owner, method, label in ((scaler, "scale", "scaler.scale(loss)"),
+                                     (scaler, "unscale_", "scaler.unscale_(optimizer)"),
+                                     (scaler, "step", "scaler.step(optimizer)"),
+                                     (scaler, "update", "scaler.update()"),
+                                     (optimizer, "zero_grad", "optimizer.zero_grad()"),
+                                     (model, "zero_grad", "optimizer.zero_grad()")):  # fmt: skip
+            setattr(owner, method, self._noting(getattr(owner, method), label))
+
+    def _noting(self, method, label: str):
+        @functools.wraps(method)
+        def noted(*args, **kwargs):
+            if self._inside:
+                return method(*args, **kwargs)
+            self.made.add(label)
+            self._inside = True
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._inside = False
+
+        return noted
+
+    def missing(self) -> list[str]:
+        return [label for label in STEP_CALLS if label not in self.made]
+
+
+def _missing_calls_failure(failure: ExerciseFailed, name: str, text: str, missing: list[str]):
+    """The failure, or, when the step skipped some of STEP_CALLS, one that names all of them."""
+    if not missing:
+        return failure
+    named = [f"{label} ({STEP_CALLS[label]})" for label in missing]
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} or {named[-1]}"
+    return ExerciseFailed(f"{name}: {text} never called {listed}. Each is needed once per step.")
+
+
 class _Batches:
     """The given micro-batches, one per next_batch(): all a Trainer's step asks of its data."""
 
@@ -328,6 +384,7 @@ def _check_step_case(name: str, train_step, steps, max_norm: float, overflow: bo
     optimizer = torch.optim.SGD(mine.parameters(), lr=STEP_LR)
     reference_scaler, scaler = _scaler(), _scaler()
     recorder = _Recorder(mine)
+    spy = _CallSpy(scaler, optimizer, mine)
     start = _weights(mine)
     for step, micro_batches in enumerate(steps, 1):
         k = len(micro_batches)
@@ -336,40 +393,49 @@ def _check_step_case(name: str, train_step, steps, max_norm: float, overflow: bo
         expected = trainer_step(reference, reference_optimizer, reference_scaler, micro_batches,
                                 max_norm)  # fmt: skip
         stale = any(p.grad is not None and bool(p.grad.any()) for p in mine.parameters())
+        spy.made.clear()
+        got = call_or_fail(name, text, train_step, mine, optimizer, scaler, micro_batches,
+                           max_norm)  # fmt: skip
         try:
-            got = call(name, train_step, mine, optimizer, scaler, micro_batches, max_norm)
-        except ExerciseFailed:
-            raise
-        except Exception as error:  # the learner's own bug (torch's message names it): no source
-            raise ExerciseFailed(f"{name}: {text} raised {type(error).__name__}: {error}") from None
-        if recorder.overlapped():
-            raise ExerciseFailed(
-                f"{name}: {text}: a micro-batch ran forward before the previous one's backward(), "
-                "so their activations were all in memory together. Call backward() once per "
-                "micro-batch, inside the loop."
-            )
-        _check_step(name, text, got, expected, k, max_norm, overflow)
-        if overflow and not torch.equal(_weights(mine), start):
-            raise ExerciseFailed(
-                f"{name}: {text}: a gradient overflowed (it is inf), yet the weights changed. "
-                "Step with scaler.step(optimizer): it skips the update when unscale_ found inf "
-                "or NaN, where optimizer.step() would write them into the weights."
-            )
-        difference = float((_weights(mine) - _weights(reference)).abs().max())
-        if not overflow and difference > 1e-6:
-            hint = ("backward() adds to .grad: clear the gradients once per step "
-                    "(optimizer.zero_grad()), or the last step's gradient comes back."
-                    if stale else "Clip the unscaled gradients to max_norm, then step with "
-                    "scaler.step(optimizer).")  # fmt: skip
-            raise ExerciseFailed(f"{name}: {text}: the weights after the step differ from "
-                                 f"llmlab's Trainer.train_step's by up to {difference:.3g}. "
-                                 f"{hint}")  # fmt: skip
-        if scaler.get_scale() != reference_scaler.get_scale():
-            raise ExerciseFailed(
-                f"{name}: {text}: the loss scale is {scaler.get_scale():g} after the step, "
-                f"expected {reference_scaler.get_scale():g}. Call scaler.update() once per step: "
-                "it grows the scale after good steps and shrinks it after an overflow."
-            )
+            _check_step_effects(name, text, got, expected, k, max_norm, overflow, recorder,
+                                (mine, reference), (scaler, reference_scaler), start, stale)
+        except ExerciseFailed as failure:
+            # A missing call is the cause of the symptom found first: name every one at once.
+            raise _missing_calls_failure(failure, name, text, spy.missing()) from None
+
+
+def _check_step_effects(name, text, got, expected, k, max_norm, overflow, recorder, models,
+                        scalers, start, stale) -> None:  # fmt: skip
+    """The learner's step against the reference's: activations, loss, norm, weights, scale."""
+    (mine, reference), (scaler, reference_scaler) = models, scalers
+    if recorder.overlapped():
+        raise ExerciseFailed(
+            f"{name}: {text}: a micro-batch ran forward before the previous one's backward(), "
+            "so their activations were all in memory together. Call backward() once per "
+            "micro-batch, inside the loop."
+        )
+    _check_step(name, text, got, expected, k, max_norm, overflow)
+    if overflow and not torch.equal(_weights(mine), start):
+        raise ExerciseFailed(
+            f"{name}: {text}: a gradient overflowed (it is inf), yet the weights changed. "
+            "Step with scaler.step(optimizer): it skips the update when unscale_ found inf "
+            "or NaN, where optimizer.step() would write them into the weights."
+        )
+    difference = float((_weights(mine) - _weights(reference)).abs().max())
+    if not overflow and difference > 1e-6:
+        hint = ("backward() adds to .grad: clear the gradients once per step "
+                "(optimizer.zero_grad()), or the last step's gradient comes back."
+                if stale else "Clip the unscaled gradients to max_norm, then step with "
+                "scaler.step(optimizer).")  # fmt: skip
+        raise ExerciseFailed(f"{name}: {text}: the weights after the step differ from "
+                             f"llmlab's Trainer.train_step's by up to {difference:.3g}. "
+                             f"{hint}")  # fmt: skip
+    if scaler.get_scale() != reference_scaler.get_scale():
+        raise ExerciseFailed(
+            f"{name}: {text}: the loss scale is {scaler.get_scale():g} after the step, "
+            f"expected {reference_scaler.get_scale():g}. Call scaler.update() once per step: "
+            "it grows the scale after good steps and shrinks it after an overflow."
+        )
 
 
 @exercise(fallback=trainer_step, fallback_name="llmlab.train.Trainer.train_step")

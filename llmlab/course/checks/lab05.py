@@ -11,7 +11,15 @@ import random
 import statistics
 from collections.abc import Callable
 
-from llmlab.course.checks import ExerciseFailed, call, exercise, passed, real_number
+from llmlab.course.checks import (
+    ExerciseFailed,
+    call,
+    call_or_fail,
+    exercise,
+    failure_from,
+    passed,
+    real_number,
+)
 from llmlab.distributed.launcher_env import launcher_env
 from llmlab.distributed.stragglers import find_stragglers_over_steps
 from llmlab.models import count_parameters, preset
@@ -111,7 +119,9 @@ def exercise_place_from_environment(place_from_environment: Callable) -> None:
     cases = [_slurm_environment(rng) for _ in range(20)]
     cases += [_srun_torchrun_environment(rng) for _ in range(10)]
     for environ in cases:
-        got = call(name, place_from_environment, dict(environ))
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(environ.items()))
+        got = call_or_fail(name, f"place_from_environment({{{shown}}})", place_from_environment,
+                           dict(environ))  # fmt: skip
         place = _as_place(got)
         if place is None:
             raise ExerciseFailed(f"{name}: returned {got!r}; return a dict with the integers "
@@ -119,7 +129,6 @@ def exercise_place_from_environment(place_from_environment: Callable) -> None:
                                  "master_addr.")  # fmt: skip
         want = place_from_environment_reference(environ)
         if place != want:
-            shown = ", ".join(f"{k}={v}" for k, v in sorted(environ.items()))
             raise ExerciseFailed(f"{name}: for the environment {shown}\nyou returned {place},\n"
                                  f"expected {want}.\nHint: {_place_hint(place, want, environ)}")
     passed(name, f"the place of {len(cases)} processes: 20 started by srun alone, 10 by torchrun "
@@ -213,7 +222,8 @@ def exercise_find_stragglers(find_stragglers: Callable) -> None:
     for what, step_seconds, threshold in cases:
         text = f"find_stragglers(<{len(step_seconds)} steps x {len(step_seconds[0])} ranks: " \
                f"{what}>, {threshold})"
-        got = call(name, find_stragglers, [list(row) for row in step_seconds], threshold)
+        got = call_or_fail(name, text, find_stragglers, [list(row) for row in step_seconds],
+                           threshold)  # fmt: skip
         want = find_stragglers_reference(step_seconds, threshold)
         pairs = _as_pairs(got)
         if pairs is None:
@@ -223,6 +233,12 @@ def exercise_find_stragglers(find_stragglers: Callable) -> None:
                 g[0] == w[0] and math.isclose(g[1], w[1], rel_tol=REL)
                 for g, w in zip(pairs, want, strict=True)):  # fmt: skip
             continue
+        ranks = len(step_seconds[0])
+        missing = next((rank for rank, _ in pairs if not 0 <= rank < ranks), None)
+        if missing is not None:
+            raise ExerciseFailed(f"{name}: {text} returned {pairs}: rank {missing} does not "
+                                 f"exist: step_seconds has {ranks} ranks, numbered 0 to "
+                                 f"{ranks - 1}. Which rank is a column of step_seconds?")
         shown = "\n".join(f"  step {step}: " + ", ".join(f"{t:.4g}" for t in row)
                           for step, row in enumerate(step_seconds[:5]))  # fmt: skip
         raise ExerciseFailed(
@@ -232,8 +248,10 @@ def exercise_find_stragglers(find_stragglers: Callable) -> None:
     broken = [[1.0, 1.0, 1.0], [1.0, math.nan, 1.0]]
     try:
         call(name, find_stragglers, broken, 0.2)
-    except ValueError:
+    except ValueError:  # what the exercise asks for
         pass
+    except Exception as error:
+        raise failure_from(name, f"find_stragglers({broken}, 0.2)", error) from error
     else:
         raise ExerciseFailed(
             f"{name}: find_stragglers({broken}, 0.2) returned without an error. A rank whose "
@@ -289,7 +307,7 @@ def exercise_ring_all_reduce_time(ring_all_reduce_time: Callable) -> None:
               for _ in range(12)]  # fmt: skip
     for nbytes, ranks, latency, gbit in cases:
         text = f"ring_all_reduce_time({nbytes:.6g}, {ranks}, {latency:g}, {gbit:g})"
-        got = call(name, ring_all_reduce_time, nbytes, ranks, latency, gbit)
+        got = call_or_fail(name, text, ring_all_reduce_time, nbytes, ranks, latency, gbit)
         number = real_number(got)
         expected = ring_all_reduce_time_reference(nbytes, ranks, latency, gbit)
         if number is not None and math.isclose(number, expected, rel_tol=REL, abs_tol=1e-15):
@@ -380,7 +398,7 @@ def exercise_step_communication(step_communication: Callable) -> None:
     name = "Exercise 4 (a step's communication)"
     for model, cluster, parallel in random_layouts(24):
         text = f"step_communication({model!r}, {cluster}, {parallel})"
-        got = call(name, step_communication, model, cluster, parallel)
+        got = call_or_fail(name, text, step_communication, model, cluster, parallel)
         number = real_number(got)
         expected = step_communication_reference(model, cluster, parallel)
         if number is not None and math.isclose(number, expected, rel_tol=REL):
@@ -483,7 +501,9 @@ def exercise_cheapest_run(cheapest_run: Callable) -> None:
         for budget, deadline in limits:
             order = list(runs)
             rng.shuffle(order)  # the answer must not depend on the order of the list
-            got = call(name, cheapest_run, order, budget, deadline)
+            got = call_or_fail(name, f"cheapest_run(<the {len(runs)} candidate runs of {model}>, "
+                               f"{budget:,.0f}, {deadline:.1f})", cheapest_run, order, budget,
+                               deadline)  # fmt: skip
             want = cheapest_run_reference(runs, budget, deadline)
             scenarios += 1
             # Layouts whose traffic all hides can cost the same to the cent: any of them is right.

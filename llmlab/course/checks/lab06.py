@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import prune
 
-from llmlab.course.checks import ExerciseFailed, call, exercise, passed, real_number
+from llmlab.course.checks import ExerciseFailed, call_or_fail, exercise, passed, real_number
 from llmlab.models import build_model, input_dim, preset
 from llmlab.models.observe import observe_inputs
 from llmlab.prune import (
@@ -138,7 +138,8 @@ def exercise_global_magnitude_mask(global_magnitude_mask) -> None:
     name = "Exercise 1 (global magnitude mask)"
     for what, weights, sparsity in _global_cases():
         call_text = f"global_magnitude_mask(<{what}>, {sparsity})"
-        got = call(name, global_magnitude_mask, [w.clone() for w in weights], sparsity)
+        got = call_or_fail(name, call_text, global_magnitude_mask, [w.clone() for w in weights],
+                           sparsity)  # fmt: skip
         if not isinstance(got, (list, tuple)) or len(got) != len(weights):
             raise ExerciseFailed(
                 f"{name}: {call_text} returned {type(got).__name__}; return a "
@@ -209,7 +210,8 @@ def exercise_cubic_sparsity(cubic_sparsity_fn) -> None:
     for step, final, start, end, initial in SCHEDULE_CASES:
         call_text = (f"cubic_sparsity({step}, {final}, start_step={start}, end_step={end}, "
                      f"initial_sparsity={initial})")  # fmt: skip
-        got = call(name, cubic_sparsity_fn, step, final, start, end, initial_sparsity=initial)
+        got = call_or_fail(name, call_text, cubic_sparsity_fn, step, final, start, end,
+                           initial_sparsity=initial)  # fmt: skip
         number = real_number(got)
         if number is None:
             raise ExerciseFailed(f"{name}: {call_text} returned {got!r}; return a number.")
@@ -313,7 +315,8 @@ def exercise_shrink_pair(shrink_pair) -> None:
                      f"Linear({second.in_features}, {second.out_features}), <{keep.numel()} "
                      f"units>) {bias}")  # fmt: skip
         inputs = x[:, : first.in_features]
-        got = call(name, shrink_pair, copy.deepcopy(first), copy.deepcopy(second), keep.clone())
+        got = call_or_fail(name, call_text, shrink_pair, copy.deepcopy(first),
+                           copy.deepcopy(second), keep.clone())  # fmt: skip
         if not (isinstance(got, (tuple, list)) and len(got) == 2
                 and all(isinstance(m, nn.Linear) for m in got)):  # fmt: skip
             raise ExerciseFailed(f"{name}: {call_text} returned {type(got).__name__}; return "
@@ -380,7 +383,8 @@ def exercise_two_four_mask(two_four_mask) -> None:
     for shape, dim in (((8, 12), 1), ((12, 8), 0), ((16, 4), 1), ((8, 6), 0)):
         weight = torch.randn(shape, generator=generator)
         call_text = f"two_four_mask(<weight {shape}>, dim={dim})"
-        got = _as_mask(name, call_text, call(name, two_four_mask, weight.clone(), dim), shape)
+        got = _as_mask(name, call_text, call_or_fail(name, call_text, two_four_mask,
+                                                     weight.clone(), dim), shape)  # fmt: skip
         if torch.equal(got, nm_mask(weight, 2, 4, dim)):
             continue
         hint = next((text for mask, text in _two_four_mistakes(weight, dim)
@@ -516,7 +520,8 @@ def exercise_wanda_masks(wanda_masks) -> None:
         before = {key: value.clone() for key, value in model.state_dict().items()}
         call_text = (f"wanda_masks(<tiny random {family}>, <its {len(layers)} layers>, "
                      f"<{len(batches)} batches>, {sparsity})")  # fmt: skip
-        got = call(name, wanda_masks, model, dict(layers), [b.clone() for b in batches], sparsity)
+        got = call_or_fail(name, call_text, wanda_masks, model, dict(layers),
+                           [b.clone() for b in batches], sparsity)  # fmt: skip
         if not isinstance(got, Mapping) or set(got) != set(layers):
             raise ExerciseFailed(f"{name}: {call_text} returned {type(got).__name__}; return a "
                                  "dict {name: keep-mask} with one entry per layer, under the "

@@ -548,12 +548,39 @@ def _forward_mistakes(codes, scales, zeros, group_size, x) -> list[tuple[torch.T
     return [(x.double() @ weight.T, text) for weight, text in weights]
 
 
+_MODULE_INTERNALS = frozenset(vars(nn.Module()))
+
+
+def _held_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Every tensor the module and its submodules hold: parameters, buffers, plain attributes,
+    and tensors inside an attribute's dict, list or tuple (a cache)."""
+    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    for prefix, part in module.named_modules():
+        for key, value in vars(part).items():
+            if key in _MODULE_INTERNALS:  # _buffers, _parameters: already named above
+                continue
+            name = f"{prefix}.{key}" if prefix else key
+            entries = (value.items() if isinstance(value, dict) else
+                       enumerate(value) if isinstance(value, list | tuple) else ())  # fmt: skip
+            tensors.update({f"{name}[{inner!r}]": item for inner, item in entries
+                            if isinstance(item, torch.Tensor)})  # fmt: skip
+            if isinstance(value, torch.Tensor):
+                tensors[name] = value
+    return tensors
+
+
 def _unpacked_copies(module: nn.Module, count: int) -> list[str]:
     """Names of the tensors the module holds with `count` (a code per weight) elements or more."""
-    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers()),
-               **{key: value for key, value in vars(module).items()
-                  if isinstance(value, torch.Tensor)}}  # fmt: skip
-    return [key for key, value in tensors.items() if value.numel() >= count]
+    return [key for key, value in _held_tensors(module).items() if value.numel() >= count]
+
+
+def _refuse_unpacked_copies(name: str, call_text: str, module: nn.Module, codes, when: str):
+    copies = _unpacked_copies(module, codes.numel())
+    if copies:
+        raise ExerciseFailed(f"{name}: {call_text} keeps {', '.join(copies)} {when}, a tensor "
+                             "with a value per weight: the point of packing is the bytes it "
+                             "saves. Unpack inside every forward and let the unpacked weight "
+                             "go; keep only `packed`, the scales and the zero points.")
 
 
 @exercise(
@@ -584,18 +611,15 @@ def exercise_packed_int4(packed_linear) -> None:
                                  "along each row.")  # fmt: skip
         if not torch.equal(packed.cpu(), pack_codes(codes, 4)):
             raise ExerciseFailed(f"{name}: {call_text}: {_packed_mistake(packed.cpu(), codes)}")
-        copies = _unpacked_copies(module, codes.numel())
-        if copies:
-            raise ExerciseFailed(f"{name}: {call_text} also keeps {', '.join(copies)}, a tensor "
-                                 "with a value per weight: the point of packing is the bytes "
-                                 "it saves. Unpack inside forward, keep only `packed`, the "
-                                 "scales and the zero points.")  # fmt: skip
+        _refuse_unpacked_copies(name, call_text, module, codes, "besides them")
         try:
             y = call(name, module, x.clone())
         except RuntimeError as error:
             raise ExerciseFailed(f"{name}: {call_text} on x of shape {tuple(x.shape)} raised "
                                  f"RuntimeError: {str(error).splitlines()[0]} The output is "
                                  f"x @ W^T, shape (..., {rows}).") from None  # fmt: skip
+        # A weight dequantized on the first call and kept would undo the saving from then on.
+        _refuse_unpacked_copies(name, call_text, module, codes, "after forward")
         y = _as_tensor(name, call_text, "forward's output", y).double()
         expected = x.double() @ _dequantized(codes, scales, zeros, group_size).T
         if tuple(y.shape) != tuple(expected.shape):

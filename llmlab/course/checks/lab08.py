@@ -12,7 +12,15 @@ import math
 import torch
 from torch import nn
 
-from llmlab.course.checks import ExerciseFailed, call, exercise, expect_real, passed
+from llmlab.course.checks import (
+    ExerciseFailed,
+    call,
+    call_or_fail,
+    exercise,
+    expect_real,
+    failure_from,
+    passed,
+)
 from llmlab.evaluate.ngram_bleu import BleuCounts, bleu_from_counts, ngram_counts, sentence_counts
 from llmlab.train.lora import LoRALinear
 
@@ -69,6 +77,8 @@ def _lora_mistake(got, base_out, update, rank: int, alpha: float) -> str:
         (rank / alpha, "your correction is scaled by rank / alpha: the scaling is alpha / rank."),
         (1.0, "your correction B A x is not scaled: LoRA multiplies it by alpha / rank."),
         (alpha, "your correction is scaled by alpha alone: divide it by the rank too."),
+        (alpha // rank, "your scaling alpha // rank is integer division: it rounds down "
+         "whenever the rank does not divide alpha; LoRA's scaling is the exact ratio."),
         (1 / rank, "your correction is divided by the rank but not multiplied by alpha."),
     ):
         if torch.allclose(got, base_out + factor * update, rtol=1e-4, atol=1e-5):
@@ -85,8 +95,10 @@ def exercise_lora_linear(lora_class) -> None:
     forward, merge() and unmerge(), matching peft's LoRA layer on the same base."""
     name = _LORA
     generator = torch.Generator().manual_seed(8)
+    # 10 / 4: an alpha the rank does not divide, so integer division (2) shows.
     for in_features, out_features, rank, alpha, bias in ((12, 10, 4, 8, True),
-                                                         (16, 6, 2, 16, False)):  # fmt: skip
+                                                         (16, 6, 2, 16, False),
+                                                         (8, 5, 4, 10, True)):  # fmt: skip
         base = nn.Linear(in_features, out_features, bias=bias)
         with torch.no_grad():
             base.weight.copy_(torch.randn(out_features, in_features, generator=generator))
@@ -95,7 +107,7 @@ def exercise_lora_linear(lora_class) -> None:
         original = base.weight.detach().clone()
         call_text = (f"{lora_class.__name__}(<nn.Linear({in_features}, {out_features}, "
                      f"bias={bias})>, rank={rank}, alpha={alpha})")  # fmt: skip
-        layer = call(name, lora_class, base, rank, alpha)
+        layer = call_or_fail(name, call_text, lora_class, base, rank, alpha)
         a, a_t = _matrix(name, layer, in_features, out_features, rank, "A")
         b, b_t = _matrix(name, layer, in_features, out_features, rank, "B")
         trainable = {id(p) for p in layer.parameters() if p.requires_grad}
@@ -108,16 +120,22 @@ def exercise_lora_linear(lora_class) -> None:
                                  "requires a gradient. LoRA freezes the pretrained layer: only "
                                  "A and B train.")  # fmt: skip
         x = torch.randn(2, 3, in_features, generator=generator)
+        forward = f"{call_text}, forward on x of shape {tuple(x.shape)}"
         with torch.no_grad():
-            start, base_out = layer(x), base(x)
+            start, base_out = call_or_fail(name, forward, layer, x), base(x)
         if not torch.allclose(start, base_out, rtol=1e-5, atol=1e-6):
             raise ExerciseFailed(f"{name}: {call_text}: a new layer's output differs from the "
                                  "frozen layer's, so fine-tuning would start from a damaged "
                                  "model. Which of A and B starts at zero?")  # fmt: skip
-        if not bool(a.detach().abs().sum() > 0):
+        if not bool(a.detach().abs().sum() > 0) and not bool(b.detach().abs().sum() > 0):
             raise ExerciseFailed(f"{name}: {call_text}: A starts at zero as well as B; then "
                                  "the gradients of both are zero and nothing ever trains. "
                                  "How does nn.Linear initialise its weight?")  # fmt: skip
+        if not bool(a.detach().abs().sum() > 0):
+            raise ExerciseFailed(f"{name}: {call_text}: A starts at zero and B at random "
+                                 "values. That trains too, but it is not LoRA's start: peft "
+                                 "zeroes B and draws A at random, so the product B A starts at "
+                                 "zero with A already pointing somewhere.")  # fmt: skip
         # The same adapter values in both layers (B no longer zero), then compare everything.
         reference = _peft_layer(base, rank, alpha)
         a_value = torch.randn(rank, in_features, generator=generator)
@@ -126,7 +144,7 @@ def exercise_lora_linear(lora_class) -> None:
         _set(b, b_t, b_value)
         _set(reference.lora_A["default"].weight, False, a_value)
         _set(reference.lora_B["default"].weight, False, b_value)
-        got, expected = layer(x), reference(x)
+        got, expected = call_or_fail(name, forward, layer, x), reference(x)
         if not torch.allclose(got, expected, rtol=1e-4, atol=1e-5):
             update = x @ a_value.t() @ b_value.t()
             raise ExerciseFailed(f"{name}: {call_text}, with A and B set to random values: "
@@ -155,7 +173,7 @@ def _check_merge(name, call_text, layer, reference, base, original, x, a_value, 
                  alpha) -> None:  # fmt: skip
     with torch.no_grad():
         before = layer(x)
-        call(name, layer.merge)
+        call_or_fail(name, f"{call_text}: merge()", layer.merge)
         reference.merge()
         merged = base.weight.detach()
         expected = reference.base_layer.weight.detach()
@@ -167,19 +185,20 @@ def _check_merge(name, call_text, layer, reference, base, original, x, a_value, 
             else:
                 hint = "merge() did not add (alpha / rank) B A into the base layer's weight."
             raise ExerciseFailed(f"{name}: {call_text}: {hint}")
-        after = layer(x)
+        after = call_or_fail(name, f"{call_text}: forward after merge()", layer, x)
         if not torch.allclose(after, reference(x), rtol=1e-4, atol=1e-5):
             hint = ("after merge() your layer still adds B A x on top, so the correction "
                     "counts twice: a merged layer is the base layer alone."
                     if not torch.allclose(after, before, rtol=1e-4, atol=1e-4) else
                     "after merge() your outputs differ from peft's merged layer.")
             raise ExerciseFailed(f"{name}: {call_text}: {hint}")
-        call(name, layer.unmerge)
+        call_or_fail(name, f"{call_text}: unmerge()", layer.unmerge)
         if not torch.allclose(base.weight, original, rtol=1e-5, atol=1e-5):
             raise ExerciseFailed(f"{name}: {call_text}: after merge() then unmerge() the base "
                                  "weight is not the original: unmerge must take out exactly "
                                  "what merge put in.")  # fmt: skip
-        if not torch.allclose(layer(x), before, rtol=1e-4, atol=1e-5):
+        restored = call_or_fail(name, f"{call_text}: forward after unmerge()", layer, x)
+        if not torch.allclose(restored, before, rtol=1e-4, atol=1e-5):
             raise ExerciseFailed(f"{name}: {call_text}: after unmerge() the layer's outputs "
                                  "differ from before merge(): the correction must be added in "
                                  "the forward pass again.")  # fmt: skip
@@ -228,10 +247,22 @@ def _inverted_brevity(counts: BleuCounts) -> float:
     return bleu_from_counts(counts) * math.exp(1 - c / r) / math.exp(1 - r / c)
 
 
+def _mean_of_present_orders(counts: BleuCounts) -> float:
+    """BLEU with the orders that have no n-gram at all left out of the mean."""
+    present = [n for n, total in enumerate(counts.totals) if total]
+    if not present:
+        return math.nan
+    return bleu_from_counts(BleuCounts(counts.hypothesis_length, counts.reference_length,
+                                       tuple(counts.matches[n] for n in present),
+                                       tuple(counts.totals[n] for n in present)))  # fmt: skip
+
+
 def _bleu_mistakes(hypotheses, references) -> list[tuple[float, str]]:
     counts = _corpus_counts(hypotheses, references)
+    ratio = counts.hypothesis_length / counts.reference_length
     sentences = [bleu_from_counts(sentence_counts(h, [r])) for h, r in
                  zip(hypotheses, references, strict=True)]  # fmt: skip
+    # A mistake that changes nothing on this corpus is nan here: it matches no answer.
     return [
         (bleu_from_counts(_corpus_counts(hypotheses, references, clip=False)),
          "your n-gram matches are not clipped: a hypothesis n-gram may count at most as often as "
@@ -242,6 +273,13 @@ def _bleu_mistakes(hypotheses, references) -> list[tuple[float, str]]:
         (_inverted_brevity(counts),
          "your brevity penalty compares the lengths the wrong way round: which ratio makes a "
          "short hypothesis pay more the shorter it is?"),
+        (bleu_from_counts(counts) * math.exp(1 - 1 / ratio) if ratio > 1 else math.nan,
+         "your brevity penalty changes the score of hypotheses longer than their references: "
+         "it only ever punishes hypotheses that are too short."),
+        (_mean_of_present_orders(counts),
+         "the hypotheses are too short to hold a 4-gram, and your mean leaves that order out. "
+         "Corpus BLEU counts an order with no n-gram at all as a precision of 0 (sacrebleu "
+         "leaves orders out only in sentence BLEU, with effective_order)."),
         (_arithmetic(counts),
          "you averaged the four precisions arithmetically: BLEU takes their geometric mean."),
         (bleu_from_counts(counts, smooth="none"),
@@ -278,6 +316,11 @@ def _bleu_cases() -> list[tuple[str, list[list[str]], list[list[str]]]]:
          [ref, ref]),
         ("hypotheses shorter than their references", [ref[:4], "a dog ran".split()],
          [ref, "a dog ran on the mat".split()]),
+        ("hypotheses longer than their references",
+         ["the cat sat on the mat and the dog ran".split(), "a dog ran on the mat too".split()],
+         [ref, "a dog ran on a mat".split()]),
+        ("hypotheses of fewer than 4 words", ["the cat sat".split(), "a dog".split()],
+         [ref, "a dog ran".split()]),
         ("no 4-gram match", ["the cat ran on the mat".split(), "a dog sat on the cat".split()],
          [ref, "the dog sat on a mat".split()]),
         ("an empty hypothesis beside a good one", [[], ref], [ref, ref]),
@@ -307,6 +350,8 @@ def exercise_bleu(bleu) -> None:
             raise ExerciseFailed(f"{name}: {call_text} divided by zero. An empty hypothesis has "
                                  "no n-grams and no length: what must its brevity penalty and "
                                  "precisions be?") from None  # fmt: skip
+        except Exception as error:
+            raise failure_from(name, call_text, error) from error
         got = expect_real(name, call_text, got)
         expected = sacrebleu_bleu(hypotheses, references)
         if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-6):
@@ -315,8 +360,8 @@ def exercise_bleu(bleu) -> None:
                      if math.isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-9)), "")  # fmt: skip
         raise ExerciseFailed(f"{name}: {call_text} returned {got:.4f}, sacrebleu says "
                              f"{expected:.4f}. {hint}".strip())  # fmt: skip
-    passed(name, "sacrebleu's corpus BLEU on random corpora, repeated words, short and empty "
-                 "hypotheses and no 4-gram match")  # fmt: skip
+    passed(name, "sacrebleu's corpus BLEU on random corpora, repeated words, short, long, "
+                 "empty and under-4-word hypotheses and no 4-gram match")  # fmt: skip
 
 
 NOTEBOOK = "08_finetuning.ipynb"

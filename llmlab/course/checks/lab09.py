@@ -8,7 +8,9 @@ from llmlab.course.checks import (
     ExerciseFailed,
     ExerciseNotDone,
     call,
+    call_or_fail,
     exercise,
+    failure_from,
     is_close,
     passed,
     real_number,
@@ -84,7 +86,8 @@ def exercise_operator_cost(cost) -> None:
     softmax, gelu and adamw, the bytes the fewest a kernel can move."""
     for name, shape, dtype in _cost_cases():
         call_text = f"operator_cost({name!r}, {shape}, {dtype})"
-        flops, moved = _cost_pair(call_text, call(_COST, cost, name, shape, dtype))
+        flops, moved = _cost_pair(call_text, call_or_fail(_COST, call_text, cost, name, shape,
+                                                          dtype))  # fmt: skip
         right_flops, right_bytes = operator_cost(name, shape, dtype)
         if name == "matmul" and is_close(flops, right_flops / 2, 1e-6):
             raise ExerciseFailed(f"{_COST}: {call_text} returned {flops:g} FLOPs, half the "
@@ -142,15 +145,16 @@ def _softmax_case(rows, n_cols, x_stride, out_stride, values, device):
     return x, x_buffer, _strided(out_buffer, rows, out_stride, n_cols), out_buffer
 
 
-def _run_kernel(name: str, fn, x, out) -> None:
+def _run_kernel(name: str, call_text: str, fn, x, out) -> None:
     from triton.runtime.errors import InterpreterError
 
     try:
         call(name, fn, x, out)
-    except InterpreterError as error:  # the interpreter wraps what a kernel raises
-        if isinstance(error.__cause__, NotImplementedError):
+    except Exception as error:
+        # The interpreter wraps what a kernel raises: a stub's NotImplementedError too.
+        if isinstance(error, InterpreterError) and isinstance(error.__cause__, NotImplementedError):
             raise ExerciseNotDone(name) from None
-        raise
+        raise failure_from(name, call_text, error) from error
 
 
 def _softmax_mistake(x, x_buffer, got, out_buffer, expected, extreme: bool) -> str:
@@ -176,7 +180,8 @@ def _softmax_mistake(x, x_buffer, got, out_buffer, expected, extreme: bool) -> s
             return ("inf or NaN on rows with entries near +-1e4: exp(1e4) overflows float32 to "
                     "inf, and inf / inf is NaN (exp(-1e4) underflows to 0, and 0 / 0 too). "
                     "Subtract the row's maximum before exp: softmax does not change, and the "
-                    "largest term becomes exp(0) = 1.")  # fmt: skip
+                    "largest term becomes exp(0) = 1 (any other entry can leave a term above "
+                    "it).")  # fmt: skip
         return ("NaN in your output, where the input has none: your kernel read past the end of "
                 "a row (the check keeps NaN in the memory after each row). Lanes at or past "
                 "n_cols must stay off: mask the load.")  # fmt: skip
@@ -203,23 +208,27 @@ def exercise_softmax_kernel(fn) -> None:
     check_triton_mode()
     name, device = _KERNEL, "cpu" if interpreted() else "cuda"
     generator = torch.Generator().manual_seed(9)
-    extreme = torch.tensor([[1e4, -1e4, 0.0, 1e4 - 3, 9999.5, -float("inf"), 1e4, 20.0, 1e4,
-                             -5.0, 1e4 - 1, 3.0, 1e4 - 50]] * 2)  # fmt: skip
-    extreme[1] = extreme[1] - 2e4  # every entry near -1e4 (or -inf)
+    row = [1e4, -1e4, 0.0, 1e4 - 3, 9999.5, -float("inf"), 1e4, 20.0, 1e4, -5.0, 1e4 - 1, 3.0,
+           1e4 - 50]  # fmt: skip
+    # Rows 2 and 3 start with a small entry: subtracting the first entry instead of the maximum
+    # still overflows there.
+    extreme = torch.tensor([row, row, row[1:] + row[:1], row[1:] + row[:1]])
+    extreme[1::2] -= 2e4  # every entry near -1e4 (or -inf)
     # (what the case adds, rows, n_cols, x's row stride, out's row stride, values)
     cases = [("4 rows of 16", 4, 16, 16, 16, None), ("5 rows of 37", 5, 37, 37, 37, None),
              ("one element", 1, 1, 1, 1, None), ("3 rows of 3", 3, 3, 3, 3, None),
              ("2 rows of 1000", 2, 1000, 1000, 1000, None),
              ("rows 50 apart in x, 40 in out", 6, 37, 50, 40, None),
-             ("entries of +-1e4 and -inf", 2, 13, 16, 13, extreme)]  # fmt: skip
+             ("entries of +-1e4 and -inf", 4, 13, 16, 13, extreme)]  # fmt: skip
     for what, rows, n_cols, x_stride, out_stride, values in cases:
         if values is None:
             values = 3 * torch.randn(rows, n_cols, generator=generator)
         x, x_buffer, out, out_buffer = _softmax_case(rows, n_cols, x_stride, out_stride,
                                                      values.to(device), device)  # fmt: skip
-        _run_kernel(name, fn, x, out)
+        shapes = f"x {tuple(x.shape)} with row stride {x_stride}, out {out_stride}"
+        _run_kernel(name, f"my_softmax(<{what}: {shapes}>)", fn, x, out)
         expected = torch.softmax(x, dim=-1)
-        text = f"{name}: {what} (x {tuple(x.shape)} with row stride {x_stride}, out {out_stride})"
+        text = f"{name}: {what} ({shapes})"
         outside = torch.ones_like(out_buffer, dtype=torch.bool)
         _strided(outside, rows, out_stride, n_cols).fill_(False)
         if not torch.allclose(out, expected, rtol=1e-4, atol=1e-6):
@@ -301,7 +310,7 @@ def exercise_flushed_sum(flushed_sum) -> None:
     for values, dtype, block in _flush_cases():
         call_text = (f"flushed_sum(<{tuple(values.shape)} values in [0.5, 1.5)>, {dtype}, "
                      f"block={block})")  # fmt: skip
-        got = call(name, flushed_sum, values.clone(), dtype, block)
+        got = call_or_fail(name, call_text, flushed_sum, values.clone(), dtype, block)
         expected = flushed_accumulate(values, dtype, block)
         if not isinstance(got, torch.Tensor):
             raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}; return "
@@ -341,7 +350,7 @@ def _attention(q, k, v, visible=None):
 
 
 def _positions(cache, n_new: int, call_text: str) -> list[int]:
-    got = call(_KV, cache.positions, n_new)
+    got = call_or_fail(_KV, call_text, cache.positions, n_new)
     try:
         positions = torch.as_tensor(got)
     except (TypeError, ValueError, RuntimeError):
@@ -363,8 +372,9 @@ def _prefill(cache, layers, generator) -> list[tuple]:
     kept = []
     for layer in range(layers):
         q, k, v = (torch.randn(2, 3, 5, 4, generator=generator) for _ in range(3))
-        out = call(_KV, cache.attend, layer, q, k, v)
-        _same_shape(out, q, f"attend({layer}, q, k, v) with a 5-token prompt")
+        call_text = f"attend({layer}, q, k, v) with a 5-token prompt"
+        out = call_or_fail(_KV, call_text, cache.attend, layer, q, k, v)
+        _same_shape(out, q, call_text)
         if not torch.allclose(out, _attention(q, k, v, causal), atol=1e-5):
             raise ExerciseFailed(f"{_KV}: attend({layer}, q, k, v) with a 5-token prompt in an "
                                  f"empty cache: {_prefill_mistake(out, q, k, v, layer)}")
@@ -429,7 +439,7 @@ def exercise_kv_cache(cache_class) -> None:
     recomputation by transformers."""
     generator = torch.Generator().manual_seed(9)
     layers = 2
-    cache = call(_KV, cache_class, layers)
+    cache = call_or_fail(_KV, f"{cache_class.__name__}({layers})", cache_class, layers)
     cached = _prefill(cache, layers, generator)
     for step in range(2):  # two steps: the cache must keep growing, not hold the last token only
         position = 5 + step
@@ -441,8 +451,8 @@ def exercise_kv_cache(cache_class) -> None:
                                  f"returned {got}; expected [{position}].{hint}")
         for layer in range(layers):
             q, k, v = (torch.randn(2, 3, 1, 4, generator=generator) for _ in range(3))
-            out = call(_KV, cache.attend, layer, q, k, v)
             call_text = f"attend({layer}, q, k, v) for one new token after {position} cached"
+            out = call_or_fail(_KV, call_text, cache.attend, layer, q, k, v)
             _same_shape(out, q, call_text)
             old_k, old_v = cached[layer]
             if not torch.allclose(out, _attention(q, torch.cat([old_k, k], -2),
@@ -463,7 +473,9 @@ def _generates_like_recomputation(cache_class) -> None:
     config = GPT2Config(n_layer=2, n_embd=32, n_head=4, n_positions=32, vocab_size=64)
     model = GPT2LMHeadModel(config).eval()
     prompt = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(9))
-    generated = call(_KV, greedy_generate, model, prompt, 12, cache_class)
+    generated = call_or_fail(_KV, "greedy_generate(<a small GPT-2>, <2 prompts of 6 tokens>, "
+                             f"12, {cache_class.__name__})", greedy_generate, model, prompt, 12,
+                             cache_class)  # fmt: skip
     with torch.no_grad():  # one forward over the whole text: the logits of every step at once
         full = model(torch.cat([prompt, generated.tokens[:, :-1]], 1)).logits[:, 5:]
     if not torch.equal(generated.tokens, full.argmax(-1)) or not torch.allclose(

@@ -298,13 +298,16 @@ def test_the_roofline_cases_cover_both_bounds_and_a_missing_format():
 
 def _measure(timer, device, dtype, *, numbers=2**25, counted=2, per_number=None, n=2048,
              flops_per_mac=2, gb=1e9, ridge=lambda flops, bandwidth: flops / bandwidth,
-             allocate_inside=False, op="copy"):  # fmt: skip
+             allocate_inside=False, op="copy", in_dtype=None):  # fmt: skip
     """A learner's measurement, right by default; each argument swaps in one mistake."""
+    dtype = in_dtype or dtype
     source = torch.ones(numbers, dtype=dtype, device=device)
     target = torch.empty_like(source)
     size = per_number or source.element_size()
     if op == "add":  # a + b reads two tensors and writes a third: three streams of bytes
         seconds, streams = timer(lambda: source + target), 3
+    elif op == "clone":  # a copy into a new tensor: its allocation is timed too
+        seconds, streams = timer(lambda: source.clone()), counted
     elif allocate_inside:
         seconds, streams = timer(lambda: torch.empty_like(source).copy_(source)), counted
     else:
@@ -345,6 +348,14 @@ def _peak_from_a_datasheet(timer, device, dtype):
                      "same units", id="ridge-of-tflops-over-gbs"),
         pytest.param(measure_with(allocate_inside=True), "makes a tensor",
                      id="allocation-timed"),
+        pytest.param(measure_with(op="clone"), "runs clone: it makes a tensor",
+                     id="clone-timed"),
+        pytest.param(measure_with(in_dtype=torch.float32), "multiplied torch.float32 tensors",
+                     id="dtype-ignored"),
+        pytest.param(measure_with(n=256), "too small to keep this machine's compute busy",
+                     id="peak-from-a-256-matmul"),
+        pytest.param(measure_with(n=1024), "too small to keep this machine's compute busy",
+                     id="peak-from-a-1024-matmul"),  # under half an H100's peak in practice
         pytest.param(_peak_from_a_datasheet, "never timed a matmul", id="no-matmul-timed"),
         pytest.param(lambda *args: _measure(*args)[:2], "three numbers", id="two-numbers"),
     ],
@@ -369,7 +380,7 @@ def test_measure_roofline_accepts_any_copy_and_number_type(right, capsys):
 
 
 def test_the_fake_machine_charges_each_operation_at_its_roofline():
-    machine = check.FakeMachine(bandwidth_gbs=100.0, tflops=1.0)
+    machine = check.FakeMachine(bandwidth_gbs=100.0, tflops={torch.float32: 1.0}, units=4)
     big, small = torch.ones(2**23), torch.ones(2**10)  # 32 MiB and 4 KiB of fp32
     target = torch.empty_like(big)
     assert machine.timer(lambda: target.copy_(big)) == pytest.approx(2 * 2**25 / 100e9)
@@ -377,3 +388,31 @@ def test_the_fake_machine_charges_each_operation_at_its_roofline():
     assert in_cache == pytest.approx(2 * 2**12 / (check.CACHE_SPEEDUP * 100e9))
     a = torch.ones(1024, 1024)
     assert machine.timer(lambda: a @ a) == pytest.approx(2 * 1024**3 / 1e12)  # compute-bound
+
+
+def test_the_fake_machine_has_a_peak_per_dtype_and_small_matmuls_miss_it():
+    peaks = {torch.float32: 1.0, torch.bfloat16: 8.0}
+    machine = check.FakeMachine(bandwidth_gbs=1e6, tflops=peaks, units=16)  # never memory-bound
+    a, b = torch.ones(512, 512), torch.ones(512, 512, dtype=torch.bfloat16)
+    assert machine.timer(lambda: a @ a) == pytest.approx(2 * 512**3 / 1e12)  # 16 blocks: peak
+    assert machine.timer(lambda: b @ b) == pytest.approx(2 * 512**3 / 8e12)
+    small = torch.ones(256, 256)  # 4 blocks of output for 16 units: a quarter of the peak
+    assert machine.timer(lambda: small @ small) == pytest.approx(4 * 2 * 256**3 / 1e12)
+
+
+def test_the_fake_machine_charges_a_matmul_without_computing_it():
+    machine = check.FakeMachine(bandwidth_gbs=100.0, tflops={torch.bfloat16: 1.0}, units=4)
+    a = torch.ones(2048, 2048, dtype=torch.bfloat16)
+    with check.RecordOps() as outside:  # sees what the fake machine runs
+        machine.timer(lambda: a @ a)
+    multiplied = [op.inputs[0].device.type for op in outside.ops if op.name in check.MATMUL_OPS]
+    assert multiplied == ["meta"]  # shapes and dtypes checked, no arithmetic
+    (matmul,) = machine.calls[0]
+    assert (matmul.output.shape, matmul.output.dtype) == ((2048, 2048), torch.bfloat16)
+
+
+def test_the_fake_machine_still_refuses_a_matmul_of_wrong_shapes():
+    machine = check.FakeMachine(bandwidth_gbs=100.0, tflops={torch.float32: 1.0}, units=4)
+    a, b = torch.ones(8, 4), torch.ones(8, 4)
+    with pytest.raises(RuntimeError):  # the meta kernel words it differently from the CPU one
+        machine.timer(lambda: a @ b)

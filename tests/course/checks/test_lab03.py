@@ -173,7 +173,7 @@ def test_accumulation_rejects_likely_mistakes(wrong, hint):
 def _step(model, optimizer, scaler, micro_batches, max_norm, *, scale=True, divide=True,
           unscale_first=True, clip_norm_out=False, scaler_step=True, update=True, zero=True,
           zero_first=False, backward_in_loop=True, loss_sum=False, scaled_loss=False,
-          pair=True):  # fmt: skip
+          pair=True, unscale_late=False):  # fmt: skip
     """The trainer's step, right by default; each argument swaps in one mistake."""
     if zero_first:
         optimizer.zero_grad()
@@ -190,6 +190,8 @@ def _step(model, optimizer, scaler, micro_batches, max_norm, *, scale=True, divi
     if unscale_first:
         scaler.unscale_(optimizer)
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if unscale_late:
+        scaler.unscale_(optimizer)
     if clip_norm_out:
         norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
     (scaler.step if scaler_step else lambda optimizer: optimizer.step())(optimizer)
@@ -217,7 +219,9 @@ def test_train_step_accepts_every_correct_form(right, capsys):
 
 
 @pytest.mark.parametrize("mistake, hint", [
-    pytest.param(dict(unscale_first=False), "Unscale them", id="clipped-before-unscaling"),
+    pytest.param(dict(unscale_first=False), "never called scaler.unscale_", id="never-unscaled"),
+    pytest.param(dict(unscale_first=False, unscale_late=True), "Unscale them",
+                 id="clipped-before-unscaling"),
     pytest.param(dict(scale=False), "did not use scaler.scale", id="loss-not-scaled"),
     pytest.param(dict(divide=False), "divide each micro-batch's loss", id="not-divided-by-k"),
     pytest.param(dict(clip_norm_out=True), "norm after clipping", id="norm-after-clipping"),
@@ -233,6 +237,24 @@ def test_train_step_accepts_every_correct_form(right, capsys):
 def test_train_step_rejects_likely_mistakes(mistake, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_train_step(step_with(**mistake))
+
+
+def test_train_step_names_every_missing_call_at_once():
+    with pytest.raises(ExerciseFailed, match=r"never called scaler.unscale_\(optimizer\) .*, "
+                       r"scaler.update\(\) .* or optimizer.zero_grad\(\)"):  # fmt: skip
+        check.exercise_train_step(step_with(unscale_first=False, update=False, zero=False))
+
+
+def test_train_step_counts_a_model_zero_grad_and_not_the_unscale_inside_scaler_step():
+    def model_zero_grad(model, optimizer, scaler, micro_batches, max_norm):
+        model.zero_grad()  # as good as the optimizer's: it clears the same gradients
+        return _step(model, optimizer, scaler, micro_batches, max_norm, zero=False,
+                     unscale_first=False)  # scaler.step unscales by itself, too late to clip
+
+    only_unscale = r"never called scaler.unscale_\(optimizer\) \("
+    with pytest.raises(ExerciseFailed, match=only_unscale) as failure:
+        check.exercise_train_step(model_zero_grad)
+    assert "zero_grad" not in str(failure.value) and "scaler.step" not in str(failure.value)
 
 
 def test_the_fallback_step_is_the_trainers_and_leaves_the_callers_random_state():

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers.checks import BUG_NAMED, buggy, fails
 
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab05 as check
@@ -139,6 +140,30 @@ def test_stragglers_rejects_likely_mistakes(switches, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_find_stragglers(lambda steps, threshold: _stragglers(steps, threshold,
                                                                             **switches))
+
+
+def test_stragglers_ranks_out_of_range_are_named_not_an_index_error():
+    def counted_from_one(steps, threshold):
+        return [(rank + 1, slowdown) for rank, slowdown in _stragglers(steps, threshold)]
+
+    fails(check.exercise_find_stragglers, counted_from_one,
+          r"rank 3 does not exist: .* 3 ranks, numbered 0 to 2")  # fmt: skip
+
+
+def test_stragglers_an_error_other_than_the_asked_value_error_on_nan_is_named():
+    def type_error_on_nan(steps, threshold):
+        if any(math.isnan(t) for row in steps for t in row):
+            raise TypeError("NaN")
+        return _stragglers(steps, threshold)
+
+    fails(check.exercise_find_stragglers, type_error_on_nan,
+          r"find_stragglers\(\[\[1.0, 1.0, 1.0\], \[1.0, nan, 1.0\]\], 0.2\) raised TypeError")
+
+
+@pytest.mark.parametrize("exercise", list(check.EXERCISES.values()),
+                         ids=list(check.EXERCISES))  # fmt: skip
+def test_an_error_in_an_answer_is_named_with_its_input(exercise):
+    fails(exercise, buggy, BUG_NAMED)
 
 
 # ---------------------------------------------------------------- Exercise 3a: ring time

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers.checks import fails
+from helpers.checks import BUG_NAMED, buggy, fails
 from torch import nn
 
 from llmlab.course.checks import lab06 as check
@@ -362,13 +362,19 @@ def test_exercise_5_rejects_an_inverted_mask_and_cannot_pass_wrong_norms_or_layo
     fails(check.exercise_wanda_masks, lambda *a: {n: ~m for n, m in wanda(*a).items()},
           "opposite of Wanda's")  # fmt: skip
     # Norms of the outputs, or GPT-2's (in, out) weight read as nn.Linear's (out, in): the
-    # learner's own code stops, at the first layer whose sizes do not fit.
+    # learner's own code stops, at the first layer whose sizes do not fit, and the check names it.
     for switch in (dict(norms="output"), dict(layout="linear")):
-        with pytest.raises(RuntimeError, match="must match the size"):
-            check.exercise_wanda_masks(lambda *a, switch=switch: wanda(*a, **switch))
+        fails(check.exercise_wanda_masks, lambda *a, switch=switch: wanda(*a, **switch),
+              r"wanda_masks\(<tiny random GPT-2>.* raised RuntimeError: .*must match the size")
 
 
 def test_exercise_5_says_what_to_return():
     fails(check.exercise_wanda_masks, lambda *a: list(wanda(*a).values()), "return a dict")
     fails(check.exercise_wanda_masks, lambda m, layers, b, s: {n: "keep" for n in layers},
           "return a tensor")  # fmt: skip
+
+
+@pytest.mark.parametrize("exercise", list(check.EXERCISES.values()),
+                         ids=list(check.EXERCISES))  # fmt: skip
+def test_an_error_in_an_answer_is_named_with_its_input(exercise):
+    fails(exercise, buggy, BUG_NAMED)

@@ -273,7 +273,8 @@ class PackedLinear(torch.nn.Module):
 
     def __init__(self, codes, scales, zeros, group_size, *, swap_pack=False, swap_unpack=False,
                  halves=False, dtype=torch.uint8, keep_codes=False, signed_read=False,
-                 repeat=False, no_zero=False, zero_after=False, no_transpose=False):  # fmt: skip
+                 repeat=False, no_zero=False, zero_after=False, no_transpose=False,
+                 cache=None):  # fmt: skip
         super().__init__()
         codes = codes.to(torch.uint8)
         low, high = codes[:, 0::2], codes[:, 1::2]
@@ -287,8 +288,11 @@ class PackedLinear(torch.nn.Module):
         self.scales, self.zeros, self.group_size = scales.float(), zeros.float(), group_size
         self.swap_unpack, self.signed_read, self.repeat = swap_unpack, signed_read, repeat
         self.no_zero, self.zero_after, self.no_transpose = no_zero, zero_after, no_transpose
+        self.cache, self.saved = cache, {}
 
     def forward(self, x):
+        if self.cache == "attribute" and hasattr(self, "weight"):
+            return x @ self.weight.T
         packed = self.packed.to(torch.int8) if self.signed_read else self.packed
         low, high = packed & 0x0F, packed >> 4
         if self.swap_unpack:
@@ -303,6 +307,12 @@ class PackedLinear(torch.nn.Module):
             weight = codes * scale - zero
         else:
             weight = (codes - zero) * scale
+        if self.cache == "attribute":  # the dequantized weight kept for the next call
+            self.weight = weight
+        elif self.cache == "buffer":
+            self.register_buffer("dequantized", weight)
+        elif self.cache == "dict":
+            self.saved["weight"] = weight
         return x @ (weight if self.no_transpose else weight.T)
 
 
@@ -335,13 +345,16 @@ def test_exercise_3_accepts_right_answers_in_their_forms(capsys):
         (dict(swap_pack=True), "nibbles are swapped"),
         (dict(halves=True), "columns j and j \\+ in/2"),
         (dict(dtype=torch.int8), "torch.int8; store bytes, torch.uint8"),
-        (dict(keep_codes=True), "also keeps codes"),
+        (dict(keep_codes=True), "keeps codes besides them"),
         (dict(swap_unpack=True), "reads the nibbles the other way round"),
         (dict(signed_read=True), "16 too low"),
         (dict(repeat=True), "repeat_interleave, not repeat"),
         (dict(no_zero=True), "zero points are not subtracted"),
         (dict(zero_after=True), "subtracted after scaling"),
         (dict(no_transpose=True), "The output is x @ W\\^T"),
+        (dict(cache="attribute"), "keeps weight after forward"),
+        (dict(cache="buffer"), "keeps dequantized after forward"),
+        (dict(cache="dict"), "keeps saved\\['weight'\\] after forward"),
     ],
 )
 def test_exercise_3_rejects_likely_mistakes(switch, match):

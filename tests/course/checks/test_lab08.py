@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.checks import fails, stub
+from helpers.checks import BUG_NAMED, buggy, fails, stub
 from torch import nn
 
 from llmlab.course.checks import lab08 as check
@@ -29,7 +29,7 @@ def lora_class(*, scaling="alpha/rank", b_random=False, a_zero=False, freeze=Tru
             if freeze:
                 base.requires_grad_(False)
             self.scaling = {"alpha/rank": alpha / rank, "rank/alpha": rank / alpha,
-                            "none": 1.0}[scaling]  # fmt: skip
+                            "alpha//rank": alpha // rank, "none": 1.0}[scaling]  # fmt: skip
             a = torch.zeros(rank, base.in_features)
             if not a_zero:
                 nn.init.kaiming_uniform_(a, a=math.sqrt(5))
@@ -93,8 +93,10 @@ def test_lora_accepts_right_answers_in_their_forms(capsys):
     [
         (dict(scaling="rank/alpha"), "scaled by rank / alpha"),
         (dict(scaling="none"), "is not scaled"),
+        (dict(scaling="alpha//rank"), "integer division"),
         (dict(b_random=True), "differs from the frozen layer's"),
         (dict(a_zero=True), "A starts at zero as well"),
+        (dict(a_zero=True, b_random=True), "peft zeroes B and draws A at random"),
         (dict(freeze=False), "still requires a gradient"),
         (dict(merge_scaled=False), "without its alpha / rank scaling"),
         (dict(merge_stops_update=False), "counts twice"),
@@ -130,7 +132,7 @@ def test_lora_on_the_stub_returns_llmlab_s_layer(capsys):
 
 
 def bleu(hypotheses, references, *, clip=True, brevity=True, geometric=True, smooth=True,
-         corpus=True, scale=100.0):  # fmt: skip
+         corpus=True, scale=100.0, brevity_always=False, drop_empty_orders=False):  # fmt: skip
     """A learner's BLEU with one switch per likely mistake (defaults: a correct one)."""
     if not corpus:
         pairs = zip(hypotheses, references, strict=True)
@@ -151,6 +153,8 @@ def bleu(hypotheses, references, *, clip=True, brevity=True, geometric=True, smo
         return 0.0
     precisions, halvings = [], 0
     for matched, total in zip(matches, totals, strict=True):
+        if total == 0 and drop_empty_orders:
+            continue
         if total == 0:
             return 0.0
         if matched == 0 and smooth:
@@ -161,10 +165,10 @@ def bleu(hypotheses, references, *, clip=True, brevity=True, geometric=True, smo
     if geometric:
         if min(precisions) == 0:
             return 0.0
-        mean = math.exp(sum(map(math.log, precisions)) / 4)
+        mean = math.exp(sum(map(math.log, precisions)) / len(precisions))
     else:
-        mean = sum(precisions) / 4
-    penalty = math.exp(1 - r / c) if brevity and c < r else 1.0
+        mean = sum(precisions) / len(precisions)
+    penalty = math.exp(1 - r / c) if brevity and (c < r or brevity_always) else 1.0
     return scale * penalty * mean
 
 
@@ -183,6 +187,8 @@ def test_bleu_accepts_right_answers(capsys):
         (dict(smooth=False), "BLEU without smoothing"),
         (dict(corpus=False), "averaged sentence scores"),
         (dict(scale=1.0), "0-1 scale"),
+        (dict(brevity_always=True), "longer than their references"),
+        (dict(drop_empty_orders=True), "too short to hold a 4-gram"),
     ],
 )
 def test_bleu_rejects_likely_mistakes(switch, match):
@@ -228,6 +234,10 @@ def test_the_bleu_cases_hold_the_edge_cases_the_mistakes_need():
     assert bleu(h, r, smooth=False) == 0  # ... where no smoothing gives 0
     h, r = cases["hypotheses shorter than their references"]
     assert sum(map(len, h)) < sum(map(len, r))
+    h, r = cases["hypotheses longer than their references"]
+    assert sum(map(len, h)) > sum(map(len, r))
+    h, r = cases["hypotheses of fewer than 4 words"]
+    assert all(0 < len(hypothesis) < 4 for hypothesis in h)
 
 
 def test_the_lab_pins_the_cpu_threads_before_it_computes_anything():
@@ -240,3 +250,23 @@ def test_the_lab_pins_the_cpu_threads_before_it_computes_anything():
     setup = next(source for source in cells if "trained_model(" in source)  # the first model
     assert "pin_cpu_threads(DEVICE)" in setup
     assert setup.index("pin_cpu_threads(DEVICE)") < setup.index("trained_model(")
+
+
+@pytest.mark.parametrize("exercise", list(check.EXERCISES.values()),
+                         ids=list(check.EXERCISES))  # fmt: skip
+def test_an_error_in_an_answer_is_named_with_its_input(exercise):
+    fails(exercise, buggy, BUG_NAMED)
+
+
+def test_lora_an_error_in_forward_or_merge_is_named_with_the_call():
+    class ForwardBug(lora_class()):
+        def forward(self, x):
+            return buggy(x)
+
+    fails(check.exercise_lora_linear, ForwardBug, r"forward on x of shape \(2, 3, 12\)" + BUG_NAMED)
+
+    class MergeBug(lora_class()):
+        def merge(self):
+            buggy()
+
+    fails(check.exercise_lora_linear, MergeBug, r"alpha=8\): merge\(\)" + BUG_NAMED)

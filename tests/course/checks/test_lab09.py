@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.checks import fails, stub
+from helpers.checks import BUG_NAMED, buggy, fails, stub
 
 from llmlab import profiler
 from llmlab.course.checks import lab09 as check
@@ -100,7 +100,7 @@ tl = triton.language
 
 @triton.jit
 def _softmax_kernel(y_ptr, x_ptr, y_row_stride, x_row_stride, n_cols, BLOCK: tl.constexpr,
-                    SUBTRACT_MAX: tl.constexpr, PAD: tl.constexpr, MASK_LOAD: tl.constexpr,
+                    SUBTRACT: tl.constexpr, PAD: tl.constexpr, MASK_LOAD: tl.constexpr,
                     MASK_STORE: tl.constexpr):  # fmt: skip
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
@@ -109,8 +109,10 @@ def _softmax_kernel(y_ptr, x_ptr, y_row_stride, x_row_stride, n_cols, BLOCK: tl.
         x = tl.load(x_ptr + row * x_row_stride + cols, mask=inside, other=PAD)
     else:
         x = tl.load(x_ptr + row * x_row_stride + cols)
-    if SUBTRACT_MAX:
+    if SUBTRACT == "max":
         x = x - tl.max(x, axis=0)
+    elif SUBTRACT == "first":  # the row's first entry, as if it were the largest
+        x = x - tl.load(x_ptr + row * x_row_stride)
     numerator = tl.exp(x)
     y = numerator / tl.sum(numerator, axis=0)
     if MASK_STORE:
@@ -119,7 +121,7 @@ def _softmax_kernel(y_ptr, x_ptr, y_row_stride, x_row_stride, n_cols, BLOCK: tl.
         tl.store(y_ptr + row * y_row_stride + cols, y)
 
 
-def softmax_with(subtract_max=True, pad=-float("inf"), mask_load=True, mask_store=True,
+def softmax_with(subtract="max", pad=-float("inf"), mask_load=True, mask_store=True,
                  x_stride=None, out_stride=None, block_factor=1):  # fmt: skip
     """A launcher for `_softmax_kernel`; x_stride="n_cols" or out_stride="n_cols" passes the
     row length where the row stride belongs."""
@@ -129,7 +131,7 @@ def softmax_with(subtract_max=True, pad=-float("inf"), mask_load=True, mask_stor
         _softmax_kernel[(x.shape[0],)](
             out, x, n_cols if out_stride == "n_cols" else out.stride(0),
             n_cols if x_stride == "n_cols" else x.stride(0), n_cols,
-            BLOCK=triton.next_power_of_2(n_cols) * block_factor, SUBTRACT_MAX=subtract_max,
+            BLOCK=triton.next_power_of_2(n_cols) * block_factor, SUBTRACT=subtract,
             PAD=pad, MASK_LOAD=mask_load, MASK_STORE=mask_store)  # fmt: skip
 
     return launch
@@ -150,8 +152,13 @@ def test_softmax_kernel_passes_correct_kernels(answer, capsys):
 
 
 def test_softmax_kernel_names_a_missing_max_subtraction():
-    fails(check.exercise_softmax_kernel, softmax_with(subtract_max=False),
+    fails(check.exercise_softmax_kernel, softmax_with(subtract=None),
           r"\+-1e4.*exp\(1e4\) overflows.*Subtract the row's maximum")  # fmt: skip
+
+
+def test_softmax_kernel_names_the_first_entry_subtracted_for_the_maximum():
+    fails(check.exercise_softmax_kernel, softmax_with(subtract="first"),
+          r"\+-1e4.*overflows.*Subtract the row's maximum")  # fmt: skip
 
 
 def test_softmax_kernel_names_lanes_loaded_as_zero():
@@ -184,6 +191,16 @@ def test_softmax_kernel_names_an_output_never_written():
         softmax_with()(out, x)
 
     fails(check.exercise_softmax_kernel, swapped, r"never written.*order the kernel takes them")
+
+
+@triton.jit
+def _odd_block_kernel(y_ptr, x_ptr):
+    tl.store(y_ptr + tl.arange(0, 3), tl.load(x_ptr + tl.arange(0, 3)))  # 3: not a power of 2
+
+
+def test_softmax_kernel_an_error_inside_the_kernel_is_named_with_its_input():
+    fails(check.exercise_softmax_kernel, lambda x, out: _odd_block_kernel[(1,)](out, x),
+          r"my_softmax\(<4 rows of 16: .*\) raised ")  # fmt: skip
 
 
 def test_softmax_kernel_not_done_falls_back_to_llmlabs(capsys):
@@ -472,3 +489,9 @@ def test_kv_cache_generation_catches_what_the_unit_steps_miss():
 
 def test_the_lab_names_its_notebook():
     assert check.NOTEBOOK == "09_kernels.ipynb"
+
+
+@pytest.mark.parametrize("exercise", list(check.EXERCISES.values()),
+                         ids=list(check.EXERCISES))  # fmt: skip
+def test_an_error_in_an_answer_is_named_with_its_input(exercise):
+    fails(exercise, buggy, BUG_NAMED)
