@@ -74,6 +74,23 @@ def merge_rounds(rounds: list[list[QuickRun]]) -> list[QuickRun]:
     return merged
 
 
+def round_lines(rounds: list[list[QuickRun]]) -> str:
+    """Each variant's step time in every round, a line each: how far its median could move."""
+    width = max(len(run.name) for run in rounds[0])
+    return "\n".join(
+        f"{run.name:>{width}}: {', '.join(f'{r[i].step_ms:.0f}' for r in rounds)} ms/step in the "
+        f"{len(rounds)} rounds"
+        for i, run in enumerate(rounds[0])
+    )
+
+
+def faster_in_every_round(rounds: list[list[QuickRun]], fast: int, slow: int) -> bool:
+    """Whether variant number `fast` was quicker than variant number `slow` beyond their spread:
+    its slowest round under the other's fastest. Otherwise the rounds overlap, and a difference
+    of medians may be the machine's noise."""
+    return max(r[fast].step_ms for r in rounds) < min(r[slow].step_ms for r in rounds)
+
+
 def _quick_run(name, make_model, make_data, make_val, config, timing_warmup, measure_memory):
     if config.max_steps <= timing_warmup:
         raise ValueError(f"{name}: max_steps must exceed timing_warmup={timing_warmup}")

@@ -6,7 +6,14 @@ from helpers.tables import table_rows
 from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
 
 from llmlab.train import TrainConfig
-from llmlab.train.compare import QuickRun, merge_rounds, quick_runs, runs_table
+from llmlab.train.compare import (
+    QuickRun,
+    faster_in_every_round,
+    merge_rounds,
+    quick_runs,
+    round_lines,
+    runs_table,
+)
 
 BASE = TrainConfig(max_steps=3, micro_batch_size=2, seq_len=8, warmup_steps=1, dtype="fp32",
                    eval_interval=10**6, eval_batches=2, device="cpu")  # fmt: skip
@@ -82,3 +89,18 @@ def test_an_unknown_baseline_names_the_runs():
         runs_table(runs, baseline="fp16")
     with pytest.raises(ValueError, match="no runs"):
         runs_table([])
+
+
+def test_the_rounds_are_shown_and_a_gain_counts_only_beyond_their_spread():
+    def run(name, step_ms):
+        return QuickRun(name, step_ms, tokens_per_s=1.0, losses=[1.0], peak_memory_mb=None,
+                        first_step_ms=1.0)  # fmt: skip
+
+    apart = [[run("eager", 150), run("compiled", 120)], [run("eager", 160), run("compiled", 130)]]
+    assert round_lines(apart).splitlines() == ["   eager: 150, 160 ms/step in the 2 rounds",
+                                               "compiled: 120, 130 ms/step in the 2 rounds"]
+    assert faster_in_every_round(apart, fast=1, slow=0)
+    overlap = [[run("eager", 154), run("compiled", 180)], [run("eager", 172), run("compiled", 135)]]
+    # the medians differ (163 against 157.5), the rounds do not say which is faster
+    assert not faster_in_every_round(overlap, fast=1, slow=0)
+    assert not faster_in_every_round(apart, fast=0, slow=1)
