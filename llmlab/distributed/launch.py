@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -76,6 +77,35 @@ _PR_SET_PDEATHSIG = 1  # prctl's option number, from <linux/prctl.h>
 _PRCTL = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
 
+_PR_SET_CHILD_SUBREAPER = 36  # prctl's option number, from <linux/prctl.h>
+
+
+@contextlib.contextmanager
+def _adopting_orphans():
+    """While inside, a process whose parent exits (a daemon a command leaves behind, double
+    forked so as to descend from nothing) is re-parented to this process instead of init, so it
+    can still be found (Linux; elsewhere only descendants are). Yields a function that lists
+    the processes this process gained inside: its descendants that were not there before (one
+    job at a time: a process another thread started meanwhile would be listed too)."""
+    me = psutil.Process()
+    before = {child.pid for child in me.children(recursive=True)}
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_CHILD_SUBREAPER, 1)
+    try:
+        yield lambda: [child for child in me.children(recursive=True) if child.pid not in before]
+    finally:
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_CHILD_SUBREAPER, 0)
+
+
+def _stop_all(processes: list[psutil.Process]) -> None:
+    """SIGKILL these processes and wait for them (they are this process's: it reaps them)."""
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(processes, timeout=5)
+
+
 def _die_with_parent(parent_pid: int, signum: int) -> None:
     """In a child process: have Linux send it `signum` when `parent_pid` (its parent) dies, so a
     killed notebook kernel leaves nothing running. Elsewhere, nothing."""
@@ -86,12 +116,25 @@ def _die_with_parent(parent_pid: int, signum: int) -> None:
         os.kill(os.getpid(), signum)
 
 
+def _stop_group_when_orphaned(parent_pid: int) -> None:
+    """In a rank: a thread that, once the launching process is gone (a notebook kernel killed),
+    SIGKILLs the rank's process group, the rank and what it started. (PR_SET_PDEATHSIG would kill
+    the rank alone, and leave its children running.)"""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:  # re-parented once the launcher is gone
+            time.sleep(0.2)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="llmlab-stop-when-orphaned", daemon=True).start()
+
+
 def _rank_main(
     fn, args, rank, nprocs, listener, backend, timeout_s, threads, out_fd, result, parent_pid
 ) -> None:
     """The body of one forked rank: redirect output, join the group, run, report, leave."""
     os.setpgid(0, 0)  # a process group of its own: stopping it stops what it started too
-    _die_with_parent(parent_pid, signal.SIGKILL)
+    _stop_group_when_orphaned(parent_pid)
     os.dup2(out_fd, 1)  # C++ (gloo, NCCL) writes to file descriptors 1 and 2, not sys.stdout
     os.dup2(out_fd, 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the rank
@@ -454,7 +497,8 @@ def run_script(
         raise FileNotFoundError(f"no script at {script}: write it first (e.g. with %%writefile)")
     tag = secrets.token_hex(8)
     child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), JOB_TAG: tag, **(env or {})}
-    with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as logs:
+    logs_folder = tempfile.TemporaryDirectory(prefix="torchrun-logs-")
+    with logs_folder as logs, _adopting_orphans() as gained:
         if launcher == "torchrun":
             command = torchrun_command(script, nprocs, script_args, module, log_dir=logs,
                                        torchrun_args=torchrun_args)  # fmt: skip
@@ -481,6 +525,9 @@ def run_script(
             running = [] if finished else _ranks_of(_job_processes(tag), process.pid)
         finally:
             _stop_job(tag)  # a rank's child outlives a rank that failed; all of them past the time
+            # and what the job's processes started without its tag (a clean environment), the
+            # launcher aside: its exit status is read below
+            _stop_all([child for child in gained() if child.pid != process.pid])
             _drain(process.stdout.fileno(), printer)
             process.stdout.close()
             process.wait()
@@ -511,25 +558,31 @@ def run_command(
     """Run a command that starts a job (a launcher, a batch script) and return its output,
     stdout and stderr together, without printing it: the caller shows the lines that matter.
     `progress` names a progress bar fed by its lines. A failure or running past `timeout_s`
-    raises `LaunchError` with the output's end; every process the command started is stopped."""
+    raises `LaunchError` with the output's end; every process the command started is stopped,
+    also when it ends first: what it left running (in the background, or double forked as a
+    daemon) is stopped when it exits."""
     die_with_us = functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM)
-    process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env=env, preexec_fn=die_with_us)  # fmt: skip
     bar = _progress_bar(progress, progress_lines)
     printer = _Lines(bar=bar, echo=False)
     finished = False
-    try:
-        finished = _stream(process.stdout.fileno(), printer, timeout_s)
-        if finished:
-            process.wait()  # its output closed: it has ended, or is ending
-    finally:
-        if not finished:
-            kill_process_tree(process.pid)  # and everything it started
-            process.wait()
-        _drain(process.stdout.fileno(), printer)
-        process.stdout.close()
-        if bar is not None:
-            bar.close()
+    with _adopting_orphans() as gained:
+        process = subprocess.Popen(list(command), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, env=env,
+                                   preexec_fn=die_with_us)  # fmt: skip
+        try:
+            # Until the command exits: a child it left may hold the output open for ever.
+            finished = _stream(process.stdout.fileno(), printer, timeout_s, process)
+            if finished:
+                process.wait()
+        finally:
+            if not finished:
+                kill_process_tree(process.pid)  # and everything it started
+                process.wait()
+            _stop_all(gained())  # what it left running, its daemons too
+            _drain(process.stdout.fileno(), printer)
+            process.stdout.close()
+            if bar is not None:
+                bar.close()
     tail = "".join(printer.lines[-25:])
     if not finished:
         raise LaunchError(f"{' '.join(command)} did not finish within {timeout_s:g} s; it was "
@@ -583,9 +636,10 @@ def _stop_job(tag: str) -> None:
         psutil.wait_procs(processes, timeout=1)
 
 
-def _stream(fd: int, printer: _Lines, timeout_s: float) -> bool:
-    """Print a child's output line by line as it comes, until the child closes it (True) or
-    `timeout_s` passes (False)."""
+def _stream(fd: int, printer: _Lines, timeout_s: float,
+            process: subprocess.Popen | None = None) -> bool:  # fmt: skip
+    """Print a child's output line by line as it comes, until the child closes it or `process`
+    (if given) has exited (True), or `timeout_s` passes (False)."""
     deadline = time.monotonic() + timeout_s
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
@@ -595,4 +649,6 @@ def _stream(fd: int, printer: _Lines, timeout_s: float) -> bool:
                 if not data:
                     return True
                 printer.feed(data)
+            elif process is not None and process.poll() is not None:
+                return True  # it exited; the rest of its output is drained after
     return False

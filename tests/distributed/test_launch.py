@@ -11,7 +11,7 @@ import threading
 import pytest
 import torch
 import torch.distributed as dist
-from helpers.launch import job_env, survivors, write_pid, written_pids
+from helpers.launch import alive, job_env, survivors, write_pid, written_pids
 
 from llmlab.distributed import LaunchError, launch, run_script, torchrun_command
 from llmlab.distributed.launch import GRACE_S
@@ -147,6 +147,27 @@ def test_the_ranks_go_when_the_launching_process_is_killed(tmp_path):
     assert survivors(ranks) == []
 
 
+# The same, each rank having started a child first.
+KERNEL_RANKS_WITH_CHILDREN = KERNEL.replace(
+    "    threading.Event().wait()",
+    "    import subprocess\n"
+    "    child = subprocess.Popen(['sleep', '600'])\n"
+    "    Path(folder, f'child-{dist.get_rank()}.pid').write_text(str(child.pid))\n"
+    "    threading.Event().wait()")
+
+
+@needs_linux
+def test_what_the_ranks_started_goes_with_them_when_the_launching_process_is_killed(tmp_path):
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL_RANKS_WITH_CHILDREN, str(tmp_path)],
+                              env=job_env())  # fmt: skip
+    try:
+        pids = written_pids(tmp_path, 4)  # two ranks, two children
+    finally:
+        kernel.kill()
+        kernel.wait()
+    assert survivors(pids) == []
+
+
 def test_bad_arguments_are_refused_clearly():
     with pytest.raises(ValueError, match="positive integer"):
         launch(_rank_and_sum, nprocs=0)
@@ -232,6 +253,23 @@ def test_run_script_stops_what_a_failed_rank_started(tmp_path):
     script.write_text(RANK_SCRIPT.format(body=SLEEPER_THEN_FAILS_ON_RANK_1))
     with pytest.raises(LaunchError, match=r"torchrun exited with code 1"):
         run_script(script, nprocs=2, script_args=[tmp_path], timeout_s=600)
+    assert survivors(written_pids(tmp_path, 2)) == []
+
+
+# Each rank starts a helper with a clean environment (no LLMLAB_JOB tag to find it by), in a
+# session of its own (torchrun's process tree does not reach it), and ends.
+CLEAN_HELPER = """
+helper = subprocess.Popen(["env", "-i", "sleep", "600"], start_new_session=True)
+Path(folder, f"helper-{rank}.pid").write_text(str(helper.pid))
+"""
+
+
+@needs_linux
+@pytest.mark.slow
+def test_run_script_stops_a_helper_a_rank_started_with_a_clean_environment(tmp_path):
+    script = tmp_path / "helper.py"
+    script.write_text(RANK_SCRIPT.format(body=CLEAN_HELPER))
+    run_script(script, nprocs=2, script_args=[tmp_path], timeout_s=600)
     assert survivors(written_pids(tmp_path, 2)) == []
 
 
@@ -337,3 +375,23 @@ def test_run_command_failure_and_timeout_are_errors_with_the_last_lines():
     hangs = [sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(60)"]
     with pytest.raises(LaunchError, match=r"did not finish within 1 s.*\nwaiting"):
         launch_module.run_command(hangs, timeout_s=1)
+
+
+@needs_linux
+def test_run_command_ending_with_a_child_still_holding_its_output_succeeds_and_stops_it():
+    # The shell exits 0 at once; the sleep it left in the background keeps the output open.
+    command = ["sh", "-c", "sleep 60 & echo $!; echo done"]
+    output = launch_module.run_command(command, timeout_s=30)
+    child, said = output.split()
+    assert said == "done"
+    assert not alive(int(child))
+
+
+@needs_linux
+def test_run_command_stops_a_daemon_its_command_left_behind():
+    # A double fork: the command starts a process in a session of its own and exits; the
+    # process, orphaned, no longer descends from the command.
+    command = [sys.executable, "-c", "import subprocess; print(subprocess.Popen(['sleep', '60'], "
+               "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)"]
+    daemon = int(launch_module.run_command(command, timeout_s=30))
+    assert not alive(daemon)
