@@ -98,12 +98,13 @@ def _adopting_orphans():
             _PRCTL(_PR_SET_CHILD_SUBREAPER, 0)
 
 
-def _stop_all(processes: list[psutil.Process]) -> None:
-    """SIGKILL these processes and wait for them (they are this process's: it reaps them)."""
+def _stop_all(processes: list[psutil.Process], wait_s: float = 5) -> None:
+    """SIGKILL these processes and wait for them to go, `wait_s` at most (a killed process that
+    is not this process's child stays a zombie until its own parent reaps it)."""
     for process in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
+        with contextlib.suppress(psutil.Error):
             process.kill()
-    psutil.wait_procs(processes, timeout=5)
+    psutil.wait_procs(processes, timeout=wait_s)
 
 
 def _die_with_parent(parent_pid: int, signum: int) -> None:
@@ -629,11 +630,8 @@ def _ranks_of(processes: list[psutil.Process], launcher_pid: int) -> list[int]:
 def _stop_job(tag: str) -> None:
     """SIGKILL every process of the job, again until none is left (one may start another)."""
     while processes := _job_processes(tag):
-        for process in processes:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
         # Short: a killed orphan stays a zombie until its new parent reaps it; the scan skips it.
-        psutil.wait_procs(processes, timeout=1)
+        _stop_all(processes, wait_s=1)
 
 
 def _stream(fd: int, printer: _Lines, timeout_s: float,
