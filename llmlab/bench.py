@@ -61,6 +61,34 @@ def time_fn(
         return _time_repeats(fn, warmup, repeats, _cuda_seconds)
 
 
+def time_rounds(
+    fns: Mapping[str, Callable[[], object]],
+    *,
+    rounds: int = 3,
+    warmup: int = 1,
+    repeats: int = 5,
+    device: torch.device | str | None = None,
+) -> dict[str, list[Timing]]:
+    """`time_fn` of each function in each of `rounds` rounds, the functions in turn within a
+    round: a slow spell of a shared machine then falls on all of them alike, and the rounds
+    show how far one median moves between runs."""
+    if rounds < 1:
+        raise ValueError(f"need rounds >= 1, got {rounds}")
+    timings: dict[str, list[Timing]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            timings[name].append(time_fn(fn, warmup=warmup, repeats=repeats, device=device))
+    return timings
+
+
+def speedups(slow: Sequence[Timing], fast: Sequence[Timing]) -> tuple[float, ...]:
+    """How many times faster `fast` ran than `slow` in each paired round of `time_rounds`."""
+    if len(slow) != len(fast) or not slow:
+        raise ValueError(f"need the same rounds (at least one) of both, got {len(slow)} and "
+                         f"{len(fast)}")  # fmt: skip
+    return tuple(s.median_s / f.median_s for s, f in zip(slow, fast, strict=True))
+
+
 def _time_repeats(
     fn: Callable[[], object], warmup: int, repeats: int, seconds: Callable[[Callable], float]
 ) -> Timing:

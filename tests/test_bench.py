@@ -5,6 +5,7 @@ from llmlab import bench
 from llmlab.bench import (
     DTYPES,
     GPU_SPECS,
+    Timing,
     find_gpu_spec,
     markdown_table,
     matmul_flops,
@@ -13,7 +14,9 @@ from llmlab.bench import (
     mfu,
     peak_table,
     peak_tflops,
+    speedups,
     time_fn,
+    time_rounds,
 )
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -32,6 +35,28 @@ def test_time_fn_counts_calls_and_orders_its_statistics():
 def test_time_fn_rejects_bad_arguments(warmup, repeats):
     with pytest.raises(ValueError):
         time_fn(lambda: None, warmup=warmup, repeats=repeats)
+
+
+def test_time_rounds_takes_the_functions_in_turn_within_each_round():
+    calls = []
+    timings = time_rounds({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                          rounds=3, warmup=1, repeats=2)  # fmt: skip
+    assert calls == (["a"] * 3 + ["b"] * 3) * 3  # a whole round of a, then of b, three times
+    assert [len(timings[name]) for name in "ab"] == [3, 3]
+    with pytest.raises(ValueError, match="rounds >= 1"):
+        time_rounds({"a": lambda: None}, rounds=0)
+
+
+def timing(median_s: float) -> Timing:
+    return Timing(median_s, median_s, median_s, (median_s,), 0)
+
+
+def test_speedups_pair_the_rounds():
+    slow, fast = [timing(0.3), timing(0.4)], [timing(0.2), timing(0.1)]
+    assert speedups(slow, fast) == pytest.approx((1.5, 4.0))
+    assert speedups(slow, slow) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="same rounds"):
+        speedups(slow, fast[:1])
 
 
 def test_matmul_flops():

@@ -1,14 +1,16 @@
-"""One table for the ways of running a model: size, latency, and agreement with a reference on
-the same token ids (largest logit difference, same most likely token, perplexity)."""
+"""One table for the ways of running a model: size, latency (with how far it moved between
+rounds), and agreement with a reference on the same token ids (largest logit difference, same most
+likely token, perplexity)."""
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from llmlab.bench import markdown_table, time_fn
+from llmlab.bench import markdown_table, speedups, time_rounds
 from llmlab.env import MB
 
 
@@ -16,7 +18,9 @@ from llmlab.env import MB
 class EngineRow:
     engine: str
     size_mb: float
-    latency_ms: float  # median of bench.time_fn over one call on the ids
+    latency_ms: float  # the median of the rounds' medians of one call on the ids
+    speedup_low: float  # the reference's time over this one's, slowest of the paired rounds
+    speedup_high: float  # ... and fastest: an engine is faster only if speedup_low > 1
     max_abs_diff: float  # largest |logit - reference logit|
     same_argmax: float  # fraction of positions whose most likely token is the reference's
     perplexity: float  # exp(mean cross-entropy of the ids' next tokens), as in Lab 07
@@ -27,38 +31,49 @@ def engine_rows(
     ids: torch.Tensor,
     *,
     repeats: int = 5,
+    rounds: int = 3,
 ) -> list[EngineRow]:
     """engines: {name: (logits_fn, size in bytes)}; the first is the reference the others are
-    compared with. Each runs on the same ids (batch, length)."""
+    compared with. Each runs on the same ids (batch, length), and is timed in `rounds` rounds
+    (bench.time_rounds): the spread of the rounds is the noise a difference must stand clear of."""
     if not engines:
         raise ValueError("no engines to compare: pass {name: (logits_fn, size_bytes)}")
     if ids.dim() != 2 or ids.shape[1] < 2:
         raise ValueError(f"ids must be token ids of shape (batch, length >= 2), got "
                          f"{tuple(ids.shape)}")  # fmt: skip
-    rows, reference = [], None
-    for name, (logits_fn, size_bytes) in engines.items():
-        with torch.no_grad():
-            logits = logits_fn(ids).float().cpu()
-            seconds = time_fn(lambda fn=logits_fn: fn(ids), warmup=1, repeats=repeats).median_s
-        reference = logits if reference is None else reference
+    with torch.no_grad():
+        logits = {name: fn(ids).float().cpu() for name, (fn, _) in engines.items()}
+        timings = time_rounds({name: (lambda fn=fn: fn(ids)) for name, (fn, _) in engines.items()},
+                              rounds=rounds, repeats=repeats)  # fmt: skip
+    reference_name = next(iter(engines))
+    reference = logits[reference_name]
+    rows = []
+    for name, (_, size_bytes) in engines.items():
         # Position i predicts token i + 1: the last position has nothing to predict.
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten().cpu())
+        loss = F.cross_entropy(logits[name][:, :-1].flatten(0, 1), ids[:, 1:].flatten().cpu())
+        ratios = speedups(timings[reference_name], timings[name])
         rows.append(EngineRow(
             engine=name,
             size_mb=size_bytes / MB,
-            latency_ms=seconds * 1000,
-            max_abs_diff=(logits - reference).abs().max().item(),
-            same_argmax=(logits.argmax(-1) == reference.argmax(-1)).float().mean().item(),
+            latency_ms=statistics.median(t.median_s for t in timings[name]) * 1000,
+            speedup_low=min(ratios),
+            speedup_high=max(ratios),
+            max_abs_diff=(logits[name] - reference).abs().max().item(),
+            same_argmax=(logits[name].argmax(-1) == reference.argmax(-1)).float().mean().item(),
             perplexity=math.exp(loss.item()),
         ))  # fmt: skip
     return rows
 
 
 def engine_table(rows: Sequence[EngineRow]) -> str:
-    """The rows as Markdown, numbers rounded for reading."""
-    formats = {"size_mb": "{:.2f}", "latency_ms": "{:.1f}", "max_abs_diff": "{:.2g}",
-               "same_argmax": "{:.4f}", "perplexity": "{:.3f}"}  # fmt: skip
-    return markdown_table([
-        {key: formats.get(key, "{}").format(value) for key, value in asdict(row).items()}
-        for row in rows
-    ])  # fmt: skip
+    """The rows as Markdown, numbers rounded for reading, the speed-up over the reference as the
+    range of its rounds."""
+    return markdown_table([{
+        "engine": row.engine,
+        "size_mb": f"{row.size_mb:.2f}",
+        "latency_ms": f"{row.latency_ms:.1f}",
+        "speedup_in_rounds": f"{row.speedup_low:.2f}-{row.speedup_high:.2f}x",
+        "max_abs_diff": f"{row.max_abs_diff:.2g}",
+        "same_argmax": f"{row.same_argmax:.4f}",
+        "perplexity": f"{row.perplexity:.3f}",
+    } for row in rows])  # fmt: skip

@@ -1,10 +1,12 @@
 """torch.compile, measured: what compiling costs (the first call: tracing, code generation and
-the compiler), what it buys (the median time per call against eager), where tracing stops (graph
-breaks) and how often it compiles again (a new shape fails the compiled code's guards)."""
+the compiler), what it buys (the median time per call against eager, in rounds that show the
+noise), where tracing stops (graph breaks) and how often it compiles again (a new shape fails
+the compiled code's guards)."""
 
 import contextlib
 import functools
 import logging
+import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -13,7 +15,7 @@ import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
-from llmlab.bench import Timing, time_fn
+from llmlab.bench import Timing, speedups, time_fn, time_rounds
 
 MODES = ("default", "max-autotune", "reduce-overhead")
 
@@ -79,16 +81,34 @@ def count_compiles(
 
 @dataclass(frozen=True)
 class CompileTiming:
-    """The first compiled call, then eager and compiled timed the same way."""
+    """The first compiled call, then eager and compiled timed in turn, round after round."""
 
     compile_s: float  # the first compiled call: tracing, code generation and the compiler
     cache_hits: int  # graphs inductor read from its on-disk cache (a rerun) instead of compiling
-    eager: Timing
-    compiled: Timing
+    eager: tuple[Timing, ...]  # one per round (bench.time_rounds)
+    compiled: tuple[Timing, ...]
+
+    @property
+    def eager_s(self) -> float:
+        return statistics.median(t.median_s for t in self.eager)
+
+    @property
+    def compiled_s(self) -> float:
+        return statistics.median(t.median_s for t in self.compiled)
+
+    @property
+    def round_speedups(self) -> tuple[float, ...]:
+        """Eager's time over compiled's in each round: their spread is the timing's noise."""
+        return speedups(self.eager, self.compiled)
 
     @property
     def speedup(self) -> float:
-        return self.eager.median_s / self.compiled.median_s
+        return statistics.median(self.round_speedups)
+
+    def speedup_line(self) -> str:
+        """'1.02x (0.97-1.06x in 3 rounds)'."""
+        low, high = min(self.round_speedups), max(self.round_speedups)
+        return f"{self.speedup:.2f}x ({low:.2f}-{high:.2f}x in {len(self.round_speedups)} rounds)"
 
 
 def time_compiled(
@@ -97,18 +117,18 @@ def time_compiled(
     *,
     warmup: int = 2,
     repeats: int = 5,
+    rounds: int = 3,
     device: torch.device | str | None = None,
 ) -> CompileTiming:
-    """Time `compiled_fn`'s first call (it compiles), then both functions with
-    `llmlab.bench.time_fn` (median). Call it before `compiled_fn` has run once."""
+    """Time `compiled_fn`'s first call (it compiles), then both functions in `rounds` rounds of
+    `llmlab.bench.time_rounds`. Call it before `compiled_fn` has run once."""
     hits = counters["inductor"]["fxgraph_cache_hit"]
     first = time_fn(compiled_fn, warmup=0, repeats=1, device=device)  # one call, the device's clock
-    return CompileTiming(
-        compile_s=first.median_s,
-        cache_hits=counters["inductor"]["fxgraph_cache_hit"] - hits,
-        eager=time_fn(eager_fn, warmup=warmup, repeats=repeats, device=device),
-        compiled=time_fn(compiled_fn, warmup=warmup, repeats=repeats, device=device),
-    )
+    cache_hits = counters["inductor"]["fxgraph_cache_hit"] - hits
+    timings = time_rounds({"eager": eager_fn, "compiled": compiled_fn}, rounds=rounds,
+                          warmup=warmup, repeats=repeats, device=device)  # fmt: skip
+    return CompileTiming(first.median_s, cache_hits, tuple(timings["eager"]),
+                         tuple(timings["compiled"]))  # fmt: skip
 
 
 def time_modes(

@@ -1,10 +1,13 @@
 """The engines' table: the first engine is the reference (difference 0, every argmax the same),
-uniform logits have the vocabulary's size as perplexity, a moved argmax is counted; bad input is
-refused. Latency is bench.time_fn's and is not asserted on."""
+uniform logits have the vocabulary's size as perplexity, a moved argmax is counted; the speed-up
+is the range of the paired rounds (times injected: the machine's speed is never asserted on); bad
+input is refused."""
 
 import pytest
 import torch
 
+from llmlab.bench import Timing
+from llmlab.inference import compare
 from llmlab.inference.compare import engine_rows, engine_table
 
 VOCAB = 8
@@ -30,8 +33,26 @@ def test_the_reference_row_the_others_and_the_table():
     assert uniform.perplexity == pytest.approx(VOCAB) and uniform.max_abs_diff == 3
     assert moved.same_argmax == pytest.approx(11 / 12) and moved.max_abs_diff == 9
     table = engine_table(rows).splitlines()
-    assert table[0] == "engine | size_mb | latency_ms | max_abs_diff | same_argmax | perplexity"
+    assert table[0] == ("engine | size_mb | latency_ms | speedup_in_rounds | max_abs_diff | "
+                        "same_argmax | perplexity")  # fmt: skip
     assert table[3].startswith("uniform | 1.00 |") and table[3].endswith("| 8.000")
+
+
+def test_the_speedup_is_the_range_of_the_paired_rounds(monkeypatch):
+    def rounds(*medians):
+        return [Timing(m, m, m, (m,), 0) for m in medians]
+
+    def fake_rounds(fns, **_):
+        assert list(fns) == ["reference", "faster"]
+        return {"reference": rounds(0.30, 0.40, 0.33), "faster": rounds(0.20, 0.20, 0.30)}
+
+    monkeypatch.setattr(compare, "time_rounds", fake_rounds)
+    ids = torch.arange(12).reshape(2, 6) % VOCAB
+    first, faster = engine_rows({"reference": (reference, 0), "faster": (reference, 0)}, ids)
+    assert (first.speedup_low, first.speedup_high) == (1.0, 1.0)
+    assert (faster.speedup_low, faster.speedup_high) == pytest.approx((1.1, 2.0))
+    assert faster.latency_ms == pytest.approx(200.0)  # the median round
+    assert "| 1.10-2.00x |" in engine_table([first, faster])
 
 
 def test_bad_input_is_refused():

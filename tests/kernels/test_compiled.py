@@ -85,17 +85,24 @@ def test_time_compiled_times_the_first_call_apart_and_counts_cache_hits():
             counters["inductor"]["fxgraph_cache_hit"] += 1
         calls.append("compiled")
 
-    result = time_compiled(lambda: calls.append("eager"), compiled, warmup=1, repeats=3)
-    assert calls.count("compiled") == 1 + 1 + 3 and calls.count("eager") == 1 + 3
+    result = time_compiled(lambda: calls.append("eager"), compiled, warmup=1, repeats=3, rounds=2)
+    assert calls[0] == "compiled"  # the first call, timed alone
+    assert calls[1:] == (["eager"] * 4 + ["compiled"] * 4) * 2  # in turn, round after round
     assert result.cache_hits == 1
-    assert result.compile_s >= 0 and len(result.compiled.times_s) == 3
+    assert result.compile_s >= 0 and len(result.compiled) == 2
+    assert len(result.compiled[0].times_s) == 3
 
 
-def test_the_speedup_is_eager_median_over_compiled_median():
+def test_the_speedup_is_the_median_of_the_rounds_and_shows_their_range():
     def timing(median):
         return Timing(median, median, median, (median,), 0)
 
-    assert CompileTiming(1.0, 0, timing(0.3), timing(0.2)).speedup == pytest.approx(1.5)
+    result = CompileTiming(1.0, 0, tuple(map(timing, (0.3, 0.3, 0.3))),
+                           tuple(map(timing, (0.2, 0.3, 0.1))))  # fmt: skip
+    assert result.round_speedups == pytest.approx((1.5, 1.0, 3.0))
+    assert result.speedup == pytest.approx(1.5)  # the median round, not a mean of the times
+    assert (result.eager_s, result.compiled_s) == (0.3, 0.2)
+    assert result.speedup_line() == "1.50x (1.00-3.00x in 3 rounds)"
 
 
 def test_the_modes_are_compared_on_a_gpu_only():
