@@ -145,7 +145,8 @@ def _cpu_dtype(cpu_fast_bf16: bool) -> DtypeChoice:
             torch.bfloat16, False, "this CPU has bf16 instructions (AVX512-BF16/AMX or Arm BF16)"
         )
     return DtypeChoice(
-        torch.float32, False, "this CPU has no bf16 instructions: bf16 would be emulated and slower"
+        torch.float32, False, "this CPU has no bf16 instructions (or oneDNN is capped below "
+        "them): bf16 would be emulated, about 100x slower than fp32"
     )
 
 

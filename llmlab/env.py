@@ -47,6 +47,12 @@ CPU_FEATURES = (
     "amx_bf16", "amx_tile", "amx_int8", "asimd", "sve", "bf16",
 )  # fmt: skip
 CPU_BF16_FEATURES = ("avx512_bf16", "amx_bf16", "bf16")
+# oneDNN runs PyTorch's CPU matmuls. Capped by ONEDNN_MAX_CPU_ISA below the instruction sets with
+# bf16 (AVX2, as on most laptops) it emulates bf16 about 100x slower than fp32, whatever the CPU
+# has: the way to try a laptop's speeds on a newer machine.
+ONEDNN_BF16_ISAS = ("AVX2_VNNI_2", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX",
+                    "AVX512_CORE_AMX_FP16", "AVX10_1_512", "AVX10_1_512_AMX",
+                    "AVX10_1_512_AMX_FP16", "ALL")  # fmt: skip
 
 MIN_RAM_AVAILABLE_BYTES = 4 * GB
 MIN_DISK_FREE_BYTES = 5 * GB
@@ -88,10 +94,14 @@ class CpuInfo:
     physical_cores: int | None
     features: tuple[str, ...]
     torch_capability: str | None  # the best SIMD level PyTorch's CPU kernels use, e.g. "AVX512"
+    onednn_max_isa: str | None = None  # ONEDNN_MAX_CPU_ISA when set: the cap on oneDNN's kernels
 
     @property
     def fast_bf16(self) -> bool:
-        """True when the CPU has bf16 instructions, so bf16 autocast on CPU pays off."""
+        """True when the CPU has bf16 instructions and oneDNN may use them, so bf16 autocast on
+        CPU pays off."""
+        if self.onednn_max_isa and self.onednn_max_isa.upper() not in ONEDNN_BF16_ISAS:
+            return False
         return any(feature in self.features for feature in CPU_BF16_FEATURES)
 
 
@@ -234,6 +244,7 @@ def _cpu_info(torch: ModuleType | None) -> CpuInfo:
         physical_cores=_safely(_physical_cores, None),
         features=tuple(feature for feature in CPU_FEATURES if feature in present),
         torch_capability=None if torch is None else _cpu_capability(torch),
+        onednn_max_isa=os.environ.get("ONEDNN_MAX_CPU_ISA") or None,
     )
 
 
@@ -763,6 +774,7 @@ def _report_sections(report: EnvReport) -> dict[str, list[tuple[str, str]]]:
             ("cores", f"{cpu.logical_cores} logical, {_or_na(cpu.physical_cores)} physical"),
             ("features", ", ".join(cpu.features) or "none detected"),
             ("torch CPU kernels", _or_na(cpu.torch_capability)),
+            ("oneDNN capped at", _or_na(cpu.onednn_max_isa)),
             ("fast bf16", _yes_no(cpu.fast_bf16)),
         ],
         "Memory / disk": [

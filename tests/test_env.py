@@ -12,6 +12,7 @@ from llmlab.env import (
     CpuInfo,
     FrameworkInfo,
     collect,
+    cpu_info,
     diagnose,
     format_report,
     nvidia_smi,
@@ -219,6 +220,18 @@ def test_gpu_properties_follow_the_compute_capability(capability, bf16, tensor_c
 )
 def test_cpu_fast_bf16_needs_bf16_instructions(features, fast):
     assert CpuInfo("cpu", 4, 2, features, None).fast_bf16 is fast
+
+
+@pytest.mark.parametrize(("cap", "fast"), [("AVX2", False), ("avx512_core", False),
+                                           ("AVX512_CORE_BF16", True), ("ALL", True)])  # fmt: skip
+def test_oneDNN_capped_below_bf16_makes_bf16_slow(cap, fast):
+    # ONEDNN_MAX_CPU_ISA=AVX2 on a CPU with AVX512-BF16: its matmuls emulate bf16, as a laptop's
+    assert CpuInfo("cpu", 4, 2, ("avx512_bf16",), "AVX512", cap).fast_bf16 is fast
+
+
+def test_the_cap_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert cpu_info().onednn_max_isa == "AVX2" and not cpu_info().fast_bf16
 
 
 @pytest.mark.parametrize(("packed", "text"), [(91002, "9.10.2"), (90100, "9.1.0"), (8902, "8.9.2")])
