@@ -4,8 +4,8 @@ that each one trains like one process. (Job files and operations tooling: llmlab
 One concern per module:
 - `groups`: who am I (rank, world size), and joining/leaving the process group safely.
 - `launcher_env`: where this process stands, from torchrun's variables or srun's.
-- `launch`: start N processes from a notebook, a test or a terminal, with their output shown;
-  the command lines of torchrun and of DeepSpeed's launcher, and a hostfile.
+- `launch`: start N ranks from a notebook, a test or a terminal, with their output shown.
+  (torchrun's and DeepSpeed's command lines, and running them: llmlab.jobs.)
 - `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
 - `comm`: count the bytes each collective sends (the formulas are llmlab.scale.comm_cost's).
 - `overlap`: DDP bucket sizes and FSDP2 prefetching, timed and counted on 2 ranks.
@@ -26,14 +26,7 @@ from llmlab.distributed.groups import (
     leave_process_group,
     process_group,
 )
-from llmlab.distributed.launch import (
-    LaunchError,
-    deepspeed_command,
-    launch,
-    run_script,
-    torchrun_command,
-    write_hostfile,
-)
+from llmlab.distributed.launch import LaunchError, launch
 from llmlab.distributed.launcher_env import LauncherEnv, launcher_env
 
 __all__ = [
@@ -42,10 +35,6 @@ __all__ = [
     "LauncherEnv",
     "launcher_env",
     "launch",
-    "run_script",
-    "torchrun_command",
-    "deepspeed_command",
-    "write_hostfile",
     "default_backend",
     "dist_info",
     "leave_process_group",

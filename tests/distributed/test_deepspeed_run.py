@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from llmlab.distributed import run_script
 from llmlab.distributed.deepspeed_config import deepspeed_config
 from llmlab.distributed.deepspeed_run import (
     TARGET,
@@ -17,6 +16,7 @@ from llmlab.distributed.deepspeed_run import (
     smoke_setup,
 )
 from llmlab.distributed.equivalence import SMOKE_SHAPE
+from llmlab.jobs import run_script
 
 pytestmark = pytest.mark.skipif(not deepspeed_available(), reason="deepspeed not installed")
 

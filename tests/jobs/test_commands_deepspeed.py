@@ -9,14 +9,10 @@ import pytest
 import torch
 from helpers.launch import WORKER, job_env, joined, run
 
-from llmlab.distributed import LaunchError, run_script
+from llmlab.distributed import LaunchError
 from llmlab.distributed.deepspeed_run import deepspeed_available
-from llmlab.distributed.launch import (
-    deepspeed_command,
-    free_port,
-    kill_process_tree,
-    write_hostfile,
-)
+from llmlab.jobs.commands import deepspeed_command, free_port, write_hostfile
+from llmlab.jobs.processes import kill_process_tree, run_script
 
 RUNNER = [sys.executable, "-m", "deepspeed.launcher.runner"]
 needs_deepspeed = pytest.mark.skipif(not deepspeed_available(), reason="deepspeed not installed")
