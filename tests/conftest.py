@@ -6,7 +6,7 @@ import sys
 import pytest
 from helpers.launch import RecordingBar
 
-from llmlab.distributed.equivalence import (
+from llmlab.distributed.harness.equivalence import (
     SMOKE_SHAPE,
     global_batches,
     reference_parameters,

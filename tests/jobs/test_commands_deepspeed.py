@@ -1,6 +1,6 @@
 """DeepSpeed's launcher (`deepspeed`): the command lines llmlab builds, its hostfile, and real runs
 on this machine: two "nodes" started without ssh, and a failing rank. (Two processes on one
-machine, training Lab 04's ZeRO-2: tests/distributed/test_deepspeed_run.py.)"""
+machine, training Lab 04's ZeRO-2: tests/distributed/harness/test_deepspeed_run.py.)"""
 
 import subprocess
 import sys
@@ -10,7 +10,7 @@ import torch
 from helpers.launch import WORKER, job_env, joined, run
 
 from llmlab.distributed import LaunchError
-from llmlab.distributed.deepspeed_run import deepspeed_available
+from llmlab.distributed.harness.deepspeed_run import deepspeed_available
 from llmlab.jobs.commands import deepspeed_command, free_port, write_hostfile
 from llmlab.jobs.processes import kill_process_tree, run_script
 
