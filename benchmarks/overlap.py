@@ -26,7 +26,7 @@ compute kernels: there the default 25 MB buckets hide most of DDP's all-reduce b
 (one 100 MB bucket hides none of it), and FSDP2's prefetch hides the all-gathers, so a step
 costs close to compute alone until the bytes outgrow the link.
 
-The measurement is llmlab.distributed.overlap's (Lab 05 runs its DDP part). Needs the llmlab
+The measurement is llmlab.distributed.harness.overlap's (Lab 05 runs its DDP part). Needs the llmlab
 package importable (`pip install -e .` from the repository root).
 """
 
@@ -34,7 +34,7 @@ import argparse
 import time
 
 from llmlab.bench import warn_if_busy
-from llmlab.distributed.overlap import (
+from llmlab.distributed.harness.overlap import (
     BUCKETS_MB,
     FSDP_ROWS,
     GLOBAL_BATCH,

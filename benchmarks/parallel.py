@@ -24,16 +24,16 @@ import torch.distributed as dist
 
 from llmlab.bench import markdown_table
 from llmlab.distributed import launch
-from llmlab.distributed.deepspeed_run import compare_deepspeed, deepspeed_available
-from llmlab.distributed.equivalence import (
+from llmlab.distributed.harness.deepspeed_run import compare_deepspeed, deepspeed_available
+from llmlab.distributed.harness.equivalence import (
     SMOKE_SHAPE,
     compare_to_single_process,
     parameters_error,
     reference_parameters,
 )
-from llmlab.distributed.model_parallel import token_batches, train_tensor_parallel
-from llmlab.distributed.pipeline import train_pipeline
-from llmlab.distributed.rank_memory import measure_rank_memory
+from llmlab.distributed.harness.model_parallel import token_batches, train_tensor_parallel
+from llmlab.distributed.harness.pipeline import train_pipeline
+from llmlab.distributed.harness.rank_memory import measure_rank_memory
 from llmlab.memory import TrainingSetup, estimate_memory, measure
 from llmlab.scale.comm_cost import ring_bytes, tensor_parallel_bytes
 
@@ -66,7 +66,7 @@ def single_process(nprocs: int, steps: int) -> list[Row]:
 
 
 def data_parallel(nprocs: int, steps: int) -> list[Row]:
-    """DDP, ZeRO-1 and FSDP2 (llmlab.distributed.equivalence and rank_memory)."""
+    """DDP, ZeRO-1 and FSDP2 (llmlab.distributed.harness.equivalence and rank_memory)."""
     rows = []
     for strategy, label in [("ddp", "DDP"), ("zero1", "ZeRO-1"), ("fsdp", "FSDP2 (ZeRO-3)")]:
         result = compare_to_single_process(strategy, nprocs=nprocs, steps=steps)

@@ -300,7 +300,7 @@ def all_reduce_traffic(
 
 def bubble_sweep(rows: Sequence[Mapping], title: str = "") -> Figure:
     """Measured idle share of each pipeline stage against the formula, per micro-batch count
-    (rows as `llmlab.distributed.pipeline.bubble_sweep` returns them)."""
+    (rows as `llmlab.distributed.harness.pipeline.bubble_sweep` returns them)."""
     fig, ax = plt.subplots(figsize=(7, 3.5))
     counts = [row["microbatches"] for row in rows]
     for stage in range(len(rows[0]["idle"])):

@@ -1,10 +1,12 @@
 """Fixtures shared by several test files, and the order the test command runs them in."""
 
+import importlib
 import sys
 
 import pytest
+from helpers.launch import RecordingBar
 
-from llmlab.distributed.equivalence import (
+from llmlab.distributed.harness.equivalence import (
     SMOKE_SHAPE,
     global_batches,
     reference_parameters,
@@ -17,6 +19,15 @@ def smoke_reference():
     sequences: what every model-parallel run of the same batches must end with."""
     return reference_parameters(global_batches(5, 8, SMOKE_SHAPE), SMOKE_SHAPE, "sgd")[0]
 
+
+@pytest.fixture
+def bars(monkeypatch):
+    """The progress bars launch() and llmlab.jobs' runners make in the test, as RecordingBars."""
+    RecordingBar.made = []
+    # The module, by name: the package's attribute `launch` is the function.
+    launch_module = importlib.import_module("llmlab.distributed.launch")
+    monkeypatch.setattr(launch_module, "tqdm", RecordingBar)  # the one bar maker, for both
+    return RecordingBar.made
 
 
 # transformers swaps these for no-ops while it loads a model and puts them back after; a test that

@@ -10,6 +10,8 @@ import cycles.
 """
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,11 @@ FORBIDDEN = {
     module: BANNED.get(module, ()) + (() if module in JOB_TOOLING_USERS else ("llmlab.jobs",))
     for module in LAYER
 }
+
+
+# What builds a launcher's command line and runs it (subprocess, psutil): llmlab.jobs' job tooling.
+JOB_TOOLING = ("torchrun_command", "deepspeed_command", "write_hostfile", "free_port",
+               "run_script", "run_command", "kill_process_tree")  # fmt: skip
 
 
 def top_module(path: Path, package: Path = PACKAGE) -> str:
@@ -87,6 +94,19 @@ def test_no_module_imports_one_above_it():
 
 def test_the_planner_never_imports_torch_distributed_and_only_cli_and_course_import_jobs():
     assert forbidden_imports() == []
+
+
+def test_the_trainer_and_its_checkpointer_load_no_job_tooling():
+    """Read in a fresh interpreter: what importing the trainer loads, through every face it
+    imports on the way (llmlab.distributed's above all), holds none of the job tooling."""
+    code = ("import sys, llmlab.train, llmlab.train.checkpointer\n"
+            "print([f'{name}.{tool}' for name, module in list(sys.modules.items())\n"
+            "       if name.startswith('llmlab') for tool in sys.argv[1:]\n"
+            "       if hasattr(module, tool)])\n"
+            "print('llmlab.jobs' in sys.modules)")  # fmt: skip
+    found = subprocess.run([sys.executable, "-c", code, *JOB_TOOLING], capture_output=True,
+                           text=True, check=True).stdout.splitlines()  # fmt: skip
+    assert found == ["[]", "False"]
 
 
 @pytest.mark.parametrize("source", ["import torch.distributed as dist",

@@ -1,22 +1,20 @@
-"""What runs on the ranks: process groups, launching, the parallel strategies and the checks
-that each one trains like one process. (Job files and operations tooling: llmlab.jobs.)
+"""What runs on the ranks: process groups, launching, the parallel strategies, and (in
+`harness/`) the checks that each one trains like one process. (Job files, launchers' command
+lines and operations tooling: llmlab.jobs.)
 
 One concern per module:
 - `groups`: who am I (rank, world size), and joining/leaving the process group safely.
 - `launcher_env`: where this process stands, from torchrun's variables or srun's.
-- `launch`: start N processes from a notebook, a test or a terminal, with their output shown;
-  the command lines of torchrun and of DeepSpeed's launcher, and a hostfile.
+- `launch`: start N ranks from a notebook, a test or a terminal, with their output shown.
+  (torchrun's and DeepSpeed's command lines, and running them: llmlab.jobs.)
 - `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
-- `comm`: count the bytes each collective sends (the formulas are llmlab.scale.comm_cost's).
-- `overlap`: DDP bucket sizes and FSDP2 prefetching, timed and counted on 2 ranks.
-- `equivalence`: a strategy on N ranks against one process on the same global batch.
-- `rank_memory`: memory per rank, measured, against the Lab 02 planner.
 - `mesh`: every parallel group read off one rank grid (llmlab.scale.layout's rank order).
-- `tensor_parallel`, `model_parallel`: Megatron-style tensor parallelism, by hand and by plan.
-- `pipeline`: pipeline stages, GPipe and 1F1B schedules, and their idle time.
-- `deepspeed_config`, `deepspeed_run`: DeepSpeed's JSON config from a TrainingSetup; ZeRO-2/3 runs
-  (the config stays here: each rank's DeepSpeed engine is built from it).
+- `tensor_parallel`: Megatron-style tensor parallelism, by hand and by plan.
+- `deepspeed_config`: DeepSpeed's JSON config from a TrainingSetup (each rank's DeepSpeed engine
+  is built from it).
 - `stragglers`: per-rank step times gathered, and the ranks slower than the median flagged.
+- `harness/`: each strategy on a few ranks against one process, with its bytes, memory and idle
+  time measured (the labs' and benchmarks' runs, never the trainer's).
 """
 
 from llmlab.distributed.groups import (
@@ -26,14 +24,7 @@ from llmlab.distributed.groups import (
     leave_process_group,
     process_group,
 )
-from llmlab.distributed.launch import (
-    LaunchError,
-    deepspeed_command,
-    launch,
-    run_script,
-    torchrun_command,
-    write_hostfile,
-)
+from llmlab.distributed.launch import LaunchError, launch
 from llmlab.distributed.launcher_env import LauncherEnv, launcher_env
 
 __all__ = [
@@ -42,10 +33,6 @@ __all__ = [
     "LauncherEnv",
     "launcher_env",
     "launch",
-    "run_script",
-    "torchrun_command",
-    "deepspeed_command",
-    "write_hostfile",
     "default_backend",
     "dist_info",
     "leave_process_group",

@@ -110,8 +110,8 @@ def make_optimizer(
 def register_comm_hook(model: DistributedDataParallel, kind: str = "allreduce", **powersgd):
     """Change how DDP communicates its gradient buckets.
 
-    "allreduce": the default all-reduce, as a Python hook (so `llmlab.distributed.comm` can count
-    its bytes: DDP's built-in path calls C++ directly); "fp16"/"bf16": cast each bucket to 16
+    "allreduce": the default all-reduce, as a Python hook (so `llmlab.distributed.harness.comm` can
+    count its bytes: DDP's built-in path calls C++ directly); "fp16"/"bf16": cast each bucket to 16
     bits before the all-reduce (half the bytes); "powersgd": send a rank-r factorisation of each
     gradient matrix (powersgd: matrix_approximation_rank=1, start_powerSGD_iter=2, ...).
     Returns the hook's state (PowerSGD keeps its error feedback there).

@@ -2,6 +2,8 @@
 and what to read when it goes wrong. Nothing here imports the trainer (llmlab.train).
 
 One concern per module:
+- `commands`: the command lines of torchrun and of DeepSpeed's launcher, a hostfile, a free port.
+- `processes`: run a job's command with its output shown; stop every process it started.
 - `slurm`: an sbatch script for N nodes x G GPUs (srun starts one torchrun per node).
 - `accelerate_config`: a config for `accelerate launch` that really starts N processes.
 - `accelerate_notebook`: Accelerate's `notebook_launcher` made to start one group on a CPU.
@@ -12,6 +14,18 @@ One concern per module:
 - `hangs`: which rank never reached which collective (flight records compared); debug settings.
 """
 
+from llmlab.jobs.commands import deepspeed_command, free_port, torchrun_command, write_hostfile
+from llmlab.jobs.processes import kill_process_tree, run_command, run_script
 from llmlab.jobs.slurm import sbatch_script, write_sbatch
 
-__all__ = ["sbatch_script", "write_sbatch"]
+__all__ = [
+    "torchrun_command",
+    "deepspeed_command",
+    "write_hostfile",
+    "free_port",
+    "run_script",
+    "run_command",
+    "kill_process_tree",
+    "sbatch_script",
+    "write_sbatch",
+]

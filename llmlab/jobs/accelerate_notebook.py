@@ -32,7 +32,9 @@ from accelerate import notebook_launcher
 from accelerate.state import PartialState
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from llmlab.distributed.launch import LaunchError, free_port, kill_process_tree
+from llmlab.distributed.launch import LaunchError
+from llmlab.jobs.commands import free_port
+from llmlab.jobs.processes import kill_process_tree
 
 
 def notebook_launch(

@@ -26,7 +26,7 @@ LAUNCHERS = (
     Launcher("torchrun, one node", "torchrun --standalone --nproc_per_node N train.py",
              "an agent that starts N processes here (and restarts them: --max-restarts)",
              f"{TORCHRUN_ENV}, set by the agent",
-             ("launch.torchrun_command", "launch.run_script")),
+             ("commands.torchrun_command", "processes.run_script")),
     Launcher("torchrun, several nodes",
              "torchrun --nnodes M --nproc_per_node N --rdzv_backend c10d "
              "--rdzv_endpoint HOST:PORT train.py",
@@ -60,7 +60,8 @@ LAUNCHERS = (
              "a launcher per node that starts N processes; with --hostfile FILE it reaches the "
              "other nodes over ssh (pdsh), or each node runs its own (--no_ssh --node_rank I)",
              f"{TORCHRUN_ENV}, the node as CROSS_RANK, and --local_rank=L in the arguments",
-             ("launch.deepspeed_command", "launch.write_hostfile", "launch.run_script")),
+             ("commands.deepspeed_command", "commands.write_hostfile",
+              "processes.run_script")),
     Launcher("horovodrun", "horovodrun -np N -H host1:4,host2:4 python train.py",
              "N processes, met through Horovod's own Gloo rendezvous (or mpirun, with MPI)",
              "hvd.rank(), hvd.size(), hvd.local_rank() after hvd.init(), from HOROVOD_RANK, "

@@ -1,6 +1,6 @@
 """DDP, ZeRO-1 and FSDP2 on 2 gloo ranks train exactly like one process on the same global batch,
 and stop doing so when their communication is removed (so the check can fail). (The harness in one
-process, and the arguments it refuses: tests/distributed/test_equivalence.py.)"""
+process, and the arguments it refuses: tests/distributed/harness/test_equivalence.py.)"""
 
 import pytest
 import torch
@@ -12,7 +12,7 @@ from llmlab.distributed.data_parallel import (
     split_batch,
     wrap_model,
 )
-from llmlab.distributed.equivalence import compare_to_single_process
+from llmlab.distributed.harness.equivalence import compare_to_single_process
 
 
 @pytest.mark.slow
@@ -63,7 +63,7 @@ def test_bad_input_is_named():
 def _hooked_step(kind):
     import torch.distributed as dist
 
-    from llmlab.distributed.comm import count_collectives
+    from llmlab.distributed.harness.comm import count_collectives
 
     torch.manual_seed(0)
     model = wrap_model(torch.nn.Linear(64, 64), "ddp")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmlab.distributed.deepspeed_config import deepspeed_config, write_deepspeed_config
-from llmlab.distributed.deepspeed_run import deepspeed_available
+from llmlab.distributed.harness.deepspeed_run import deepspeed_available
 from llmlab.memory import TrainingSetup
 
 needs_deepspeed = pytest.mark.skipif(not deepspeed_available(), reason="deepspeed not installed")

@@ -21,7 +21,7 @@ from llmlab.distributed.groups import (
     dist_info,
     process_group,
 )
-from llmlab.distributed.launch import free_port
+from llmlab.jobs.commands import free_port
 
 ALONE = DistInfo(rank=0, local_rank=0, world_size=1)
 

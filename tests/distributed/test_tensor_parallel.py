@@ -1,6 +1,6 @@
 """Tensor parallelism: the hand-written MLP, and the parallelize_module plan computing what the
 unsplit model computes, with the collectives the formulas count. (Training runs under the plan,
-against one process: tests/distributed/test_model_parallel.py.)"""
+against one process: tests/distributed/harness/test_model_parallel.py.)"""
 
 from functools import partial
 
@@ -14,9 +14,9 @@ from torch.distributed.tensor import DTensor
 from llmlab.distributed import LaunchError, launch
 from llmlab.distributed import tensor_parallel as tp_module
 from llmlab.distributed.data_parallel import full_parameters
-from llmlab.distributed.equivalence import SMOKE_SHAPE
+from llmlab.distributed.harness.equivalence import SMOKE_SHAPE
+from llmlab.distributed.harness.model_parallel import train_tensor_parallel
 from llmlab.distributed.mesh import device_mesh
-from llmlab.distributed.model_parallel import train_tensor_parallel
 from llmlab.distributed.tensor_parallel import (
     ColumnRowParallelMLP,
     apply_tensor_parallel,

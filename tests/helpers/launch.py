@@ -1,6 +1,7 @@
 """Helpers for the tests that launch "nodes" on this machine: the environment of a job with the
 stand-in srun and scontrol (llmlab/course/stand_ins/) first on PATH, a run that cannot hang, the
-ranks that finished, read off multinode_worker.py's output; and the processes a job left."""
+ranks that finished, read off multinode_worker.py's output; the processes a job left; and a
+progress bar that records what a launcher shows on it."""
 
 import os
 import re
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmlab.course.stand_ins import SLURM_STAND_INS
-from llmlab.distributed.launch import kill_process_tree  # the whole tree: torchrun's workers too
+from llmlab.jobs.processes import kill_process_tree  # the whole tree: torchrun's workers too
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "multinode_worker.py"
@@ -81,3 +82,22 @@ def written_pids(folder: Path, count: int, within_s: float = 120) -> list[int]:
 def write_pid(folder: str | Path, name: str, pid: int | None = None) -> None:
     """Leave this process's id (or `pid`) in `folder`/`name`.pid for the test to check on."""
     Path(folder, f"{name}.pid").write_text(str(pid or os.getpid()))
+
+
+class RecordingBar:
+    """Stands in for tqdm: records what a launcher shows on its progress bar."""
+
+    made: list["RecordingBar"] = []
+
+    def __init__(self, desc=None, total=None, unit=None):
+        self.desc, self.total, self.postfixes, self.closed = desc, total, [], False
+        RecordingBar.made.append(self)
+
+    def set_postfix_str(self, text, refresh=True):
+        self.postfixes.append(text)
+
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        self.closed = True

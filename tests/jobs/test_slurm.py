@@ -11,7 +11,7 @@ import sys
 import pytest
 from helpers.launch import WORKER, job_env, joined, run
 
-from llmlab.distributed.launch import free_port
+from llmlab.jobs.commands import free_port
 from llmlab.jobs.slurm import sbatch_script, write_sbatch
 
 TORCHRUN = f"{sys.executable} -m torch.distributed.run"  # this Python's torchrun

@@ -1,7 +1,7 @@
 """The planner's communication formulas: ring bytes, bytes per DP strategy, TP bytes, the bubble.
 
-The ranks' code checks its measured bytes against these: tests/distributed/test_comm.py (DDP,
-ZeRO-1, FSDP2) and tests/distributed/test_tensor_parallel.py (TP)."""
+The ranks' code checks its measured bytes against these: tests/distributed/harness/test_comm.py
+(DDP, ZeRO-1, FSDP2) and tests/distributed/test_tensor_parallel.py (TP)."""
 
 import pytest
 
@@ -29,8 +29,9 @@ def test_ring_formulas():
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_dp_volumes_equal_lab04_formulas(ranks):
-    # The byte counts Lab 04 measured with count_collectives (tests/distributed/test_comm.py) for
-    # DDP and FSDP2, in 16-bit values: the simulator's data-parallel traffic is the same.
+    # The byte counts Lab 04 measured with count_collectives
+    # (tests/distributed/harness/test_comm.py) for DDP and FSDP2, in 16-bit values: the
+    # simulator's data-parallel traffic is the same.
     params = 1_234_567
     assert dp_bytes(params, ranks, zero=0) == pytest.approx(ddp_bytes(params, ranks, 2))
     assert dp_bytes(params, ranks, zero=3) == pytest.approx(fsdp_bytes(params, ranks, 2))

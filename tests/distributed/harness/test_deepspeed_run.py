@@ -7,16 +7,16 @@ import re
 
 import pytest
 
-from llmlab.distributed import run_script
 from llmlab.distributed.deepspeed_config import deepspeed_config
-from llmlab.distributed.deepspeed_run import (
+from llmlab.distributed.harness.deepspeed_run import (
     TARGET,
     compare_deepspeed,
     deepspeed_available,
     main,
     smoke_setup,
 )
-from llmlab.distributed.equivalence import SMOKE_SHAPE
+from llmlab.distributed.harness.equivalence import SMOKE_SHAPE
+from llmlab.jobs import run_script
 
 pytestmark = pytest.mark.skipif(not deepspeed_available(), reason="deepspeed not installed")
 
@@ -60,7 +60,7 @@ def test_bad_input_is_refused_before_any_process_starts(kwargs, message):
 def launched(tmp_path, launcher: str) -> tuple[str, dict]:
     """Lab 04's ZeRO-2 run on 2 processes under `launcher`: its output and the config it used."""
     config = tmp_path / f"{launcher}.json"
-    output = run_script("llmlab.distributed.deepspeed_run", nprocs=2, module=True,
+    output = run_script("llmlab.distributed.harness.deepspeed_run", nprocs=2, module=True,
                         script_args=["--stage", "2", "--config", config], timeout_s=300,
                         launcher=launcher)  # fmt: skip
     return output, json.loads(config.read_text())

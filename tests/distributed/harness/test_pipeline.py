@@ -6,10 +6,10 @@ from functools import partial
 import pytest
 
 from llmlab.distributed import LaunchError, launch
-from llmlab.distributed.equivalence import (
+from llmlab.distributed.harness.equivalence import (
     parameters_error,
 )
-from llmlab.distributed.pipeline import stage_bounds, train_pipeline
+from llmlab.distributed.harness.pipeline import stage_bounds, train_pipeline
 
 TOLERANCE = 1e-5  # the target for PP vs one process, relative, fp32
 

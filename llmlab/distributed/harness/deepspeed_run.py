@@ -2,18 +2,19 @@
 
 Every rank builds the same model, hands it to `deepspeed.initialize` with the config that
 `deepspeed_config` writes from a `TrainingSetup`, and trains on its slice of the same global
-batches (`llmlab.distributed.equivalence`'s harness). DeepSpeed averages the gradients over the
-ranks, so after K steps the parameters must match one process that trained on the whole global
-batch with the same torch optimizer and clipping, up to the order of floating-point sums.
+batches (`equivalence`'s harness). DeepSpeed averages the gradients over the ranks, so after K
+steps the parameters must match one process that trained on the whole global batch with the same
+torch optimizer and clipping, up to the order of floating-point sums.
 
 Runs on CPUs (DeepSpeed's CPU accelerator over gloo) and on GPUs (NCCL): from Python with
 `compare_deepspeed(stage)`, or at a terminal under torchrun, as DeepSpeed is usually run:
 
-    torchrun --nproc_per_node 2 -m llmlab.distributed.deepspeed_run --stage 3 --config ds.json
+    torchrun --nproc_per_node 2 -m llmlab.distributed.harness.deepspeed_run \\
+        --stage 3 --config ds.json
 
 or under DeepSpeed's own launcher (`--module`: run it as `python -m` would):
 
-    deepspeed --num_gpus 2 --module llmlab.distributed.deepspeed_run --stage 2
+    deepspeed --num_gpus 2 --module llmlab.distributed.harness.deepspeed_run --stage 2
 """
 
 import argparse
@@ -28,11 +29,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from llmlab.distributed.comm import count_collectives, drop_collectives
 from llmlab.distributed.data_parallel import split_batch
 from llmlab.distributed.deepspeed_config import deepspeed_config, write_deepspeed_config
-from llmlab.distributed.equivalence import SMOKE_SHAPE, global_batches, loss_on, parameters_error
 from llmlab.distributed.groups import default_backend, process_group
+from llmlab.distributed.harness.comm import count_collectives, drop_collectives
+from llmlab.distributed.harness.equivalence import (
+    SMOKE_SHAPE,
+    global_batches,
+    loss_on,
+    parameters_error,
+)
 from llmlab.distributed.launch import launch
 from llmlab.env import MB
 from llmlab.memory import MemoryTracker, TrainingSetup, estimate_memory
@@ -211,7 +217,7 @@ def compare_deepspeed(
     """Train `steps` steps of `shape` with DeepSpeed ZeRO-`stage` (2 or 3) on `nprocs` ranks
     and in one plain process, with the same global batches; return how far apart they end up.
 
-    The optimizer is SGD with momentum (lr 0.1), as in `llmlab.distributed.equivalence`: Adam
+    The optimizer is SGD with momentum (lr 0.1), as in `equivalence`: Adam
     divides each gradient by its running RMS, so a gradient that is pure rounding noise (GPT-2's
     key bias: softmax ignores a constant added to all of a query's scores) becomes a full
     lr-sized step, and on 2 ranks the noise differs. With AdamW (lr 1e-3) the attention biases
@@ -262,8 +268,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if int(os.environ.get("WORLD_SIZE", 1)) < 2:
         raise SystemExit("start it with 2 or more processes: torchrun --nproc_per_node 2 -m "
-                         "llmlab.distributed.deepspeed_run, or deepspeed --num_gpus 2 --module "
-                         "llmlab.distributed.deepspeed_run")  # fmt: skip
+                         "llmlab.distributed.harness.deepspeed_run, or deepspeed --num_gpus 2 "
+                         "--module llmlab.distributed.harness.deepspeed_run")  # fmt: skip
     with process_group() as me:
         setup = smoke_setup(args.stage, me.world_size, args.global_batch, SMOKE_SHAPE)
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -25,7 +25,7 @@ from llmlab.distributed.data_parallel import (
     unwrap,
     wrap_model,
 )
-from llmlab.distributed.equivalence import SMOKE_SHAPE
+from llmlab.distributed.harness.equivalence import SMOKE_SHAPE
 from llmlab.distributed.launch import launch
 from llmlab.env import MB
 from llmlab.memory import TrainingSetup, estimate_memory

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 from llmlab.distributed import launch
-from llmlab.distributed.comm import count_collectives, drop_collectives
+from llmlab.distributed.harness.comm import count_collectives, drop_collectives
 
 
 def _collectives():

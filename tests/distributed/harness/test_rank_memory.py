@@ -2,8 +2,8 @@
 
 import pytest
 
-from llmlab.distributed.equivalence import SMOKE_SHAPE
-from llmlab.distributed.rank_memory import RankMemory, measure_rank_memory, planned_memory
+from llmlab.distributed.harness.equivalence import SMOKE_SHAPE
+from llmlab.distributed.harness.rank_memory import RankMemory, measure_rank_memory, planned_memory
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "fsdp"])

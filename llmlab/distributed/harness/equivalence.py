@@ -5,7 +5,7 @@ at every step; on N ranks each rank takes its 1/N slice of it. Each rank's loss 
 its slice, and the strategy averages the gradients over the ranks, so the gradient is the mean
 over the global batch, as in one process. After K optimizer steps the parameters must agree up
 to floating-point summation order. Remove the strategy's communication and they must not.
-(Memory per rank is measured separately: `llmlab.distributed.rank_memory`.)
+(Memory per rank is measured separately: `llmlab.distributed.harness.rank_memory`.)
 
 Other strategies (tensor, pipeline parallel) reuse `reference_parameters`, `global_batches` and
 `parameters_error` with their own per-rank step.
@@ -21,7 +21,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from llmlab.distributed.comm import count_collectives, drop_collectives
 from llmlab.distributed.data_parallel import (
     full_parameters,
     make_optimizer,
@@ -30,6 +29,7 @@ from llmlab.distributed.data_parallel import (
     unwrap,
     wrap_model,
 )
+from llmlab.distributed.harness.comm import count_collectives, drop_collectives
 from llmlab.distributed.launch import launch
 from llmlab.models import ModelShape, build_model, preset
 from llmlab.numerics import relative_error

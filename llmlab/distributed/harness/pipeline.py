@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from llmlab.distributed.equivalence import SMOKE_SHAPE, reference_optimizer
-from llmlab.distributed.model_parallel import STEPS, token_batches
+from llmlab.distributed.harness.equivalence import SMOKE_SHAPE, reference_optimizer
+from llmlab.distributed.harness.model_parallel import STEPS, token_batches
 from llmlab.models import ModelShape, build_model, preset
 from llmlab.models.blocks import transformer_blocks
 from llmlab.scale.comm_cost import bubble_fraction

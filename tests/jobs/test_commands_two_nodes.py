@@ -12,7 +12,7 @@ import sys
 import pytest
 from helpers.launch import WORKER, job_env, joined, run
 
-from llmlab.distributed.launch import free_port
+from llmlab.jobs.commands import free_port
 
 
 def node_command(nnodes: str, node_rank: int, port: int, last_call_s: int) -> list[str]:

@@ -26,7 +26,6 @@ import torch
 import torch.distributed as dist
 
 from llmlab.bench import markdown_table
-from llmlab.distributed.comm import count_collectives
 from llmlab.distributed.data_parallel import (
     make_optimizer,
     register_comm_hook,
@@ -34,7 +33,8 @@ from llmlab.distributed.data_parallel import (
     unwrap,
     wrap_model,
 )
-from llmlab.distributed.equivalence import global_batches, loss_on
+from llmlab.distributed.harness.comm import count_collectives
+from llmlab.distributed.harness.equivalence import global_batches, loss_on
 from llmlab.distributed.launch import launch
 from llmlab.env import MB
 from llmlab.models import build_model, preset, transformer_blocks

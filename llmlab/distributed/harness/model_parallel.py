@@ -16,7 +16,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from llmlab.distributed.data_parallel import full_parameters
-from llmlab.distributed.equivalence import (
+from llmlab.distributed.harness.equivalence import (
     SMOKE_SHAPE,
     global_batches,
     loss_on,

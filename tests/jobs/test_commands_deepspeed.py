@@ -1,6 +1,6 @@
 """DeepSpeed's launcher (`deepspeed`): the command lines llmlab builds, its hostfile, and real runs
 on this machine: two "nodes" started without ssh, and a failing rank. (Two processes on one
-machine, training Lab 04's ZeRO-2: tests/distributed/test_deepspeed_run.py.)"""
+machine, training Lab 04's ZeRO-2: tests/distributed/harness/test_deepspeed_run.py.)"""
 
 import subprocess
 import sys
@@ -9,14 +9,10 @@ import pytest
 import torch
 from helpers.launch import WORKER, job_env, joined, run
 
-from llmlab.distributed import LaunchError, run_script
-from llmlab.distributed.deepspeed_run import deepspeed_available
-from llmlab.distributed.launch import (
-    deepspeed_command,
-    free_port,
-    kill_process_tree,
-    write_hostfile,
-)
+from llmlab.distributed import LaunchError
+from llmlab.distributed.harness.deepspeed_run import deepspeed_available
+from llmlab.jobs.commands import deepspeed_command, free_port, write_hostfile
+from llmlab.jobs.processes import kill_process_tree, run_script
 
 RUNNER = [sys.executable, "-m", "deepspeed.launcher.runner"]
 needs_deepspeed = pytest.mark.skipif(not deepspeed_available(), reason="deepspeed not installed")

@@ -1,8 +1,8 @@
-"""llmlab.distributed.overlap's DDP bucket sweep: the bucket size changes the number of
+"""llmlab.distributed.harness.overlap's DDP bucket sweep: the bucket size changes the number of
 all-reduces, never the bytes each rank sends, which equal DDP's formula."""
 
 from llmlab.distributed import launch
-from llmlab.distributed.overlap import ddp_bucket_sweep, table
+from llmlab.distributed.harness.overlap import ddp_bucket_sweep, table
 
 
 def test_smaller_buckets_make_more_all_reduces_of_the_same_bytes():

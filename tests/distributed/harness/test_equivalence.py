@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from llmlab.distributed.equivalence import (
+from llmlab.distributed.harness.equivalence import (
     SMOKE_SHAPE,
     EquivalenceResult,
     compare_to_single_process,

@@ -9,8 +9,8 @@ from torch.distributed.tensor import Partial
 from torch.distributed.tensor.parallel import RowwiseParallel
 
 from llmlab.distributed import LaunchError, launch
-from llmlab.distributed.equivalence import SMOKE_SHAPE, global_batches, parameters_error
-from llmlab.distributed.model_parallel import (
+from llmlab.distributed.harness.equivalence import SMOKE_SHAPE, global_batches, parameters_error
+from llmlab.distributed.harness.model_parallel import (
     token_batches,
     train_single_process,
     train_tensor_parallel,
