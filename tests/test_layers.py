@@ -1,12 +1,14 @@
 """Data flows one way through llmlab: no module imports one above it (DESIGN.md, house rules).
 
-data -> models, kernels -> memory -> scale -> distributed -> train / jobs -> (prune, quant) ->
-evaluate, inference; env, device, bench, network, numerics, files and profiler sit underneath
-everything; course, plots and cli sit on top. The planner (scale) is plain arithmetic below the
-ranks' code: it never imports torch.distributed. The job tooling (jobs) surrounds a run: it never
-imports the trainer, and only what starts runs (cli, course) imports it. A lower module that
-reached up would make a learner read the whole package to understand one part, and would risk
-import cycles.
+data -> models, kernels -> evaluate -> memory -> scale -> distributed -> train / jobs -> (prune,
+quant) -> inference; env, device, bench, network, numerics, files and profiler sit underneath
+everything; course, plots and cli sit on top. The metrics (evaluate) sit just above the models and
+below the trainer, so the trainer, the harnesses and every later package use the one next-token
+loss and perplexity; an experiment that trains (PTQ against QAT) lives with its subject (quant).
+The planner (scale) is plain arithmetic below the ranks' code: it never imports torch.distributed.
+The job tooling (jobs) surrounds a run: it never imports the trainer, and only what starts runs
+(cli, course) imports it. A lower module that reached up would make a learner read the whole
+package to understand one part, and would risk import cycles.
 """
 
 import ast
@@ -17,10 +19,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "llmlab"
 LAYER = {
     "_quiet": 0, "network": 0, "env": 0, "device": 0, "bench": 0, "numerics": 0,
-    "profiler": 0, "files": 0, "data": 1, "models": 2, "kernels": 2, "memory": 3, "scale": 4,
-    "distributed": 5, "train": 6, "jobs": 6,
-    "prune": 7, "quant": 7, "evaluate": 8, "inference": 8,
-    "course": 9, "plots": 9, "cli": 9, "__main__": 9, "__init__": 9,
+    "profiler": 0, "files": 0, "data": 1, "models": 2, "kernels": 2, "evaluate": 3, "memory": 4,
+    "scale": 5, "distributed": 6, "train": 7, "jobs": 7, "prune": 8, "quant": 8, "inference": 9,
+    "course": 10, "plots": 10, "cli": 10, "__main__": 10, "__init__": 10,
 }  # fmt: skip
 # Imports a package must not make even from below it: the planner stays plain arithmetic, the
 # job tooling never imports the trainer, and quantization needs nothing of pruning's (the
@@ -87,6 +88,13 @@ def test_no_module_imports_one_above_it():
 
 def test_the_planner_never_imports_torch_distributed_and_only_cli_and_course_import_jobs():
     assert forbidden_imports() == []
+
+
+def test_the_metrics_sit_just_above_the_models_and_below_the_trainer():
+    # The trainer and the harnesses call evaluate's loss and perplexity: it must be below them.
+    assert LAYER["models"] < LAYER["evaluate"] < min(LAYER[m] for m in ("memory", "train"))
+    imported = set().union(*(llmlab_imports(path) for path in (PACKAGE / "evaluate").rglob("*.py")))
+    assert not imported & {"train", "prune", "quant"}, "an experiment that trains is not a metric"
 
 
 @pytest.mark.parametrize("source", ["import torch.distributed as dist",
