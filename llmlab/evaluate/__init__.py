@@ -34,7 +34,13 @@ from llmlab.evaluate.multiple_choice import (
     multiple_choice,
     wilson_interval,
 )
-from llmlab.evaluate.next_token import TokenScores, next_token_accuracy, perplexity, score_tokens
+from llmlab.evaluate.next_token import (
+    TokenScores,
+    next_token_accuracy,
+    perplexity,
+    perplexity_of,
+    score_tokens,
+)
 from llmlab.evaluate.ngram_bleu import BleuCounts, corpus_bleu, sentence_counts, smoothed_bleu4
 from llmlab.evaluate.ngram_chrf import corpus_chrf
 from llmlab.evaluate.paired import PairedRatio, paired_perplexity_ratio
@@ -49,6 +55,6 @@ __all__ = [
     "complete", "compressor_bits_per_byte", "continuation_logprob", "corpus_bleu", "corpus_chrf",
     "generate_samples", "held_out_windows", "latency_seconds", "multiple_choice",
     "next_token_accuracy", "paired_bootstrap", "paired_perplexity_ratio", "perplexity",
-    "predicted_bytes", "samples_table", "score_tokens", "sentence_counts", "size_on_disk",
-    "smoothed_bleu4", "token_byte_lengths", "wilson_interval",
+    "perplexity_of", "predicted_bytes", "samples_table", "score_tokens", "sentence_counts",
+    "size_on_disk", "smoothed_bleu4", "token_byte_lengths", "wilson_interval",
 ]  # fmt: skip

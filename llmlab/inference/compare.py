@@ -1,15 +1,15 @@
 """One table for the ways of running a model: size, latency, and agreement with a reference on
 the same token ids (largest logit difference, same most likely token, perplexity)."""
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 
 from llmlab.bench import markdown_table, time_fn
 from llmlab.env import MB
+from llmlab.evaluate.next_token import perplexity_of
+from llmlab.models import cross_entropy_on_ids
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,14 @@ def engine_rows(
             logits = logits_fn(ids).float().cpu()
             seconds = time_fn(lambda fn=logits_fn: fn(ids), warmup=1, repeats=repeats).median_s
         reference = logits if reference is None else reference
-        # Position i predicts token i + 1: the last position has nothing to predict.
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten().cpu())
+        loss = cross_entropy_on_ids(logits, ids.cpu())
         rows.append(EngineRow(
             engine=name,
             size_mb=size_bytes / MB,
             latency_ms=seconds * 1000,
             max_abs_diff=(logits - reference).abs().max().item(),
             same_argmax=(logits.argmax(-1) == reference.argmax(-1)).float().mean().item(),
-            perplexity=math.exp(loss.item()),
+            perplexity=perplexity_of(loss.item()),
         ))  # fmt: skip
     return rows
 
