@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from llmlab.course.pretrained import lab03_config, lab03_data, trained_model
+from llmlab.course.pretrained import trained_model
 from llmlab.data.shards import read_tokens
 from llmlab.evaluate import held_out_windows, size_on_disk
 from llmlab.quant import (
@@ -30,6 +30,7 @@ from llmlab.quant import (
     quantize_model,
     torch_save_bytes,
 )
+from llmlab.recipes import lab03_config, lab03_data
 
 
 def main() -> None:
