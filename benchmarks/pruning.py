@@ -103,10 +103,10 @@ def tiny_model(device: torch.device) -> tuple[nn.Module, np.ndarray, np.ndarray]
 
 def lab03_model(device: torch.device) -> tuple[nn.Module, np.ndarray, np.ndarray]:
     """(Lab 03's model, its training ids, its held-out ids), from the artifacts folder."""
-    from llmlab.course.artifacts import artifacts_dir
     from llmlab.course.pretrained import trained_model
     from llmlab.data import prepare_default_dataset
     from llmlab.data.shards import read_tokens
+    from llmlab.recipes import artifacts_dir
 
     model, _ = trained_model("smoke")
     dataset = prepare_default_dataset(artifacts_dir(), "smoke")

@@ -14,24 +14,23 @@ import time
 
 import torch
 
-from llmlab.course.pretrained import lab03_config, lab03_data, trained_model
+from llmlab.course.pretrained import trained_model
 from llmlab.data.shards import read_tokens
 from llmlab.evaluate import held_out_windows, size_on_disk
-from llmlab.evaluate.quantized import (
+from llmlab.quant import (
     Variant,
     fake_quant_variant,
     float_variant,
-    quant_rows,
-    quant_table,
-    torch_save_bytes,
-)
-from llmlab.quant import (
     int8_bits_per_weight,
     int8_model,
     nf4_bits_per_weight,
     nf4_model,
+    quant_rows,
+    quant_table,
     quantize_model,
+    torch_save_bytes,
 )
+from llmlab.recipes import lab03_config, lab03_data
 
 
 def main() -> None:

@@ -23,11 +23,12 @@ import time
 import torch
 
 from llmlab.bench import markdown_table, warn_if_busy
-from llmlab.course.pretrained import lab03_config, lab03_data, trained_model
+from llmlab.course.pretrained import trained_model
 from llmlab.prune import prunable_weights
 from llmlab.quant import gptq, hessian, record_inputs, rtn
 from llmlab.quant.library import library_gptq_layer
 from llmlab.quant.model import matrix
+from llmlab.recipes import lab03_config, lab03_data
 
 
 def parse_args() -> argparse.Namespace:

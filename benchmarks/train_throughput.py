@@ -28,8 +28,6 @@ from transformers import TrainerCallback, TrainingArguments
 
 from llmlab import bench
 from llmlab.bench import markdown_table, measure_matmul
-from llmlab.course import artifacts_dir
-from llmlab.course.pretrained import lab03_config
 from llmlab.data import prepare_default_dataset
 from llmlab.data.loaders import RandomWindows
 from llmlab.data.pipeline import PROFILE_SPECS, prepare_dataset
@@ -43,6 +41,7 @@ from llmlab.evaluate import (
     token_byte_lengths,
 )
 from llmlab.models import build_model, preset, training_flops_per_token
+from llmlab.recipes import artifacts_dir, lab03_config
 from llmlab.train import TrainConfig, Trainer
 
 SEQ, BATCH = 256, 8

@@ -219,9 +219,9 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _train_lab03(name: str, args: argparse.Namespace, info):
     """Build and run the trainer; it is freed on return, before the process group is left."""
-    from llmlab.course.pretrained import lab03_config, lab03_data, lab03_shape
     from llmlab.data.pipeline import full_corpus_line
     from llmlab.models import build_model, training_flops_per_token
+    from llmlab.recipes import lab03_config, lab03_data, lab03_shape
     from llmlab.train import Trainer
 
     changes = {"max_steps": args.steps} if args.steps else {}

@@ -17,7 +17,7 @@ from helpers.train_fakes import NaNAt, RandomWindows, config, tiny_gpt2, token_s
 
 from llmlab import cli, env
 from llmlab.cli import main
-from llmlab.course.pretrained import lab03_config
+from llmlab.recipes import lab03_config
 from llmlab.train import TrainConfig, Trainer, TrainResult, read_metrics
 from llmlab.train.run_folder import RunLock
 

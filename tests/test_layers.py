@@ -1,12 +1,16 @@
 """Data flows one way through llmlab: no module imports one above it (DESIGN.md, house rules).
 
-data -> models, kernels -> memory -> scale -> distributed -> train / jobs -> (prune, quant) ->
-evaluate, inference; env, device, bench, network, numerics, files and profiler sit underneath
-everything; course, plots and cli sit on top. The planner (scale) is plain arithmetic below the
-ranks' code: it never imports torch.distributed. The job tooling (jobs) surrounds a run: it never
-imports the trainer, and only what starts runs (cli, course) imports it. A lower module that
-reached up would make a learner read the whole package to understand one part, and would risk
-import cycles.
+data -> models, kernels -> evaluate -> memory -> scale -> distributed -> train / jobs -> (prune,
+quant) -> inference -> recipes; env, device, bench, network, numerics, files, profiler and
+vocab_sizes sit underneath everything; course, plots and cli sit on top. The metrics (evaluate)
+sit just above the models and below the trainer, so the trainer, the harnesses and every later
+package use the one next-token loss and perplexity; an experiment that trains (PTQ against QAT)
+lives with its subject (quant). The recipes (Lab 03's model, data and budget, the Hub switches)
+sit between the libraries and the course, so the CLI and the labs share them; models never
+imports data. The planner (scale) is plain arithmetic below the ranks' code: it never imports
+torch.distributed. The job tooling (jobs) surrounds a run: it never imports the trainer, and only
+what starts runs (cli, course) imports it. A lower module that reached up would make a learner
+read the whole package to understand one part, and would risk import cycles.
 """
 
 import ast
@@ -19,15 +23,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "llmlab"
 LAYER = {
     "_quiet": 0, "network": 0, "env": 0, "device": 0, "bench": 0, "numerics": 0,
-    "profiler": 0, "files": 0, "data": 1, "models": 2, "kernels": 2, "memory": 3, "scale": 4,
-    "distributed": 5, "train": 6, "jobs": 6,
-    "prune": 7, "quant": 7, "evaluate": 8, "inference": 8,
-    "course": 9, "plots": 9, "cli": 9, "__main__": 9, "__init__": 9,
+    "profiler": 0, "files": 0, "vocab_sizes": 0, "data": 1, "models": 2, "kernels": 2,
+    "evaluate": 3, "memory": 4, "scale": 5, "distributed": 6, "train": 7, "jobs": 7, "prune": 8,
+    "quant": 8, "inference": 9, "recipes": 10,
+    "course": 11, "plots": 11, "cli": 11, "__main__": 11, "__init__": 11,
 }  # fmt: skip
 # Imports a package must not make even from below it: the planner stays plain arithmetic, the
-# job tooling never imports the trainer, and quantization needs nothing of pruning's (the
-# matrices of a block are llmlab.models').
-BANNED = {"scale": ("torch.distributed",), "jobs": ("llmlab.train",), "quant": ("llmlab.prune",)}
+# job tooling never imports the trainer, quantization needs nothing of pruning's (the matrices of
+# a block are llmlab.models'), and a model is numbers and a builder, not a dataset (what both
+# need, the profiles' vocabulary sizes, sits below both).
+BANNED = {"scale": ("torch.distributed",), "jobs": ("llmlab.train",), "quant": ("llmlab.prune",),
+          "models": ("llmlab.data",)}  # fmt: skip
 # The job tooling surrounds a run and never runs inside it: only what starts runs imports it.
 JOB_TOOLING_USERS = ("jobs", "cli", "course", "__main__")
 FORBIDDEN = {
@@ -107,6 +113,33 @@ def test_the_trainer_and_its_checkpointer_load_no_job_tooling():
     found = subprocess.run([sys.executable, "-c", code, *JOB_TOOLING], capture_output=True,
                            text=True, check=True).stdout.splitlines()  # fmt: skip
     assert found == ["[]", "False"]
+
+
+def test_the_recipes_sit_between_the_libraries_and_the_course_and_the_cli_trains_with_them():
+    libraries = ("train", "prune", "quant", "evaluate", "inference")
+    assert max(LAYER[m] for m in libraries) < LAYER["recipes"] < LAYER["course"] == LAYER["cli"]
+    cli = imported_modules(PACKAGE / "cli.py")  # `llmlab train` never goes through the course
+    assert "llmlab.recipes" in cli and not any(name.startswith("llmlab.course.pre") for name in cli)
+
+
+def test_models_import_nothing_from_data():
+    imported = set().union(*(llmlab_imports(path) for path in (PACKAGE / "models").rglob("*.py")))
+    assert "data" not in imported
+
+
+def test_models_importing_data_is_caught(tmp_path):
+    path = tmp_path / "llmlab" / "models" / "presets.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("from llmlab.data.pipeline import PROFILE_SPECS\n")
+    expected = "llmlab/models/presets.py imports llmlab.data"
+    assert forbidden_imports(tmp_path / "llmlab") == [expected]
+
+
+def test_the_metrics_sit_just_above_the_models_and_below_the_trainer():
+    # The trainer and the harnesses call evaluate's loss and perplexity: it must be below them.
+    assert LAYER["models"] < LAYER["evaluate"] < min(LAYER[m] for m in ("memory", "train"))
+    imported = set().union(*(llmlab_imports(path) for path in (PACKAGE / "evaluate").rglob("*.py")))
+    assert not imported & {"train", "prune", "quant"}, "an experiment that trains is not a metric"
 
 
 @pytest.mark.parametrize("source", ["import torch.distributed as dist",

@@ -36,6 +36,7 @@ from llmlab.files import (
     temporary_sibling,
 )
 from llmlab.network import ONLINE_VARIABLE, online
+from llmlab.vocab_sizes import VOCAB_SIZES
 
 ENCODE_BATCH = 64  # documents per encode call: bounds the memory of the encodings in flight
 
@@ -52,11 +53,8 @@ class DatasetSpec:
 
 
 PROFILE_SPECS = {
-    # A small vocabulary at smoke: the embedding and the output layer stay a small share of a
-    # tiny model's parameters and FLOPs, so its training time goes into the blocks, where
-    # what the later labs prune and quantize learns the language.
-    "smoke": DatasetSpec("builtin-smoke", vocab_size=2048),
-    "full": DatasetSpec("builtin", vocab_size=32768),  # offline; see profile_spec
+    "smoke": DatasetSpec("builtin-smoke", vocab_size=VOCAB_SIZES["smoke"]),
+    "full": DatasetSpec("builtin", vocab_size=VOCAB_SIZES["full"]),  # offline; see profile_spec
 }
 FULL_ONLINE_CORPUS = "fineweb-edu"  # what `full` trains on with LLMLAB_ONLINE=1
 

@@ -1,13 +1,25 @@
-"""Next-token scores on held-out windows: perplexity (token-weighted) and accuracy, one pass."""
+"""The one perplexity of a mean loss, and next-token scores on held-out windows: perplexity
+(token-weighted) and accuracy, one pass."""
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from llmlab.models.finite import require_finite_parameters
+from llmlab.models.loss import cross_entropy_on_ids
+
+
+def perplexity_of(loss: float | None) -> float | None:
+    """exp(loss), the perplexity of a mean cross-entropy in nats; inf where a float cannot hold
+    it (the one perplexity every trainer, table and metric reports)."""
+    if loss is None:
+        return None
+    try:
+        return math.exp(loss)
+    except OverflowError:  # a loss above 709.78, from a run that diverged
+        return math.inf
 
 
 @dataclass(frozen=True)
@@ -25,7 +37,7 @@ class TokenScores:
 
     @property
     def perplexity(self) -> float:
-        return math.exp(self.loss)
+        return perplexity_of(self.loss)
 
     @property
     def accuracy(self) -> float:
@@ -49,12 +61,11 @@ def score_tokens(
     try:
         for batch in _same_length_batches(windows, batch_size):
             ids = batch.to(device)
-            logits = model(ids).logits[:, :-1].float()
+            logits = model(ids).logits
             targets = ids[:, 1:]
             # Summed, not averaged per batch: windows of different lengths then weigh by tokens.
-            nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
-            nll_sum += nll.item()
-            correct += (logits.argmax(-1) == targets).sum().item()
+            nll_sum += cross_entropy_on_ids(logits, ids, reduction="sum").item()
+            correct += (logits[:, :-1].argmax(-1) == targets).sum().item()
             tokens += targets.numel()
     finally:
         model.train(was_training)

@@ -2,16 +2,16 @@
 rounds), and agreement with a reference on the same token ids (largest logit difference, same most
 likely token, perplexity)."""
 
-import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from llmlab.bench import markdown_table, speedups, time_rounds
 from llmlab.env import MB
+from llmlab.evaluate.next_token import perplexity_of
+from llmlab.models import cross_entropy_on_ids
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,7 @@ def engine_rows(
     reference = logits[reference_name]
     rows = []
     for name, (_, size_bytes) in engines.items():
-        # Position i predicts token i + 1: the last position has nothing to predict.
-        loss = F.cross_entropy(logits[name][:, :-1].flatten(0, 1), ids[:, 1:].flatten().cpu())
+        loss = cross_entropy_on_ids(logits[name], ids.cpu())
         ratios = speedups(timings[reference_name], timings[name])
         rows.append(EngineRow(
             engine=name,
@@ -60,7 +59,7 @@ def engine_rows(
             speedup_high=max(ratios),
             max_abs_diff=(logits[name] - reference).abs().max().item(),
             same_argmax=(logits[name].argmax(-1) == reference.argmax(-1)).float().mean().item(),
-            perplexity=math.exp(loss.item()),
+            perplexity=perplexity_of(loss.item()),
         ))  # fmt: skip
     return rows
 

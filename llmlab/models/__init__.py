@@ -1,5 +1,5 @@
-"""Model presets and builders (through `transformers` configs), parameter and FLOP counts, and an
-LSTM language model to compare with the transformer."""
+"""Model presets and builders (through `transformers` configs), parameter and FLOP counts, the one
+next-token loss, and an LSTM language model to compare with the transformer."""
 
 from llmlab.models.blocks import (
     BLOCK_MATRIX_TYPES,
@@ -20,6 +20,7 @@ from llmlab.models.counts import (
     stage_parameters,
     training_flops_per_token,
 )
+from llmlab.models.loss import cross_entropy_on_ids, next_token_cross_entropy, next_token_loss
 from llmlab.models.presets import (
     ATTENTION,
     PRESETS,
@@ -35,8 +36,9 @@ from llmlab.models.rnn import LSTMLanguageModel, lstm_flops_per_token, lstm_laye
 __all__ = [
     "ATTENTION", "BLOCK_MATRIX_TYPES", "PRESETS", "SMOKE_VOCAB", "FlopCounts", "LSTMLanguageModel",
     "ModelShape", "ParamCounts", "as_shape", "block_matrices", "block_parameters", "build_model",
-    "count_model_parameters", "count_parameters", "enable_activation_checkpointing", "input_dim",
-    "linear_from_conv1d", "lstm_flops_per_token", "lstm_layer_parameters",
-    "measure_training_flops", "named_blocks", "parameter_table", "preset", "stage_parameters",
-    "training_flops_per_token", "transformer_blocks",
+    "count_model_parameters", "count_parameters", "cross_entropy_on_ids",
+    "enable_activation_checkpointing", "input_dim", "linear_from_conv1d", "lstm_flops_per_token",
+    "lstm_layer_parameters", "measure_training_flops", "named_blocks", "next_token_cross_entropy",
+    "next_token_loss", "parameter_table", "preset", "stage_parameters", "training_flops_per_token",
+    "transformer_blocks",
 ]  # fmt: skip

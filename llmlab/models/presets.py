@@ -18,11 +18,11 @@ from transformers import (
     LlamaForCausalLM,
 )
 
-from llmlab.data.pipeline import PROFILE_SPECS
+from llmlab.vocab_sizes import VOCAB_SIZES
 
 FAMILIES = ("gpt2", "llama")
 ATTENTION = ("sdpa", "eager")  # fused scaled-dot-product attention, or the textbook matmuls
-SMOKE_VOCAB = PROFILE_SPECS["smoke"].vocab_size  # of the tokenizer Lab 01 trains at smoke
+SMOKE_VOCAB = VOCAB_SIZES["smoke"]  # of the tokenizer Lab 01 trains at smoke
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import CausalLMOutput
 
+from llmlab.models.loss import cross_entropy_on_ids
+
 
 class LSTMLanguageModel(nn.Module):
     """Embedding -> n_layer LSTM layers of width d_model -> a linear head over the vocabulary.
@@ -36,9 +38,7 @@ class LSTMLanguageModel(nn.Module):
         logits = self.head(hidden)
         loss = None
         if labels is not None:  # predict token t + 1 from positions up to t
-            loss = nn.functional.cross_entropy(
-                logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten()
-            )
+            loss = cross_entropy_on_ids(logits, labels)
         return CausalLMOutput(loss=loss, logits=logits)
 
 

@@ -22,7 +22,6 @@ from llmlab.train.loop import (
     Trainer,
     TrainingDiverged,
     TrainResult,
-    next_token_loss,
 )
 from llmlab.train.lora import LoRALinear, add_lora, merge_lora
 from llmlab.train.metrics import StepMetrics, read_metrics
@@ -51,7 +50,6 @@ __all__ = [
     "load_resharded",
     "merge_lora",
     "newest_verified_checkpoint",
-    "next_token_loss",
     "read_metrics",
     "save_checkpoint",
     "schedule_curve",

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -33,7 +32,7 @@ from llmlab.memory import (
     optimizer_by_name,
     prepare,
 )
-from llmlab.models import ModelShape, block_matrices
+from llmlab.models import ModelShape, block_matrices, cross_entropy_on_ids
 from llmlab.train.lora import add_lora
 
 PARTS = ("full", "lora", "head")
@@ -91,9 +90,7 @@ def target_loss(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> to
     """Mean cross-entropy of the target tokens: the logits at t predict the token at t + 1."""
     device = next(model.parameters()).device
     ids, labels = ids.to(device), labels.to(device)
-    logits = model(input_ids=ids).logits[:, :-1]
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels[:, 1:].flatten(),
-                           ignore_index=IGNORE)  # fmt: skip
+    return cross_entropy_on_ids(model(input_ids=ids).logits, labels)  # IGNORE counts for nothing
 
 
 def lora_targets(model: nn.Module) -> list[str]:

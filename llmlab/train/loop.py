@@ -12,7 +12,6 @@ from typing import Protocol
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from llmlab.bench import mfu
@@ -26,7 +25,8 @@ from llmlab.device import (
 )
 from llmlab.distributed import dist_info
 from llmlab.distributed.data_parallel import wrap_model
-from llmlab.models import enable_activation_checkpointing
+from llmlab.evaluate.next_token import perplexity_of
+from llmlab.models import enable_activation_checkpointing, next_token_loss
 from llmlab.train.checkpointer import Checkpointer
 from llmlab.train.config import TrainConfig
 from llmlab.train.metrics import (
@@ -37,7 +37,6 @@ from llmlab.train.metrics import (
     flag_stragglers,
     gather_rank_readings,
     measured_peak_flops,
-    perplexity_of,
 )
 from llmlab.train.optim import build_optimizer
 from llmlab.train.schedule import learning_rate
@@ -101,13 +100,6 @@ class TrainResult:
     @property
     def perplexity(self) -> float | None:
         return perplexity_of(self.val_loss)
-
-
-def next_token_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor):
-    """Mean cross-entropy of predicting each next token (targets are already shifted)."""
-    output = model(inputs)
-    logits = output.logits if hasattr(output, "logits") else output  # HF model or plain module
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
 class Trainer:

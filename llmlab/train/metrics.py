@@ -8,7 +8,6 @@ of later steps above it were cut short with their attempt: `read_metrics` leaves
 
 import csv
 import json
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ import torch
 
 from llmlab.bench import measure_matmul, peak_tflops
 from llmlab.distributed.stragglers import find_stragglers, gather_rank_values
+from llmlab.evaluate.next_token import perplexity_of
 
 try:
     import pynvml  # nvidia-ml-py: what torch.cuda reads GPU utilisation, memory and power with
@@ -57,16 +57,6 @@ class StepMetrics:
     @property
     def perplexity(self) -> float | None:
         return perplexity_of(self.val_loss)
-
-
-def perplexity_of(loss: float | None) -> float | None:
-    """exp(loss), the perplexity of a mean cross-entropy; inf where a float cannot hold it."""
-    if loss is None:
-        return None
-    try:
-        return math.exp(loss)
-    except OverflowError:  # a loss above 709.78, from a run that diverged
-        return math.inf
 
 
 def format_perplexity(perplexity: float) -> str:

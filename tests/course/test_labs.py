@@ -58,10 +58,10 @@ def test_two_small_gpus_run_the_multi_gpu_labs_at_full_scale():
 
 def test_lab_03s_full_recipe_fits_the_memory_its_rule_asks_for():
     """The rule's threshold leaves the planner's 10% margin over the full recipe's estimate."""
-    from llmlab.course.pretrained import MODEL_PRESET, lab03_config
     from llmlab.data.pipeline import PROFILE_SPECS
     from llmlab.memory import TrainingSetup, estimate_memory
     from llmlab.models import preset
+    from llmlab.recipes import MODEL_PRESET, lab03_config
 
     config = lab03_config("full")
     shape = preset(MODEL_PRESET["full"], vocab_size=PROFILE_SPECS["full"].vocab_size)

@@ -4,14 +4,11 @@ with Lab 03's recipe when it did not."""
 import json
 
 import pytest
-import torch
 from helpers.model_files import pickle_the_weights
 from helpers.train_fakes import tiny_gpt2, tiny_tokenizer
 from transformers import GPT2LMHeadModel
 
 from llmlab.course import pretrained
-from llmlab.data.errors import DataError
-from llmlab.data.tokenization import train_bpe
 from llmlab.files import write_folder_checksums
 from llmlab.train import TrainConfig
 
@@ -43,13 +40,6 @@ def test_a_missing_model_is_trained_with_the_recipe_then_saved(artifacts, monkey
     model, tokenizer = pretrained.trained_model("smoke", progress=False)
     assert (artifacts / "lab03-smoke-model" / "model.safetensors").is_file()
     assert model.config.vocab_size == len(tokenizer) == 2048
-
-
-def test_the_recipes_are_valid_configs():
-    for profile_name in ("smoke", "full"):
-        assert isinstance(pretrained.lab03_config(profile_name), TrainConfig)
-    with pytest.raises(ValueError, match="unknown profile"):
-        pretrained.lab03_config("huge")
 
 
 def test_a_model_from_another_recipe_is_trained_again(artifacts, monkeypatch):
@@ -156,71 +146,10 @@ def test_two_threads_never_load_the_model_at_once(artifacts, monkeypatch):
     assert most_at_once == [1, 1]
 
 
-def test_the_hub_model_needs_the_online_switch(monkeypatch):
-    monkeypatch.delenv("LLMLAB_ONLINE", raising=False)
-    with pytest.raises(DataError, match="set LLMLAB_ONLINE=1 before starting Python"):
-        pretrained.hub_model()
-
-
-def test_the_hub_task_offline_is_none_and_never_touches_the_network(monkeypatch):
-    import socket
-
-    import datasets
-
-    monkeypatch.delenv("LLMLAB_ONLINE", raising=False)
-
-    def network(*args, **kwargs):
-        pytest.fail("the offline path reached for the network")
-
-    monkeypatch.setattr(socket.socket, "connect", network)
-    monkeypatch.setattr(pretrained.AutoModelForCausalLM, "from_pretrained", network)
-    monkeypatch.setattr(datasets, "load_dataset", network)
-    assert pretrained.hub_task(max_train=10, max_test=5) is None
-
-
-def test_the_hub_task_online_pairs_the_hub_model_with_codexglue(monkeypatch):
+def test_a_full_model_from_the_other_corpus_is_trained_again(monkeypatch):
+    """The stamp names the corpus: a model trained offline is not reused online, and back."""
+    monkeypatch.setattr(pretrained, "lab03_config", lambda profile_name: TrainConfig())
     monkeypatch.setenv("LLMLAB_ONLINE", "1")
-    model = tiny_gpt2()
-    monkeypatch.setattr(pretrained, "hub_model", lambda: (model, "tokenizer"))
-    asked = []
-    monkeypatch.setattr(pretrained, "hub_docstring_pairs",
-                        lambda split, n: asked.append((split, n)) or [split] * n)  # fmt: skip
-    task = pretrained.hub_task(max_train=3, max_test=2)
-    assert (task.model, task.tokenizer) == (model, "tokenizer")
-    assert (task.train, task.test) == (["train"] * 3, ["test"] * 2)
-    assert asked == [("train", 3), ("test", 2)]
-
-
-def test_the_hub_model_with_a_local_stand_in(tmp_path, monkeypatch):
-    """A folder laid out as a Hub repository stands in for gpt2: the same loading path."""
-    model = tiny_gpt2()
-    model.save_pretrained(tmp_path)
-    train_bpe(["def add(a, b):\n    return a + b\n"] * 5, vocab_size=280).save_pretrained(tmp_path)
-    monkeypatch.setenv("LLMLAB_ONLINE", "1")
-    loaded, tokenizer = pretrained.hub_model(str(tmp_path))
-    ids = torch.tensor([[1, 2, 3]])
-    assert torch.equal(loaded(ids).logits, model(ids).logits)
-    assert tokenizer.decode(tokenizer.encode("return a + b")) == "return a + b"
-
-
-def test_published_references_need_fineweb_text_and_never_reach_the_hub_without_it(monkeypatch):
-    """On the built-in corpus (offline) the references do not apply: one line names the switch,
-    and no tokenizer is fetched. On the FineWeb-Edu sample, GPT-2's tokenizer (a stand-in here)
-    converts each published loss into this text's bits per byte."""
-    from types import SimpleNamespace
-
-    monkeypatch.setattr(pretrained, "hub_tokenizer", lambda: pytest.fail("fetched a tokenizer"))
-    offline = SimpleNamespace(info={"spec": {"corpus": "builtin"}})
-    assert "set LLMLAB_ONLINE=1" in pretrained.published_references(offline, "x = 1\n")
-    stand_in = train_bpe(["The cell is the unit of life.\n"] * 5, vocab_size=280)
-    monkeypatch.setattr(pretrained, "hub_tokenizer", lambda: stand_in)
-    online = SimpleNamespace(info={"spec": {"corpus": "fineweb-edu"}})
-    table = pretrained.published_references(online, "The cell is the unit of life.\n" * 4)
-    assert "OpenAI's GPT-2 small (124M) checkpoint" in table and "3.2924" in table
-    assert "llm.c's GPT-2 small, 10B tokens" in table
-
-
-def test_the_hub_tokenizer_needs_the_online_switch(monkeypatch):
-    monkeypatch.delenv("LLMLAB_ONLINE", raising=False)
-    with pytest.raises(DataError, match="set LLMLAB_ONLINE=1 before starting Python"):
-        pretrained.hub_tokenizer()
+    assert pretrained.recipe_stamp("full")["corpus"] == "fineweb-edu"
+    monkeypatch.delenv("LLMLAB_ONLINE")
+    assert pretrained.recipe_stamp("full")["corpus"] == "builtin"

@@ -6,18 +6,22 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers.definitions import PACKAGE, calls
 from helpers.evaluation import TINY
 from torch import nn
 
 from llmlab.evaluate import (
+    TokenScores,
     held_out_windows,
     next_token_accuracy,
     perplexity,
+    perplexity_of,
     score_tokens,
 )
 from llmlab.models import build_model
 
 ATOL = 1e-5  # float32 sums over a few hundred tokens
+LOSS_WORDS = r"loss|nll|entropy"  # an exponential of one of these is a perplexity
 
 
 def transformers_loss(model, windows):
@@ -110,3 +114,25 @@ def test_a_non_finite_loss_from_finite_weights_says_so():
     with pytest.raises(ValueError, match="the model's loss is nan on these windows, though "
                        "every weight is finite: .*overflow"):  # fmt: skip
         score_tokens(Overflowing(7), windows)
+
+
+def test_perplexity_of_a_loss_is_guarded_against_overflow():
+    assert perplexity_of(math.log(20.0)) == pytest.approx(20.0)
+    assert perplexity_of(800.0) == math.inf  # math.exp raises OverflowError above 709.78
+    assert perplexity_of(None) is None
+    assert TokenScores(nll_sum=3 * 800.0, correct=0, tokens=3).perplexity == math.inf
+
+
+def test_perplexity_of_is_the_only_exponential_of_a_loss_in_llmlab():
+    found = calls(PACKAGE, {"exp"}, mentioning=LOSS_WORDS)
+    assert found == ["llmlab/evaluate/next_token.py:perplexity_of"]
+
+
+@pytest.mark.parametrize("source", ["math.exp(loss.item())", "torch.exp(mean_nll)",
+                                    "val_loss.exp()", "np.exp(self.cross_entropy)"])  # fmt: skip
+def test_a_second_perplexity_is_caught(tmp_path, source):
+    path = tmp_path / "llmlab" / "inference" / "compare.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"def engine_rows(loss, mean_nll, val_loss, self):\n    return {source}\n")
+    found = calls(tmp_path / "llmlab", {"exp"}, mentioning=LOSS_WORDS)
+    assert found == ["llmlab/inference/compare.py:engine_rows"]

@@ -13,10 +13,17 @@ from helpers.qat import GROUP, SEQ, SHAPE, SHAPES, VOCAB
 from torch import nn
 from torch.nn.utils import parametrize
 
-from llmlab.evaluate import fake_quant_variant, size_on_disk
+from llmlab.evaluate import size_on_disk
 from llmlab.models import build_model
 from llmlab.prune import apply_masks, global_masks
-from llmlab.quant import fake_quantize, finish_qat, prepare_qat, qat_layers, quantize
+from llmlab.quant import (
+    fake_quant_variant,
+    fake_quantize,
+    finish_qat,
+    prepare_qat,
+    qat_layers,
+    quantize,
+)
 from llmlab.quant.model import matrix, write_back
 from llmlab.quant.qat import FakeQuantized, StraightThrough
 

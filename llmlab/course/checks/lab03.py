@@ -20,7 +20,7 @@ from llmlab.course.checks import (
     is_close,
     passed,
 )
-from llmlab.models import build_model, preset, training_flops_per_token
+from llmlab.models import build_model, next_token_cross_entropy, preset, training_flops_per_token
 from llmlab.train import TrainConfig, Trainer, learning_rate
 from llmlab.train.checkpoint import capture_rng, restore_rng
 
@@ -40,10 +40,7 @@ def _tiny_model() -> torch.nn.Module:
 
 
 def _summed_loss(model, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = model(inputs).logits
-    return F.cross_entropy(
-        logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE, reduction="sum"
-    )
+    return next_token_cross_entropy(model(inputs).logits, targets, reduction="sum")
 
 
 def _counted(micro_batches) -> int:

@@ -28,7 +28,7 @@ from llmlab.distributed import LaunchError, launch
 from llmlab.distributed.tensor_parallel import CopyToTensorParallel, ReduceFromTensorParallel
 from llmlab.env import GB
 from llmlab.memory import TrainingSetup
-from llmlab.models import preset
+from llmlab.models import next_token_loss, preset
 from llmlab.numerics import relative_error
 from llmlab.scale.layout import Parallel, choose_layouts, stage_estimate
 
@@ -309,10 +309,6 @@ def _batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
             for _ in range(DDP_STEPS)]  # fmt: skip
 
 
-def _loss(model, inputs, targets) -> torch.Tensor:
-    return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
-
-
 def _flat(tensors) -> torch.Tensor:
     return torch.cat([t.detach().flatten() for t in tensors])
 
@@ -325,7 +321,7 @@ def _train(model, batches, rank: int, world: int, sync: Callable[[], None] | Non
     for inputs, targets in batches:
         optimizer.zero_grad()
         mine = slice(rank * share, (rank + 1) * share)
-        _loss(model, inputs[mine], targets[mine]).backward()
+        next_token_loss(model, inputs[mine], targets[mine]).backward()
         if sync is not None:
             sync()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from llmlab.distributed.data_parallel import (
@@ -31,7 +30,7 @@ from llmlab.distributed.data_parallel import (
 )
 from llmlab.distributed.harness.comm import count_collectives, drop_collectives
 from llmlab.distributed.launch import launch
-from llmlab.models import ModelShape, build_model, preset
+from llmlab.models import ModelShape, build_model, next_token_loss, preset
 from llmlab.numerics import relative_error
 from llmlab.scale.comm_cost import ddp_bytes, fsdp_bytes, zero1_bytes
 
@@ -85,9 +84,8 @@ def global_batches(steps: int, global_batch: int, shape: ModelShape, seed: int =
 
 
 def loss_on(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over the rows of `tokens`."""
-    logits = model(tokens[:, :-1]).logits
-    return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+    """Mean next-token cross-entropy over the rows of `tokens` (each row: inputs, then one more)."""
+    return next_token_loss(model, tokens[:, :-1], tokens[:, 1:])
 
 
 def parameters_error(params: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> float:

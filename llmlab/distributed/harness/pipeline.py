@@ -18,13 +18,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from llmlab.distributed.harness.equivalence import SMOKE_SHAPE, reference_optimizer
 from llmlab.distributed.harness.model_parallel import STEPS, token_batches
-from llmlab.models import ModelShape, build_model, preset
+from llmlab.models import ModelShape, build_model, next_token_cross_entropy, preset
 from llmlab.models.blocks import transformer_blocks
 from llmlab.scale.comm_cost import bubble_fraction
 
@@ -66,11 +65,6 @@ def stage_bounds(n_layer: int, stages: int) -> list[tuple[int, int]]:
         bounds.append((first, last))
         first = last
     return bounds
-
-
-def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the logits against the next tokens (the inputs shifted by one)."""
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 @dataclass
@@ -123,7 +117,7 @@ def train_pipeline(
     busy = _time_chunks(stage)
     # The schedule cuts the batch into micro-batches and divides the summed gradients by their
     # number, so with a mean loss per micro-batch the gradient is the global batch's mean.
-    runner = SCHEDULES[schedule](stage, microbatches, loss_fn=next_token_loss)
+    runner = SCHEDULES[schedule](stage, microbatches, loss_fn=next_token_cross_entropy)
     optimizer = reference_optimizer(module.parameters(), optimizer)
     tied = shape.tied_embeddings and stages > 1 and (module.is_first or module.is_last)
     tie_group = dist.new_group([0, stages - 1])  # every rank must take part in creating it

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab03 as check
 from llmlab.course.checks.lab03 import IGNORE, accumulate_token_weighted
-from llmlab.train import next_token_loss
+from llmlab.models import next_token_loss
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,4 +1,5 @@
-"""Where labs leave what later labs reuse (tokenizers, token shards, trained models).
+"""Where the recipes build what they need and leave what they make (tokenizers, token shards,
+trained models): what `llmlab train` and later labs reuse.
 
 LLMLAB_ARTIFACTS wins; inside a checkout of the course it is `<repository>/artifacts/` (ignored by
 git), elsewhere `~/.cache/llmlab/artifacts`. Each lab also runs on its own: it rebuilds what it

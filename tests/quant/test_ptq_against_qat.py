@@ -9,9 +9,9 @@ from helpers.qat import GROUP, LAG, SEQ, SHAPE, VOCAB
 from torch import nn
 
 from llmlab.evaluate import held_out_windows, perplexity
-from llmlab.evaluate.qat import fine_tuned, ptq_against_qat
 from llmlab.models import build_model
 from llmlab.quant import finish_qat, prepare_qat, qat_layers
+from llmlab.quant.ptq_against_qat import fine_tuned, ptq_against_qat
 from llmlab.train import TrainConfig, Trainer
 
 # ------------------------------------------------------------- QAT against PTQ, measured

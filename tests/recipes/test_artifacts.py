@@ -2,7 +2,7 @@
 
 
 def test_artifacts_go_to_the_variable_then_the_checkout_then_the_home_cache(tmp_path, monkeypatch):
-    from llmlab.course import artifacts_dir
+    from llmlab.recipes import artifacts_dir
 
     monkeypatch.setenv("LLMLAB_ARTIFACTS", str(tmp_path / "mine"))
     assert artifacts_dir() == tmp_path / "mine" and (tmp_path / "mine").is_dir()

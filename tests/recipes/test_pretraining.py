@@ -1,15 +1,14 @@
-"""Lab 03's recipes: the full one's length comes from its data (about 2 passes over the built-in
-corpus offline, 1 over the FineWeb-Edu sample online) with its minutes an estimate, both
+"""Lab 03's recipes: valid settings for both profiles, the full one's length comes from its data
+(about 2 passes over the built-in corpus offline, 1 over the FineWeb-Edu sample online), both
 checkpoint mid-run, and a shortened run scales its warm-up instead of never leaving it."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from llmlab.bench import peak_tflops
-from llmlab.course import pretrained
-from llmlab.course.pretrained import FULL_TRAIN_TOKENS, lab03_config, training_budget
-from llmlab.train import learning_rate
+from llmlab.recipes import pretraining
+from llmlab.recipes.pretraining import FULL_TRAIN_TOKENS, lab03_config
+from llmlab.train import TrainConfig, learning_rate
 
 
 @pytest.fixture(autouse=True)
@@ -17,26 +16,18 @@ def offline(monkeypatch):
     monkeypatch.delenv("LLMLAB_ONLINE", raising=False)
 
 
+def test_the_recipes_are_valid_configs():
+    for profile_name in ("smoke", "full"):
+        assert isinstance(lab03_config(profile_name), TrainConfig)
+    with pytest.raises(ValueError, match="unknown profile"):
+        lab03_config("huge")
+
+
 def test_the_full_recipe_makes_about_two_passes_over_the_offline_corpus():
     c = lab03_config("full")
     tokens = c.max_steps * c.micro_batch_size * c.grad_accum_steps * c.seq_len
     assert 1.5 <= tokens / FULL_TRAIN_TOKENS <= 2.0  # not ~40 passes: that only overfits
     assert c.max_steps == 330  # the README's offline figure
-
-
-def test_the_budget_arithmetic():
-    """Steps are whole passes' tokens over tokens per step, rounded down once (30,000 tokens x 2
-    passes = 3 steps of 16,384; rounding each pass first gives 2); minutes are those steps'
-    tokens at the 28% of an H200's bf16 peak measured there. Fails on a wrong MFU, peak or
-    rounding, or on minutes counted from the data's tokens instead of the steps'."""
-    flops = 0.28 * peak_tflops("H200", "bf16") * 1e12 / 500_000  # 500k tokens/s
-    budget = training_budget(30_000, 2, 16_384, flops)
-    assert (budget.steps, budget.tokens) == (3, 3 * 16_384)
-    assert budget.tokens_per_s == pytest.approx(500_000)
-    assert budget.minutes == pytest.approx(3 * 16_384 / 500_000 / 60)
-    line = str(training_budget(100_000_000, 1, 16_384, flops))
-    assert line.startswith("6,103 steps, 100.0M tokens: about 3.3 minutes on one H200")
-    assert "~500,000 tokens/s (28% MFU, as measured there)" in line and "gpu-check" in line
 
 
 def test_online_the_full_recipe_makes_one_pass_over_the_sample_it_built(monkeypatch):
@@ -49,13 +40,10 @@ def test_online_the_full_recipe_makes_one_pass_over_the_sample_it_built(monkeypa
         asked.append(profile_name)
         return built
 
-    monkeypatch.setattr(pretrained, "prepare_default_dataset", prepare)
+    monkeypatch.setattr(pretraining, "prepare_default_dataset", prepare)
     monkeypatch.setenv("LLMLAB_ONLINE", "1")
     assert lab03_config("full").max_steps == 50_000_000 // (16 * 1024) == 3051
     assert asked == ["full"]
-    assert pretrained.recipe_stamp("full")["corpus"] == "fineweb-edu"  # an offline model retrains
-    monkeypatch.delenv("LLMLAB_ONLINE")
-    assert pretrained.recipe_stamp("full")["corpus"] == "builtin"
 
 
 @pytest.mark.parametrize("profile_name", ["smoke", "full"])

@@ -1,5 +1,7 @@
 """Post-training quantization (RTN, GPTQ) against quantization-aware training (QAT) at the same
-bits and group size, measured by perplexity on the same held-out windows."""
+bits and group size, measured by perplexity on the same held-out windows. An experiment that
+trains (QAT is training through fake quantization), so it lives with quantization, above the
+trainer, not with the metrics below it."""
 
 import copy
 from collections.abc import Callable, Sequence
@@ -7,7 +9,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from llmlab.evaluate.next_token import perplexity
-from llmlab.quant import finish_qat, prepare_qat, quantize_model
+from llmlab.quant.model import quantize_model
+from llmlab.quant.qat import finish_qat, prepare_qat
 from llmlab.train import BatchSource, TrainConfig, Trainer
 
 

@@ -6,7 +6,10 @@ import pytest
 import torch
 
 from llmlab.evaluate import held_out_windows, score_tokens, size_on_disk
-from llmlab.evaluate.quantized import (
+from llmlab.models import ModelShape, build_model
+from llmlab.quant import quantize_model
+from llmlab.quant.torchao_int8 import int8_model
+from llmlab.quant.variants import (
     QuantRow,
     Variant,
     fake_quant_variant,
@@ -15,9 +18,6 @@ from llmlab.evaluate.quantized import (
     quant_table,
     torch_save_bytes,
 )
-from llmlab.models import ModelShape, build_model
-from llmlab.quant import quantize_model
-from llmlab.quant.torchao_int8 import int8_model
 
 SHAPE = ModelShape("gpt2", 2, 64, 4, 512, 64)
 
