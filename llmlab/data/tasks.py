@@ -1,0 +1,152 @@
+"""Tasks a model of a few million parameters learns in minutes, generated here (no download).
+
+Each task turns a *key* (a date, a number, two numbers, a few facts) into a prompt and the one
+right answer by a fixed rule, so a model can only score by learning the rule:
+- "dates": an ISO date written out ("2021-03-04" -> "March 4, 2021"): a translation, scored with
+  BLEU and chrF as well as exact match; "dates-back" is the reverse direction, for
+  back-translation;
+- "number-words": a number written in words ("4071" -> "four thousand seventy-one"): a longer
+  translation;
+- "addition": the sum of two two-digit numbers: an answer a program can verify (the reward of
+  reinforcement learning with verifiable rewards);
+- "facts-qa": two people's city and job, then a question about one of them: question answering
+  whose answer can be checked, and a wrong answer that names a real city or job of the task is a
+  fluent one: a hallucination, not noise.
+
+The splits are drawn from disjoint sets of keys, so no test example's answer was ever trained
+on (a test date never appears among the training dates).
+"""
+
+import calendar
+import random
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+
+SPLITS = ("train", "validation", "test")
+MONTHS = tuple(calendar.month_name[1:])  # "January" ... "December", in English whatever the locale
+ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen").split()
+TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+NAMES = ("Ada Ben Cal Dora Eli Fay Gus Hana Ivo Jun Kai Lea Max Nia Oto Pia Rex Sol Tia Uma Vic "
+         "Wes Yan Zoe").split()
+CITIES = "Oslo Lima Rome Kyiv Cairo Quito Paris Delhi Seoul Tokyo Dakar Perth Riga Sofia".split()
+JOBS = "baker pilot nurse farmer tailor painter judge miner sailor writer chef doctor".split()
+
+
+@dataclass(frozen=True)
+class TaskItem:
+    key: Hashable  # what the example was made from: no two splits share one
+    prompt: str  # what the model is given; it ends where the answer starts
+    answer: str  # the one right answer, without the leading space and the newline
+
+    @property
+    def target(self) -> str:
+        """What the model learns to write after the prompt: the answer, then a newline (the
+        newline tells generation where to stop)."""
+        return f" {self.answer}\n"
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    draw_key: Callable[[random.Random], Hashable]
+    render: Callable[[Hashable], tuple[str, str]]  # key -> (prompt, answer)
+
+    def item(self, key: Hashable) -> TaskItem:
+        return TaskItem(key, *self.render(key))
+
+
+def number_words(n: int) -> str:
+    """An integer from 0 to 999,999 in English words: 4071 -> "four thousand seventy-one"."""
+    if not 0 <= n < 1_000_000:
+        raise ValueError(f"number_words covers 0 to 999,999, got {n}")
+    if n < 20:
+        return ONES[n]
+    if n < 100:
+        return TENS[n // 10] + (f"-{ONES[n % 10]}" if n % 10 else "")
+    if n < 1000:
+        return f"{ONES[n // 100]} hundred" + (f" {number_words(n % 100)}" if n % 100 else "")
+    rest = f" {number_words(n % 1000)}" if n % 1000 else ""
+    return f"{number_words(n // 1000)} thousand{rest}"
+
+
+def _date(rng: random.Random) -> tuple[int, int, int]:
+    year, month = rng.randrange(1900, 2100), rng.randrange(1, 13)
+    return year, month, rng.randrange(1, calendar.monthrange(year, month)[1] + 1)
+
+
+def _written(key: tuple[int, int, int]) -> str:
+    year, month, day = key
+    return f"{MONTHS[month - 1]} {day}, {year}"
+
+
+def _iso(key: tuple[int, int, int]) -> str:
+    year, month, day = key
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
+def _facts(rng: random.Random) -> tuple:
+    """Two people, each with a city and a job, and the question: (person 0 or 1, "city"/"job")."""
+    people = tuple((name, rng.choice(CITIES), rng.choice(JOBS)) for name in rng.sample(NAMES, 2))
+    return people, rng.randrange(2), rng.choice(("city", "job"))
+
+
+def _facts_qa(key: tuple) -> tuple[str, str]:
+    people, asked, about = key
+    context = " ".join(f"{name} lives in {city} and works as a {job}."
+                       for name, city, job in people)
+    name, city, job = people[asked]
+    if about == "city":
+        return f"{context}\nQ: Where does {name} live?\nA:", city
+    return f"{context}\nQ: What does {name} work as?\nA:", f"a {job}"
+
+
+TASKS = {task.name: task for task in (
+    Task("dates", _date, lambda key: (f"Date: {_iso(key)}\nWritten:", _written(key))),
+    Task("dates-back", _date, lambda key: (f"Written: {_written(key)}\nDate:", _iso(key))),
+    Task("number-words", lambda rng: rng.randrange(1, 10_000),
+         lambda n: (f"Number: {n}\nIn words:", number_words(n))),
+    Task("addition", lambda rng: (rng.randrange(10, 100), rng.randrange(10, 100)),
+         lambda ab: (f"{ab[0]} + {ab[1]} =", str(ab[0] + ab[1]))),
+    Task("facts-qa", _facts, _facts_qa),
+)}
+
+
+def task_splits(
+    name: str, sizes: Mapping[str, int], seed: int = 0
+) -> dict[str, list[TaskItem]]:
+    """{split: items} for the task `name`, `sizes[split]` items each, from distinct keys: the
+    keys are drawn once, without repeats, and dealt to the splits in the order of `sizes`."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}: choose one of {sorted(TASKS)}")
+    if any(size < 0 for size in sizes.values()):
+        raise ValueError(f"split sizes must be >= 0, got {dict(sizes)}")
+    task, rng = TASKS[name], random.Random(seed)
+    keys: dict[Hashable, None] = {}  # a dict keeps the order keys were drawn in
+    total, attempts = sum(sizes.values()), 0
+    while len(keys) < total:
+        attempts += 1
+        if attempts > 20 * total + 1000:  # the task has fewer distinct keys than asked for
+            raise ValueError(f"task {name!r} ran out of distinct examples at {len(keys)} of "
+                             f"{total}: ask for fewer")
+        keys.setdefault(task.draw_key(rng))
+    ordered, splits, start = list(keys), {}, 0
+    for split, size in sizes.items():
+        splits[split] = [task.item(key) for key in ordered[start : start + size]]
+        start += size
+    return splits
+
+
+def exact_match(output: str, item: TaskItem) -> bool:
+    """Whether a completion is the answer, spaces around it ignored."""
+    return output.strip() == item.answer
+
+
+def qa_outcome(output: str, item: TaskItem) -> str:
+    """"correct", "hallucination" (a fluent wrong answer: another of the task's cities or jobs,
+    in the answer's form) or "other" (anything else: not an answer of the asked kind)."""
+    if exact_match(output, item):
+        return "correct"
+    answer = output.strip()
+    fluent = {f"a {job}" for job in JOBS} if item.answer.startswith("a ") else set(CITIES)
+    return "hallucination" if answer in fluent else "other"

@@ -1,0 +1,103 @@
+"""The generated tasks: the same items for the same seed, splits from disjoint keys (no test
+answer is ever trained on), answers that follow each task's rule, and the QA outcomes."""
+
+import re
+
+import pytest
+
+from llmlab.data.tasks import (
+    CITIES,
+    TASKS,
+    TaskItem,
+    exact_match,
+    number_words,
+    qa_outcome,
+    task_splits,
+)
+
+SIZES = {"train": 400, "validation": 50, "test": 100}
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_the_same_seed_gives_the_same_items_and_another_seed_others(name):
+    first, again = task_splits(name, SIZES, seed=0), task_splits(name, SIZES, seed=0)
+    assert first == again
+    assert task_splits(name, SIZES, seed=1)["test"] != first["test"]
+    assert {split: len(items) for split, items in first.items()} == SIZES
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_no_two_splits_share_a_key_or_a_prompt(name):
+    splits = task_splits(name, SIZES)
+    for a, b in (("train", "test"), ("train", "validation"), ("validation", "test")):
+        assert not {i.key for i in splits[a]} & {i.key for i in splits[b]}
+        assert not {i.prompt for i in splits[a]} & {i.prompt for i in splits[b]}
+
+
+def test_no_test_prompt_shares_its_longest_word_ngrams_with_training():
+    # Beyond equal keys: no test prompt has a training prompt's words in the same order, up to
+    # the prompt's length less one word (what a near-copy would share).
+    splits = task_splits("number-words", SIZES)
+    def ngrams(text, n):
+        words = text.split()
+        return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+    for item in splits["test"]:
+        n = len(item.prompt.split())
+        assert all(not ngrams(item.prompt, n) & ngrams(t.prompt, n) for t in splits["train"])
+
+
+@pytest.mark.parametrize(("n", "words"), [
+    (0, "zero"), (7, "seven"), (13, "thirteen"), (20, "twenty"), (42, "forty-two"),
+    (100, "one hundred"), (115, "one hundred fifteen"), (4071, "four thousand seventy-one"),
+    (9000, "nine thousand"), (12_345, "twelve thousand three hundred forty-five"),
+    (999_999, "nine hundred ninety-nine thousand nine hundred ninety-nine"),
+])
+def test_number_words(n, words):
+    assert number_words(n) == words
+
+
+def test_number_words_refuses_what_it_cannot_say():
+    with pytest.raises(ValueError, match="0 to 999,999"):
+        number_words(1_000_000)
+
+
+def test_each_answer_follows_its_rule():
+    splits = {name: task_splits(name, SIZES)["test"] for name in TASKS}
+    for item in splits["addition"]:
+        a, b = map(int, re.findall(r"\d+", item.prompt))
+        assert int(item.answer) == a + b and 10 <= a < 100 and 10 <= b < 100
+    for item in splits["dates"]:
+        year, month, day = item.key
+        assert item.prompt == f"Date: {year:04d}-{month:02d}-{day:02d}\nWritten:"
+        assert item.answer.endswith(f" {day}, {year}")
+    back = {item.key: item for item in task_splits("dates-back", SIZES, seed=0)["test"]}
+    dates = {item.key: item for item in task_splits("dates", SIZES, seed=0)["test"]}
+    for key in back.keys() & dates.keys():  # the same key, both ways
+        assert dates[key].answer in back[key].prompt and back[key].answer in dates[key].prompt
+    for item in splits["number-words"]:
+        assert item.answer == number_words(item.key)
+    for item in splits["facts-qa"]:
+        people, asked, about = item.key
+        name, city, job = people[asked]
+        assert name in item.prompt.splitlines()[-2]
+        assert item.answer == (city if about == "city" else f"a {job}")
+    assert all(item.target == f" {item.answer}\n" for items in splits.values() for item in items)
+
+
+def test_too_many_items_for_the_task_is_refused():
+    with pytest.raises(ValueError, match="ran out of distinct examples"):
+        task_splits("addition", {"train": 8000, "test": 1000})  # 90 x 90 = 8,100 sums
+    with pytest.raises(ValueError, match="unknown task"):
+        task_splits("sums", SIZES)
+
+
+def test_exact_match_and_qa_outcomes():
+    item = TaskItem("key", "Q: Where does Ada live?\nA:", "Oslo")
+    assert exact_match(" Oslo ", item) and not exact_match("Oslo.", item)
+    assert qa_outcome("Oslo", item) == "correct"
+    other_city = next(city for city in CITIES if city != "Oslo")
+    assert qa_outcome(f" {other_city}", item) == "hallucination"  # fluent, and wrong
+    assert qa_outcome("a baker", item) == "other"  # a job, where a city was asked
+    assert qa_outcome("the the the", item) == "other"
+    job = TaskItem("key", "Q: What does Ada work as?\nA:", "a pilot")
+    assert qa_outcome("a nurse", job) == "hallucination" and qa_outcome("Oslo", job) == "other"
