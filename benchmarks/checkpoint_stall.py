@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from llmlab.bench import markdown_table, warn_if_busy
+from llmlab.tables import markdown_table
+from llmlab.timing import warn_if_busy
 from llmlab.train.stall import MODES, measure_stall
 
 VOCAB, SEQ, BATCH = 8192, 128, 4

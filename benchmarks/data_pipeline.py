@@ -18,7 +18,6 @@ import torch
 import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from llmlab.bench import markdown_table, time_fn
 from llmlab.data.clean import clean_documents
 from llmlab.data.corpus import load_corpus
 from llmlab.data.documents import total_bytes
@@ -26,6 +25,8 @@ from llmlab.data.loaders import RandomWindows, ResumableLoader, TokenStream
 from llmlab.data.pipeline import DatasetSpec, PipelineReport, build_dataset, split_documents
 from llmlab.data.tokenization import encode_texts, load_tokenizer, save_tokenizer, train_bpe
 from llmlab.device import choose_device
+from llmlab.tables import markdown_table
+from llmlab.timing import time_fn
 
 VOCAB, SEQ_LEN, BATCH = 8192, 256, 8  # the Lab 03 smoke model's vocabulary and batch shape
 LOADER_BATCHES = 200

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from llmlab.bench import markdown_table
 from llmlab.jobs.processes import kill_process_tree
+from llmlab.tables import markdown_table
 from llmlab.train import CheckpointCorrupt, verify_checkpoint
 from llmlab.train.checkpoint import completed_checkpoints
 from llmlab.train.metrics import RESTART

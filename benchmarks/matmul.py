@@ -9,15 +9,10 @@ import argparse
 
 import torch
 
-from llmlab.bench import (
-    DTYPES,
-    GpuSpec,
-    MatmulResult,
-    find_gpu_spec,
-    markdown_table,
-    matmul_sweep,
-)
 from llmlab.device import choose_device
+from llmlab.gpu_specs import DTYPES, GpuSpec, find_gpu_spec
+from llmlab.matmul import MatmulResult, matmul_sweep
+from llmlab.tables import markdown_table
 
 WARMUP = 2  # untimed runs first: they pay for allocation, kernel selection and cold caches
 

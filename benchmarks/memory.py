@@ -11,8 +11,8 @@ importable (`pip install -e .` from the repository root).
 import argparse
 import time
 
-from llmlab.bench import markdown_table
 from llmlab.memory import TrainingSetup, dry_run, estimate_memory, measure
+from llmlab.tables import markdown_table
 
 MiB = 2**20
 

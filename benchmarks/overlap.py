@@ -33,7 +33,6 @@ package importable (`pip install -e .` from the repository root).
 import argparse
 import time
 
-from llmlab.bench import warn_if_busy
 from llmlab.distributed.harness.overlap import (
     BUCKETS_MB,
     FSDP_ROWS,
@@ -43,6 +42,7 @@ from llmlab.distributed.harness.overlap import (
     table,
 )
 from llmlab.models import build_model
+from llmlab.timing import warn_if_busy
 
 
 def main() -> None:

@@ -22,7 +22,6 @@ from functools import partial
 
 import torch.distributed as dist
 
-from llmlab.bench import markdown_table
 from llmlab.distributed import launch
 from llmlab.distributed.harness.deepspeed_run import compare_deepspeed, deepspeed_available
 from llmlab.distributed.harness.equivalence import (
@@ -36,6 +35,7 @@ from llmlab.distributed.harness.pipeline import train_pipeline
 from llmlab.distributed.harness.rank_memory import measure_rank_memory
 from llmlab.memory import TrainingSetup, estimate_memory, measure
 from llmlab.scale.comm_cost import ring_bytes, tensor_parallel_bytes
+from llmlab.tables import markdown_table
 
 MB = 1e6  # the course's MB: 10^6 bytes
 

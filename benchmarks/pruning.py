@@ -29,7 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from llmlab.bench import markdown_table, warn_if_busy
 from llmlab.device import choose_device
 from llmlab.evaluate import held_out_windows, latency_seconds, score_tokens
 from llmlab.models import build_model, preset
@@ -48,6 +47,8 @@ from llmlab.prune import (
     sparsity_report,
     wanda_prune,
 )
+from llmlab.tables import markdown_table
+from llmlab.timing import warn_if_busy
 
 TINY = preset("tiny", vocab_size=256, context=64, n_layer=2, d_model=64, n_head=4)
 TINY_STEPS = 120  # enough for the tiny model to learn most of the chain (a few seconds on a CPU)

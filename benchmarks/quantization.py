@@ -22,13 +22,14 @@ import time
 
 import torch
 
-from llmlab.bench import markdown_table, warn_if_busy
 from llmlab.course.pretrained import trained_model
 from llmlab.prune import prunable_weights
 from llmlab.quant import gptq, hessian, record_inputs, rtn
 from llmlab.quant.library import library_gptq_layer
 from llmlab.quant.model import matrix
 from llmlab.recipes import lab03_config, lab03_data
+from llmlab.tables import markdown_table
+from llmlab.timing import warn_if_busy
 
 
 def parse_args() -> argparse.Namespace:

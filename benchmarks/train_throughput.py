@@ -11,7 +11,7 @@ the interval between the ends of consecutive steps (everything the loop does is 
 the table shows the median over all rounds after each variant's first (warm-up) round.
 
 MFU is measured against this machine's own matmul peak in the dtype the matmuls run in
-(llmlab.bench.measure_matmul), since a CPU has no datasheet figure here.
+(llmlab.matmul.measure_matmul), since a CPU has no datasheet figure here.
 """
 
 import argparse
@@ -26,8 +26,6 @@ from torch.utils.data import IterableDataset
 from transformers import Trainer as HFTrainer
 from transformers import TrainerCallback, TrainingArguments
 
-from llmlab import bench
-from llmlab.bench import markdown_table, measure_matmul
 from llmlab.data import prepare_default_dataset
 from llmlab.data.loaders import RandomWindows
 from llmlab.data.pipeline import PROFILE_SPECS, prepare_dataset
@@ -40,8 +38,11 @@ from llmlab.evaluate import (
     score_tokens,
     token_byte_lengths,
 )
+from llmlab.matmul import measure_matmul
 from llmlab.models import build_model, preset, training_flops_per_token
 from llmlab.recipes import artifacts_dir, lab03_config
+from llmlab.tables import markdown_table
+from llmlab.timing import warn_if_busy
 from llmlab.train import TrainConfig, Trainer
 
 SEQ, BATCH = 256, 8
@@ -197,7 +198,7 @@ def compare_recipes() -> None:
     print(markdown_table(rows))
     print("the same held-out bytes: " + ", ".join(f"{k} {v:.3f}" for k, v in compressors.items())
           + " bits per byte")
-    bench.warn_if_busy()
+    warn_if_busy()
 
 
 def main() -> None:

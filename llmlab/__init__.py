@@ -1,11 +1,12 @@
 """llmlab: the helper package of the LLM Training Lab course.
 
 Modules, bottom to top (a module imports only those below it; tests/test_layers.py enforces it):
-env, device, bench, network, numerics, files (atomic writes, checksums), profiler underneath
-everything, then data -> models, kernels -> memory -> scale (the planner, never
+underneath everything env (what this machine is), device, units (GB, MB), timing, matmul,
+gpu_specs, tables, network, numerics, files (atomic writes, checksums), profiler and vocab_sizes;
+then data -> models, kernels -> evaluate (metrics) -> memory -> scale (the planner, never
 torch.distributed) -> distributed (what runs on the ranks) -> train / jobs (what surrounds a job;
-never the trainer; only cli and course import it) -> prune, quant (never prune) -> evaluate,
-inference -> plots, course, cli.
+never the trainer; only cli and course import it) -> prune, quant (never prune) -> inference ->
+recipes -> plots, course, cli.
 """
 
 from llmlab._quiet import silence_third_party_noise

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmlab import env
-from llmlab.bench import markdown_table
 from llmlab.course.labs import capability_table
 from llmlab.course.profiles import ENV_VARIABLE, explicit_profile
+from llmlab.tables import markdown_table
 
 SEVERITY_MARK = {"error": "ERROR", "warning": "WARNING", "info": "note"}
 

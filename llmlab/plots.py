@@ -12,7 +12,7 @@ def matmul_throughput(
 ) -> Figure:
     """Achieved TFLOP/s against matrix size, one line per (device, dtype), log scales.
 
-    `results` are `llmlab.bench.MatmulResult`s; `reference_peaks` ({"H100 SXM bf16": 989, ...})
+    `results` are `llmlab.matmul.MatmulResult`s; `reference_peaks` ({"H100 SXM bf16": 989, ...})
     are drawn as dashed horizontal lines so a CPU figure can be seen beside a GPU's datasheet.
     """
     fig, ax = plt.subplots(figsize=(8, 4.5))

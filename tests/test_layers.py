@@ -1,16 +1,16 @@
 """Data flows one way through llmlab: no module imports one above it (DESIGN.md, house rules).
 
 data -> models, kernels -> evaluate -> memory -> scale -> distributed -> train / jobs -> (prune,
-quant) -> inference -> recipes; env, device, bench, network, numerics, files, profiler and
-vocab_sizes sit underneath everything; course, plots and cli sit on top. The metrics (evaluate)
-sit just above the models and below the trainer, so the trainer, the harnesses and every later
-package use the one next-token loss and perplexity; an experiment that trains (PTQ against QAT)
-lives with its subject (quant). The recipes (Lab 03's model, data and budget, the Hub switches)
-sit between the libraries and the course, so the CLI and the labs share them; models never
-imports data. The planner (scale) is plain arithmetic below the ranks' code: it never imports
-torch.distributed. The job tooling (jobs) surrounds a run: it never imports the trainer, and only
-what starts runs (cli, course) imports it. A lower module that reached up would make a learner
-read the whole package to understand one part, and would risk import cycles.
+quant) -> inference -> recipes; env, device, units, timing, matmul, gpu_specs, tables, network,
+numerics, files, profiler and vocab_sizes sit underneath everything; course, plots and cli sit on
+top. The metrics (evaluate) sit just above the models and below the trainer, so the trainer, the
+harnesses and every later package use the one next-token loss and perplexity; an experiment that
+trains (PTQ against QAT) lives with its subject (quant). The recipes (Lab 03's model, data and
+budget, the Hub switches) sit between the libraries and the course, so the CLI and the labs share
+them; models never imports data. The planner (scale) is plain arithmetic below the ranks' code: it
+never imports torch.distributed. The job tooling (jobs) surrounds a run: it never imports the
+trainer, and only what starts runs (cli, course) imports it. A lower module that reached up would
+make a learner read the whole package to understand one part, and would risk import cycles.
 """
 
 import ast
@@ -22,8 +22,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "llmlab"
 LAYER = {
-    "_quiet": 0, "network": 0, "env": 0, "device": 0, "bench": 0, "numerics": 0,
-    "profiler": 0, "files": 0, "vocab_sizes": 0, "data": 1, "models": 2, "kernels": 2,
+    "_quiet": 0, "network": 0, "env": 0, "device": 0, "units": 0, "timing": 0, "matmul": 0,
+    "gpu_specs": 0, "tables": 0, "numerics": 0, "profiler": 0, "files": 0, "vocab_sizes": 0,
+    "data": 1, "models": 2, "kernels": 2,
     "evaluate": 3, "memory": 4, "scale": 5, "distributed": 6, "train": 7, "jobs": 7, "prune": 8,
     "quant": 8, "inference": 9, "recipes": 10,
     "course": 11, "plots": 11, "cli": 11, "__main__": 11, "__init__": 11,
@@ -48,7 +49,7 @@ JOB_TOOLING = ("torchrun_command", "deepspeed_command", "write_hostfile", "free_
 
 
 def top_module(path: Path, package: Path = PACKAGE) -> str:
-    """'memory' for llmlab/memory/estimate.py, 'bench' for llmlab/bench.py."""
+    """'memory' for llmlab/memory/estimate.py, 'tables' for llmlab/tables.py."""
     return path.relative_to(package).parts[0].removesuffix(".py")
 
 
@@ -93,6 +94,25 @@ def test_every_module_has_a_layer():
     modules = {top_module(path) for path in PACKAGE.rglob("*.py")}
     assert modules <= set(LAYER), f"give these a layer in LAYER: {sorted(modules - set(LAYER))}"
 
+
+# Every package imports the ground floor, so a learner reads it first: one concept per module, and
+# a module this long has become a grab-bag of several (env.py once held probing, diagnosis,
+# presentation and the units at 832 lines).
+GROUND_FLOOR_MAX_LINES = 500
+
+
+def long_ground_floor_modules(package: Path = PACKAGE) -> list[str]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if LAYER[top_module(path, package)] == 0 and lines > GROUND_FLOOR_MAX_LINES:
+            found.append(f"{path.relative_to(package.parent)} ({lines} lines)")
+    return found
+
+
+def test_no_ground_floor_module_grows_into_a_grab_bag():
+    too_long = long_ground_floor_modules()
+    assert too_long == [], f"split these by concept, {GROUND_FLOOR_MAX_LINES} lines at most"
 
 def test_no_module_imports_one_above_it():
     assert upward_imports() == []

@@ -30,7 +30,7 @@ PROJECT_TESTS = {
 
 
 def package_modules() -> set[str]:
-    """Dotted names below llmlab of the modules that hold code: `data.atomic`, `bench`; a
+    """Dotted names below llmlab of the modules that hold code: `data.atomic`, `tables`; a
     package's `__init__.py` only when it defines something (most are faces that re-export)."""
     names = set()
     for path in PACKAGE.rglob("*.py"):

@@ -3,7 +3,7 @@
 import matplotlib
 
 from llmlab import plots
-from llmlab.bench import MatmulResult
+from llmlab.matmul import MatmulResult
 
 matplotlib.use("Agg")
 

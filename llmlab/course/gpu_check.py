@@ -40,9 +40,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from llmlab import bench
-from llmlab.env import MB
 from llmlab.files import write_atomically
+from llmlab.gpu_specs import DTYPES, peak_tflops
+from llmlab.matmul import dtype_supported, matmul_flops, measure_matmul
+from llmlab.tables import markdown_table
+from llmlab.timing import time_fn
+from llmlab.units import MB
 
 DEFAULT_BUDGET_S = 480.0  # the issue's "about 8 minutes on one H100"
 MODEL = "gpt2-124m"  # GPT-2 small: the course's GPU reference model
@@ -141,15 +144,15 @@ def check_matmul(budget: Budget, size: int = 8192) -> list[dict]:
     device = require_cuda()
     name = torch.cuda.get_device_name(device)
     rows = []
-    for dtype in bench.DTYPES:
+    for dtype in DTYPES:
         if budget.left() <= 0:
             rows.append(row(f"{dtype} {size}^3", None, note="section budget spent"))
             continue
-        if not bench.dtype_supported(dtype, device):
+        if not dtype_supported(dtype, device):
             rows.append(row(f"{dtype} {size}^3", None, note="not supported by this GPU"))
             continue
-        result = bench.measure_matmul(size, dtype, device, warmup=3, repeats=10)
-        peak = bench.peak_tflops(name, dtype)
+        result = measure_matmul(size, dtype, device, warmup=3, repeats=10)
+        peak = peak_tflops(name, dtype)
         share = f"{result.tflops / peak:.0%} of the {peak:g} peak" if peak else "no peak known"
         rows.append(row(f"{dtype} {size}^3", round(result.tflops, 1), "TFLOP/s", share))
     rows.append(_fp8_matmul_row(device, size))
@@ -164,10 +167,10 @@ def _fp8_matmul_row(device: torch.device, size: int) -> dict:
     a = torch.randn(size, size, device=device).to(torch.float8_e4m3fn)
     b = torch.randn(size, size, device=device).to(torch.float8_e4m3fn).t()  # column-major
     one = torch.ones((), device=device)
-    timing = bench.time_fn(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
+    timing = time_fn(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
                                                     out_dtype=torch.bfloat16),
                            warmup=3, repeats=10, device=device)  # fmt: skip
-    return row(what, round(bench.matmul_flops(size, size, size) / timing.median_s / 1e12, 1),
+    return row(what, round(matmul_flops(size, size, size) / timing.median_s / 1e12, 1),
                "TFLOP/s", "dense, bf16 output")  # fmt: skip
 
 
@@ -300,7 +303,7 @@ def check_sparse(budget: Budget) -> list[dict]:
 
 def _linear_seconds(x: torch.Tensor, weight: torch.Tensor) -> float:
     """Median seconds of x @ weight.T (a dense or a 2:4 sparse weight) on x's GPU."""
-    return bench.time_fn(lambda: torch.nn.functional.linear(x, weight), repeats=20,
+    return time_fn(lambda: torch.nn.functional.linear(x, weight), repeats=20,
                          device=x.device).median_s  # fmt: skip
 
 
@@ -325,7 +328,7 @@ def check_quant(budget: Budget) -> list[dict]:
 def _model_latency(model, device) -> float:
     ids = torch.randint(0, model.config.vocab_size, (MEMORY_BATCH, SEQ), device=device)
     with torch.no_grad():
-        return bench.time_fn(lambda: model(ids), repeats=10, device=device).median_s
+        return time_fn(lambda: model(ids), repeats=10, device=device).median_s
 
 
 def _nf4_row(what: str, device: torch.device) -> dict:
@@ -381,7 +384,7 @@ def _one_rank_rows(device: torch.device) -> list[dict]:
     from llmlab.jobs.hangs import dump_flight_record, load_flight_records
 
     tensor = torch.ones(64 * 2**20, device=device)  # 256 MB of fp32
-    timing = bench.time_fn(lambda: dist.all_reduce(tensor), device=device)
+    timing = time_fn(lambda: dist.all_reduce(tensor), device=device)
     rows = [row("NCCL process group, one rank: all-reduce of 256 MB",
                 round(timing.median_s * 1e3, 3), "ms", "a copy at most: no link is crossed")]
     try:
@@ -576,11 +579,11 @@ def run_sections(
 def summary_table(results: list[dict]) -> str:
     summary = [{"section": r["section"], "lab": r["lab"], "status": r["status"],
                 "seconds": r["seconds"], "reason": r["reason"]} for r in results]  # fmt: skip
-    parts = [bench.markdown_table(summary, aligned=True)]
+    parts = [markdown_table(summary, aligned=True)]
     for result in results:
         if result["rows"]:
             parts.append(f"\n{result['section']} ({result['lab']})\n"
-                         + bench.markdown_table(result["rows"], aligned=True))  # fmt: skip
+                         + markdown_table(result["rows"], aligned=True))  # fmt: skip
     return "\n".join(parts)
 
 

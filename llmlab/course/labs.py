@@ -6,7 +6,8 @@
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llmlab.env import GB, EnvReport, GpuInfo
+from llmlab.env import EnvReport, GpuInfo
+from llmlab.units import GB
 
 Rule = Callable[[Sequence[GpuInfo]], tuple[str, str]]  # the GPUs torch sees -> (profile, why)
 

@@ -10,8 +10,6 @@ import os
 from dataclasses import dataclass
 from typing import TypeVar
 
-import torch
-
 from llmlab import env
 from llmlab.course.labs import find_lab
 
@@ -62,6 +60,8 @@ def profile(requested: str = "auto", lab: int | None = None) -> Profile:
         # Only torch's device query: no slow probes when a notebook starts.
         name, why = find_lab(lab).profile_on(env.visible_gpus())
         return Profile(name, f"Lab {lab:02d}: {why}")
+    import torch  # here: the CLI imports this module for its help, which must not wait for torch
+
     if torch.cuda.is_available():
         return Profile("full", "a CUDA GPU is present")
     return Profile("smoke", "no CUDA GPU: small sizes that run in minutes on a CPU")

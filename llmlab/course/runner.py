@@ -14,9 +14,9 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from traitlets.config import Config
 
-from llmlab.bench import markdown_table
 from llmlab.course.headline import HEADLINE_VARIABLE
 from llmlab.course.profiles import ENV_VARIABLE, explicit_profile
+from llmlab.tables import markdown_table
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from llmlab.bench import markdown_table
 from llmlab.data.documents import Document
+from llmlab.tables import markdown_table
 
 # C0 and C1 control characters (Unicode category Cc) except tab and newline.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -28,7 +28,6 @@ from llmlab.data.tokenization import (
     tokenizer_fingerprint,
     train_bpe,
 )
-from llmlab.env import MB
 from llmlab.files import (
     exclusive_lock,
     remove_temporaries,
@@ -36,6 +35,7 @@ from llmlab.files import (
     temporary_sibling,
 )
 from llmlab.network import ONLINE_VARIABLE, online
+from llmlab.units import MB
 from llmlab.vocab_sizes import VOCAB_SIZES
 
 ENCODE_BATCH = 64  # documents per encode call: bounds the memory of the encodings in flight

@@ -19,10 +19,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from llmlab.bench import markdown_table
 from llmlab.memory import check_tensor_parallel
 from llmlab.models import ModelShape, as_shape
 from llmlab.scale.layout import RANK_ORDER, Parallel
+from llmlab.tables import markdown_table
 
 DIMS = RANK_ORDER  # the grid's axes, slowest to fastest
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import torch
 
-from llmlab.bench import markdown_table, time_fn
-from llmlab.env import GB
 from llmlab.evaluate.next_token import score_tokens
+from llmlab.tables import markdown_table
+from llmlab.timing import time_fn
+from llmlab.units import GB
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def size_on_disk(model: torch.nn.Module) -> int:
 
 
 def latency_seconds(model: torch.nn.Module, ids: torch.Tensor, repeats: int = 5) -> float:
-    """Median seconds of one no-grad forward pass over `ids` (bench.time_fn: warm-up, median)."""
+    """Median seconds of one no-grad forward pass over `ids` (timing.time_fn: warm-up, median)."""
     device = next(model.parameters()).device
     ids = ids.to(device)
     with torch.no_grad():

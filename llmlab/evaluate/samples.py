@@ -4,7 +4,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from llmlab.bench import markdown_table
+from llmlab.tables import markdown_table
 
 
 @torch.no_grad()

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
-from llmlab.bench import markdown_table, speedups, time_rounds
-from llmlab.env import MB
 from llmlab.evaluate.next_token import perplexity_of
 from llmlab.models import cross_entropy_on_ids
+from llmlab.tables import markdown_table
+from llmlab.timing import speedups, time_rounds
+from llmlab.units import MB
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def engine_rows(
 ) -> list[EngineRow]:
     """engines: {name: (logits_fn, size in bytes)}; the first is the reference the others are
     compared with. Each runs on the same ids (batch, length), and is timed in `rounds` rounds
-    (bench.time_rounds): the spread of the rounds is the noise a difference must stand clear of."""
+    (timing.time_rounds): the spread of the rounds is the noise a difference must stand clear of."""
     if not engines:
         raise ValueError("no engines to compare: pass {name: (logits_fn, size_bytes)}")
     if ids.dim() != 2 or ids.shape[1] < 2:

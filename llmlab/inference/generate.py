@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from llmlab.bench import time_fn
 from llmlab.inference.kv_cache import FullAttention, decoder_forward
+from llmlab.timing import time_fn
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def time_generation(
     warmup: int = 1,
     repeats: int = 3,
 ) -> GenerationTiming:
-    """Time whole generations with bench.time_fn (the median of `repeats`), keeping each step's
+    """Time whole generations with timing.time_fn (the median of `repeats`), keeping each step's
     time from every timed run. Warm-up generations are 2 tokens long: they pay the first calls'
     costs (memory, kernel choice), which a full-length one would only repeat, slowly."""
     for _ in range(warmup):

@@ -18,8 +18,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmlab.env import GB
 from llmlab.files import write_atomically
+from llmlab.units import GB
 
 MIB = 2**20  # DCGM reports framebuffer memory in MiB
 

@@ -8,7 +8,7 @@ deepspeed 0.19.8, except Horovod's, which is from its documentation (it is not i
 
 from dataclasses import dataclass
 
-from llmlab.bench import markdown_table
+from llmlab.tables import markdown_table
 
 TORCHRUN_ENV = "RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT in the environment"
 

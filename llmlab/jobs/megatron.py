@@ -9,11 +9,11 @@ Flag names checked against Megatron-LM's `megatron/training/arguments.py`.
 
 import shlex
 
-from llmlab.bench import markdown_table
 from llmlab.device import TORCH_DTYPES
 from llmlab.distributed.mesh import RankGrid
 from llmlab.models import ModelShape, as_shape
 from llmlab.scale.layout import Parallel
+from llmlab.tables import markdown_table
 
 # (what the course calls it, Megatron-LM's argument, what it means)
 MEGATRON_NAMES = (

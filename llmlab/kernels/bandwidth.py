@@ -8,7 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from llmlab.bench import find_gpu_spec
+from llmlab.gpu_specs import find_gpu_spec
 from llmlab.kernels.softmax import softmax_forward
 
 

@@ -15,7 +15,7 @@ import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
-from llmlab.bench import Timing, speedups, time_fn, time_rounds
+from llmlab.timing import Timing, speedups, time_fn, time_rounds
 
 MODES = ("default", "max-autotune", "reduce-overhead")
 
@@ -85,7 +85,7 @@ class CompileTiming:
 
     compile_s: float  # the first compiled call: tracing, code generation and the compiler
     cache_hits: int  # graphs inductor read from its on-disk cache (a rerun) instead of compiling
-    eager: tuple[Timing, ...]  # one per round (bench.time_rounds)
+    eager: tuple[Timing, ...]  # one per round (timing.time_rounds)
     compiled: tuple[Timing, ...]
 
     @property
@@ -121,7 +121,7 @@ def time_compiled(
     device: torch.device | str | None = None,
 ) -> CompileTiming:
     """Time `compiled_fn`'s first call (it compiles), then both functions in `rounds` rounds of
-    `llmlab.bench.time_rounds`. Call it before `compiled_fn` has run once."""
+    `llmlab.timing.time_rounds`. Call it before `compiled_fn` has run once."""
     hits = counters["inductor"]["fxgraph_cache_hit"]
     first = time_fn(compiled_fn, warmup=0, repeats=1, device=device)  # one call, the device's clock
     cache_hits = counters["inductor"]["fxgraph_cache_hit"] - hits

@@ -20,10 +20,10 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from llmlab.bench import markdown_table
 from llmlab.device import TORCH_DTYPES
-from llmlab.env import GB  # the one definition of the unit
 from llmlab.models import ModelShape, as_shape, count_parameters, stage_parameters
+from llmlab.tables import markdown_table
+from llmlab.units import GB  # the one definition of the unit
 
 DTYPE_BYTES = {name: dtype.itemsize for name, dtype in TORCH_DTYPES.items()}
 # States the optimizer keeps per parameter: SGD's momentum buffer, Adam's two moments.

@@ -2,8 +2,9 @@
 
 import math
 
-from llmlab.bench import GPU_SPECS, markdown_table
+from llmlab.gpu_specs import GPU_SPECS
 from llmlab.memory.estimate import GB, MemoryEstimate
+from llmlab.tables import markdown_table
 
 # The memory sizes training GPUs come in (GB, as marketed).
 GPU_SIZES_GB = (16, 24, 40, 48, 80, 141)
@@ -22,7 +23,7 @@ def fits(estimate: MemoryEstimate, gpu_gb: float) -> str:
 
 
 def gpus_with(memory_gb: float) -> list[str]:
-    """Names of the GPUs in `llmlab.bench.GPU_SPECS` with this much memory."""
+    """Names of the GPUs in `llmlab.gpu_specs.GPU_SPECS` with this much memory."""
     return [spec.name for spec in GPU_SPECS if spec.memory_gb == memory_gb]
 
 

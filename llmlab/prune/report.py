@@ -4,9 +4,9 @@ from dataclasses import asdict, dataclass
 
 from torch import nn
 
-from llmlab.bench import markdown_table
 from llmlab.prune.keep import current_weight
 from llmlab.prune.targets import prunable_weights
+from llmlab.tables import markdown_table
 
 
 @dataclass(frozen=True)

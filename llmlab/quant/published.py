@@ -6,7 +6,7 @@ Omnidirectionally Calibrated Quantization for Large Language Models" (ICLR 2024,
 a group size is named). FP16: 5.68. OmniQuant's own rows are left out: the lab does not build it.
 """
 
-from llmlab.bench import markdown_table
+from llmlab.tables import markdown_table
 
 LLAMA7B_FP16_WIKITEXT2 = 5.68
 SOURCE = "Shao et al. 2024 (OmniQuant), Table 1: LLaMA-1 7B, WikiText-2 perplexity"

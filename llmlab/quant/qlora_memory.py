@@ -10,8 +10,6 @@ from dataclasses import dataclass
 
 import torch
 
-from llmlab.bench import markdown_table
-from llmlab.env import MB
 from llmlab.memory import (
     MeasuredStep,
     MemoryEstimate,
@@ -23,6 +21,8 @@ from llmlab.memory import (
 )
 from llmlab.models import ModelShape
 from llmlab.quant.qlora import qlora_model, quant_state_bytes
+from llmlab.tables import markdown_table
+from llmlab.units import MB
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,13 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from llmlab.bench import markdown_table
-from llmlab.env import GB
 from llmlab.evaluate.compare import eval_latency_seconds, size_on_disk, timed_batch
 from llmlab.evaluate.next_token import score_tokens
 from llmlab.models import block_matrices
 from llmlab.quant.model import ModelQuantization
 from llmlab.quant.pack import save_packed
+from llmlab.tables import markdown_table
+from llmlab.units import GB
 
 
 class Variant(NamedTuple):

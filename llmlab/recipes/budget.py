@@ -3,7 +3,7 @@ measured on one GPU."""
 
 from dataclasses import dataclass
 
-from llmlab.bench import peak_tflops
+from llmlab.gpu_specs import peak_tflops
 
 # The rate the budget uses, measured: `llmlab train --profile full` (bf16, torch.compile) ran at
 # 359,000 tokens/s on one H200 on 2026-11-28, 28% of its 989 TFLOP/s bf16 peak (gpu-check's

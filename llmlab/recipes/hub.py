@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from llmlab.bench import markdown_table
 from llmlab.data import DatasetPaths
 from llmlab.data.docstrings import DocstringPair, hub_docstring_pairs
 from llmlab.data.errors import DataError
 from llmlab.data.pipeline import FULL_ONLINE_CORPUS
 from llmlab.evaluate.bits_per_byte import published_bits_per_byte
 from llmlab.network import ONLINE_VARIABLE, online
+from llmlab.tables import markdown_table
 
 HUB_MODEL = "gpt2"  # OpenAI's GPT-2 small: what online users fine-tune instead of Lab 03's model
 

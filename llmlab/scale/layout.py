@@ -26,8 +26,7 @@ one order, RANK_ORDER, for the planner's links and for the rank grid and device 
 
 from dataclasses import dataclass
 
-from llmlab.bench import gpu_names, markdown_table, resolve_gpu_spec
-from llmlab.env import GB
+from llmlab.gpu_specs import gpu_names, resolve_gpu_spec
 from llmlab.memory import (
     MemoryEstimate,
     TrainingSetup,
@@ -36,6 +35,8 @@ from llmlab.memory import (
     tensor_parallel_problem,
 )
 from llmlab.models import ModelShape, as_shape
+from llmlab.tables import markdown_table
+from llmlab.units import GB
 
 INSIDE_NODE = ("nvlink", "pcie")
 BETWEEN_NODES = ("infiniband", "ethernet")
@@ -133,7 +134,7 @@ class Layout:
 
 
 def gpu_memory_gb(gpu: str | float) -> float:
-    """GB of a GPU as llmlab.bench resolves it ("h100", "H100 SXM", "A100 40GB"), or a number of
+    """GB of a GPU as llmlab.gpu_specs resolves it ("h100", "H100 SXM", "A100 40GB"), or a number of
     GB."""
     if isinstance(gpu, int | float):
         return float(gpu)

@@ -10,11 +10,11 @@ On a fixed number of GPUs the cheapest run is the fastest one.
 
 from dataclasses import replace
 
-from llmlab.bench import markdown_table
 from llmlab.memory import TrainingSetup
 from llmlab.models import ModelShape, as_shape
 from llmlab.scale.layout import choose_layouts
 from llmlab.scale.simulate import Cluster, Prediction, simulate
+from llmlab.tables import markdown_table
 
 MICRO_BATCHES = (1, 2, 4)
 

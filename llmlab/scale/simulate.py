@@ -23,7 +23,7 @@ its FLOPs at that rate, and bubble and communication are already inside it.
 import math
 from dataclasses import dataclass
 
-from llmlab.bench import GpuSpec, gpu_names, resolve_gpu_spec
+from llmlab.gpu_specs import GpuSpec, gpu_names, resolve_gpu_spec
 from llmlab.memory import MemoryEstimate, TrainingSetup, check_tensor_parallel, fits
 from llmlab.models import ModelShape, as_shape, count_parameters, training_flops_per_token
 from llmlab.scale.collectives import ring_seconds, send_seconds
@@ -39,13 +39,13 @@ from llmlab.scale.layout import Parallel, stage_estimate
 from llmlab.scale.links import link
 
 # An assumption: the share of the dense peak a large bf16 matmul-heavy step keeps busy
-# (llmlab.bench: real matmuls reach 60-80% of the datasheet peak; the rest is elementwise work).
+# (llmlab.gpu_specs: real matmuls reach 60-80% of the datasheet peak; the rest is elementwise work).
 EFFICIENCY = 0.6
 SECONDS_PER_DAY = 86400
 
 
 def gpu_spec(gpu: str | GpuSpec) -> GpuSpec:
-    """A GPU with a bf16 peak, as llmlab.bench resolves it: by alias ("h100"), by its name in
+    """A GPU with a bf16 peak, as llmlab.gpu_specs resolves it: by alias ("h100"), by its name in
     the table, or by its device name."""
     spec = resolve_gpu_spec(gpu)
     if spec is None or spec.tflops[DTYPE] is None:

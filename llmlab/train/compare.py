@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import torch
 
-from llmlab.bench import markdown_table
-from llmlab.env import MB
 from llmlab.memory.measure import measure_training_step
+from llmlab.tables import markdown_table
 from llmlab.train.config import TrainConfig
 from llmlab.train.loop import BatchSource, Trainer
+from llmlab.units import MB
 
 
 @dataclass

@@ -14,7 +14,6 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from llmlab.bench import mfu
 from llmlab.device import (
     TORCH_DTYPES,
     DtypeChoice,
@@ -26,6 +25,7 @@ from llmlab.device import (
 from llmlab.distributed import dist_info
 from llmlab.distributed.data_parallel import wrap_model
 from llmlab.evaluate.next_token import perplexity_of
+from llmlab.matmul import mfu
 from llmlab.models import enable_activation_checkpointing, next_token_loss
 from llmlab.train.checkpointer import Checkpointer
 from llmlab.train.config import TrainConfig

@@ -16,16 +16,17 @@ from pathlib import Path
 import psutil
 import torch
 
-from llmlab.bench import measure_matmul, peak_tflops
 from llmlab.distributed.stragglers import find_stragglers, gather_rank_values
 from llmlab.evaluate.next_token import perplexity_of
+from llmlab.gpu_specs import peak_tflops
+from llmlab.matmul import measure_matmul
 
 try:
     import pynvml  # nvidia-ml-py: what torch.cuda reads GPU utilisation, memory and power with
 except ImportError:  # optional: without it the GPU readings are None, not an error
     pynvml = None
 
-from llmlab.env import GB  # the course's memory unit, 10^9 bytes (a GiB is 7% more)
+from llmlab.units import GB  # the course's memory unit, 10^9 bytes (a GiB is 7% more)
 
 
 @dataclass
@@ -143,13 +144,13 @@ def flag_stragglers(data_seconds: list[float], step_seconds: float, threshold: f
 
 
 def measured_peak_flops(device: torch.device | str, dtype: str = "fp32") -> float:
-    """The FLOP/s a square matmul reaches on `device` now (llmlab.bench, about a second): the
+    """The FLOP/s a square matmul reaches on `device` now (llmlab.matmul, about a second): the
     peak to divide by for MFU where there is no datasheet figure, as on a CPU."""
     return measure_matmul(1024, dtype, device, warmup=1, repeats=3).tflops * 1e12
 
 
 def datasheet_peak_flops(device: torch.device, dtype: str) -> float | None:
-    """The GPU's dense datasheet peak in `dtype` (llmlab.bench's table); None for a CPU or an
+    """The GPU's dense datasheet peak in `dtype` (llmlab.gpu_specs' table); None for a CPU or an
     unlisted GPU."""
     if device.type != "cuda":
         return None

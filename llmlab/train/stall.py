@@ -24,7 +24,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
-from llmlab.env import MB
+from llmlab.units import MB
 
 MODES = ("sync", "async")
 
@@ -50,7 +50,7 @@ class StallRun:
         return statistics.median(self.waits)
 
     def row(self) -> dict:
-        """One row of a table (llmlab.bench.markdown_table)."""
+        """One row of a table (llmlab.tables.markdown_table)."""
         return {"mode": self.mode, "saves": len(self.stalls),
                 "checkpoint MB": f"{self.checkpoint_bytes / MB:.1f}",
                 "median stall s": f"{self.median_stall:.3f}",

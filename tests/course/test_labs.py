@@ -16,7 +16,7 @@ from helpers.fake_machines import (
 )
 
 from llmlab.course.labs import LABS, TRAINING_GPU_GB, capability_table, find_lab
-from llmlab.env import GB
+from llmlab.units import GB
 
 
 def profiles(report) -> dict[str, str]:

@@ -4,7 +4,8 @@ GPUs learners rent (their memory as torch reports it, a little below the markete
 import dataclasses
 
 from llmlab import env
-from llmlab.env import GB, CpuInfo, EnvReport, FrameworkInfo, GpuInfo
+from llmlab.env import CpuInfo, EnvReport, FrameworkInfo, GpuInfo
+from llmlab.units import GB
 
 ALL_PACKAGES = {name: "1.0" for name in env.COURSE_PACKAGES}
 

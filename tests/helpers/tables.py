@@ -1,4 +1,4 @@
-"""Reading back a table llmlab prints (llmlab.bench.markdown_table), so a test checks its cells."""
+"""Reading back a table llmlab prints (llmlab.tables.markdown_table), so a test checks its cells."""
 
 
 def table_rows(text: str) -> list[dict[str, str]]:

@@ -6,9 +6,9 @@ input is refused."""
 import pytest
 import torch
 
-from llmlab.bench import Timing
 from llmlab.inference import compare
 from llmlab.inference.compare import engine_rows, engine_table
+from llmlab.timing import Timing
 
 VOCAB = 8
 

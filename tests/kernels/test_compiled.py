@@ -6,7 +6,6 @@ import torch
 from torch import nn
 from torch._dynamo.utils import counters
 
-from llmlab.bench import Timing
 from llmlab.kernels.compiled import (
     CompileTiming,
     count_compiles,
@@ -14,6 +13,7 @@ from llmlab.kernels.compiled import (
     time_compiled,
     time_modes,
 )
+from llmlab.timing import Timing
 
 
 class Logged(nn.Module):

@@ -8,9 +8,9 @@ import torch
 from helpers.memory_items import activations
 
 from llmlab import memory
-from llmlab.env import MB
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import build_model, preset
+from llmlab.units import MB
 
 # fp32 on the CPU, eager attention: the formula's textbook case.
 CPU_STEP = TrainingSetup(batch=4, seq=256, dtype="fp32", optimizer="adamw", attention="eager")

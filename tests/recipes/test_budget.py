@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmlab.bench import peak_tflops
+from llmlab.gpu_specs import peak_tflops
 from llmlab.recipes.budget import training_budget
 
 

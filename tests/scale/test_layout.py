@@ -96,7 +96,7 @@ def test_gpu_memory_by_name_or_number():
 
 
 def test_the_planners_take_the_same_gpu_names():
-    # One resolver (llmlab.bench.resolve_gpu_spec): the alias `llmlab plan --gpu` and
+    # One resolver (llmlab.gpu_specs.resolve_gpu_spec): the alias `llmlab plan --gpu` and
     # Cluster(gpu=...) take works for choose_layouts too.
     assert gpu_memory_gb("h100") == 80 and gpu_memory_gb("a100-40gb") == 40
     by_alias = choose_layouts("gpt2-124m", "h100", setup=GPT2_STEP)

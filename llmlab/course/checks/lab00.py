@@ -14,7 +14,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
-from llmlab import bench
 from llmlab.course.checks import (
     ExerciseFailed,
     call,
@@ -26,6 +25,9 @@ from llmlab.course.checks import (
     real_number,
 )
 from llmlab.device import dtype_name, training_dtype_for
+from llmlab.gpu_specs import DTYPES, GPU_SPECS, GpuSpec
+from llmlab.matmul import matmul_flops, measure_matmul
+from llmlab.timing import time_fn
 
 # ---------------------------------------------------------------- Exercise 1: an honest timer
 
@@ -74,11 +76,11 @@ class FakeGpu:
 
 
 def time_fn_median(fn, *, warmup=2, repeats=5, device=torch.cpu, clock=None) -> float:
-    """llmlab.bench.time_fn with this exercise's signature, for a learner who skips it.
+    """llmlab.timing.time_fn with this exercise's signature, for a learner who skips it.
 
     `clock` is accepted and not used: llmlab reads its own (CUDA events on a GPU)."""
     kind = device.__name__.removeprefix("torch.")  # the module torch.cuda -> the device "cuda"
-    return bench.time_fn(fn, warmup=warmup, repeats=repeats, device=kind).median_s
+    return time_fn(fn, warmup=warmup, repeats=repeats, device=kind).median_s
 
 
 def _timer_hint(got: float, gpu: FakeGpu, warmup: int, repeats: int) -> str:
@@ -125,7 +127,7 @@ def _check_timer_case(name: str, honest_time, seed: int, warmup: int, repeats: i
         )
 
 
-@exercise(fallback=time_fn_median, fallback_name="llmlab.bench.time_fn")
+@exercise(fallback=time_fn_median, fallback_name="llmlab.timing.time_fn")
 def exercise_honest_time(honest_time) -> None:
     """Exercise 1: honest_time(fn, *, warmup, repeats, device, clock) -> median seconds per call."""
     name = "Exercise 1 (an honest timer)"
@@ -184,10 +186,10 @@ class FakeTimer:
 
 
 def measure_matmul_tflops(n, dtype, device, timer=None) -> float:
-    """llmlab.bench.measure_matmul with this exercise's signature, for a learner who skips it.
+    """llmlab.matmul.measure_matmul with this exercise's signature, for a learner who skips it.
 
     `timer` is accepted and not used: llmlab times with its own `time_fn`."""
-    return bench.measure_matmul(n, dtype_name(dtype), device, repeats=10).tflops
+    return measure_matmul(n, dtype_name(dtype), device, repeats=10).tflops
 
 
 def _named(ops: list[Op], words: tuple[str, ...]) -> list[str]:
@@ -224,7 +226,7 @@ UNIT_MISTAKES = (
 )
 
 
-@exercise(fallback=measure_matmul_tflops, fallback_name="llmlab.bench.measure_matmul")
+@exercise(fallback=measure_matmul_tflops, fallback_name="llmlab.matmul.measure_matmul")
 def exercise_matmul_tflops(matmul_tflops) -> None:
     """Exercise 2: matmul_tflops(n, dtype, device, timer) -> TFLOP/s of one n x n matmul."""
     name = "Exercise 2 (measured TFLOP/s)"
@@ -234,7 +236,7 @@ def exercise_matmul_tflops(matmul_tflops) -> None:
         text = f"matmul_tflops({n}, {dtype}, 'cpu', timer)"
         got = call(name, matmul_tflops, n, dtype, torch.device("cpu"), timer)
         _check_timed_ops(name, text, timer.ops, n, dtype)
-        expected = bench.matmul_flops(n, n, n) / seconds / 1e12
+        expected = matmul_flops(n, n, n) / seconds / 1e12
         expect_number(name, f"{text} (timer says {seconds} s)", got, expected,
                       mistakes=UNIT_MISTAKES)  # fmt: skip
     passed(name, "inputs made before the clock, one matmul timed, 2 n^3 FLOPs over the time")
@@ -293,7 +295,7 @@ def _roofline(m, n, k, spec, dtype, *, element_bytes=None, write_c=True, flops_p
     return combine(compute_s, memory_s), "compute" if compute_s >= memory_s else "memory"
 
 
-def matmul_roofline(m: int, n: int, k: int, spec: bench.GpuSpec, dtype: str):
+def matmul_roofline(m: int, n: int, k: int, spec: GpuSpec, dtype: str):
     """The roofline time of an (m x k) @ (k x n) matmul, and whether compute or memory bounds it;
     None when the GPU lacks `dtype`. (The checks' reference and fallback: llmlab has none.)"""
     return _roofline(m, n, k, spec, dtype)
@@ -322,9 +324,9 @@ def _roofline_hint(got: float, m, n, k, spec, dtype) -> str:
     return " Or: ".join(matching)
 
 
-def _roofline_cases() -> list[tuple[int, int, int, bench.GpuSpec, str]]:
+def _roofline_cases() -> list[tuple[int, int, int, GpuSpec, str]]:
     rng = random.Random(0)
-    by_name = {spec.name: spec for spec in bench.GPU_SPECS}
+    by_name = {spec.name: spec for spec in GPU_SPECS}
     fixed = [
         (1, 4096, 4096, by_name["H100 SXM"], "bf16"),  # one token: memory-bound
         (16, 4096, 4096, by_name["H100 SXM"], "tf32"),  # memory-bound: tf32 moves 4-byte floats
@@ -335,7 +337,7 @@ def _roofline_cases() -> list[tuple[int, int, int, bench.GpuSpec, str]]:
     ]
     drawn = [
         (rng.choice([1, 16, 128, 1024, 4096]), rng.choice([256, 1024, 4096]),
-         rng.choice([64, 1024, 8192]), rng.choice(bench.GPU_SPECS), rng.choice(bench.DTYPES))
+         rng.choice([64, 1024, 8192]), rng.choice(GPU_SPECS), rng.choice(DTYPES))
         for _ in range(12)
     ]  # fmt: skip
     return fixed + drawn
@@ -466,7 +468,7 @@ def measure_roofline(timer, device, dtype) -> tuple[float, float, float]:
     target = torch.empty_like(source)
     bandwidth_gbs = 2 * _bytes([source]) / timer(lambda: target.copy_(source)) / 1e9
     a, b = (torch.ones(2048, 2048, dtype=dtype, device=device) for _ in range(2))
-    tflops = bench.matmul_flops(2048, 2048, 2048) / timer(lambda: a @ b) / 1e12
+    tflops = matmul_flops(2048, 2048, 2048) / timer(lambda: a @ b) / 1e12
     return bandwidth_gbs, tflops, tflops * 1e12 / (bandwidth_gbs * 1e9)
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from llmlab.bench import mfu
 from llmlab.course.checks import (
     ExerciseFailed,
     call,
@@ -20,6 +19,7 @@ from llmlab.course.checks import (
     is_close,
     passed,
 )
+from llmlab.matmul import mfu
 from llmlab.models import build_model, next_token_cross_entropy, preset, training_flops_per_token
 from llmlab.train import TrainConfig, Trainer, learning_rate
 from llmlab.train.checkpoint import capture_rng, restore_rng
@@ -502,11 +502,11 @@ def exercise_warmup_cosine(warmup_cosine) -> None:
 
 
 def mfu_reference(tokens_per_s, flops_per_token, peak_tflops) -> float:
-    """llmlab.bench.mfu with the peak in TFLOP/s, as Exercise 4 takes it."""
+    """llmlab.matmul.mfu with the peak in TFLOP/s, as Exercise 4 takes it."""
     return mfu(tokens_per_s, flops_per_token, peak_tflops * 1e12)
 
 
-@exercise(fallback=mfu_reference, fallback_name="llmlab.bench.mfu")
+@exercise(fallback=mfu_reference, fallback_name="llmlab.matmul.mfu")
 def exercise_mfu(model_flops_utilization) -> None:
     """Exercise 4: MFU from tokens/s, FLOPs per token and the peak in TFLOP/s (a fraction)."""
     name = "Exercise 4 (MFU)"

@@ -26,11 +26,11 @@ from llmlab.course.checks import (
 )
 from llmlab.distributed import LaunchError, launch
 from llmlab.distributed.tensor_parallel import CopyToTensorParallel, ReduceFromTensorParallel
-from llmlab.env import GB
 from llmlab.memory import TrainingSetup
 from llmlab.models import next_token_loss, preset
 from llmlab.numerics import relative_error
 from llmlab.scale.layout import Parallel, choose_layouts, stage_estimate
+from llmlab.units import GB
 
 WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
 NOT_DONE = "not done"  # what a worker sends back when the learner's code is still the stub

@@ -40,10 +40,10 @@ from llmlab.distributed.harness.equivalence import (
     parameters_error,
 )
 from llmlab.distributed.launch import launch
-from llmlab.env import MB
 from llmlab.memory import MemoryTracker, TrainingSetup, estimate_memory
 from llmlab.models import ModelShape, build_model, count_parameters
 from llmlab.scale.comm_cost import fsdp_bytes, zero1_bytes
+from llmlab.units import MB
 
 TARGET = 1e-4  # relative: DeepSpeed's own bucketing and clipping reorder the sums
 # Each stage's gradient reduction: what `drop` may remove to show the check catches it.

@@ -25,7 +25,6 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from llmlab.bench import markdown_table
 from llmlab.distributed.data_parallel import (
     make_optimizer,
     register_comm_hook,
@@ -36,9 +35,10 @@ from llmlab.distributed.data_parallel import (
 from llmlab.distributed.harness.comm import count_collectives
 from llmlab.distributed.harness.equivalence import global_batches, loss_on
 from llmlab.distributed.launch import launch
-from llmlab.env import MB
 from llmlab.models import build_model, preset, transformer_blocks
 from llmlab.scale.comm_cost import ddp_bytes, fsdp_bytes
+from llmlab.tables import markdown_table
+from llmlab.units import MB
 
 SHAPE = preset("small", vocab_size=512, context=32)
 GLOBAL_BATCH = 4  # sequences per step over all ranks

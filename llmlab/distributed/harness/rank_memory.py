@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from llmlab.bench import markdown_table
 from llmlab.distributed.data_parallel import (
     STRATEGIES,
     ZERO_STAGE,
@@ -27,10 +26,11 @@ from llmlab.distributed.data_parallel import (
 )
 from llmlab.distributed.harness.equivalence import SMOKE_SHAPE
 from llmlab.distributed.launch import launch
-from llmlab.env import MB
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.memory.measure import measure_training_step
 from llmlab.models import ModelShape, build_model
+from llmlab.tables import markdown_table
+from llmlab.units import MB
 
 STATE_ITEMS = ("weights", "gradients", "optimizer states")
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers.fake_clock import ManualClock
 
-from llmlab import bench
+from llmlab import timing
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab00 as check
 
@@ -123,7 +123,7 @@ def test_honest_time_accepts_one_synchronize_after_the_warm_up(capsys):
 
 def test_the_fallback_timer_is_llmlabs_median_of_the_timed_calls(monkeypatch):
     clock = ManualClock()  # llmlab's timer reads it; each call below moves it by its duration
-    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=clock))
     durations = iter([9.0, 0.001, 0.004, 0.002])  # a slow warm-up call, then three timed calls
     seconds = check.time_fn_median(lambda: clock.sleep(next(durations)), warmup=1, repeats=3)
     assert seconds == pytest.approx(0.002)  # the median, in seconds, without the warm-up
@@ -154,7 +154,7 @@ def _two_matmuls(n, dtype, device, timer):
 
 def _not_using_the_timer(n, dtype, device, timer):
     a = torch.randn(n, n, dtype=dtype, device=device)
-    return 2 * n**3 / bench.time_fn(lambda: a @ a).median_s / 1e12
+    return 2 * n**3 / timing.time_fn(lambda: a @ a).median_s / 1e12
 
 
 @pytest.mark.parametrize(

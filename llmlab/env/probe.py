@@ -1,16 +1,16 @@
-"""What this machine is: CPU, memory, GPUs, NVIDIA driver, PyTorch build and the course's packages.
+"""Probing what this machine is: CPU, memory, GPUs, NVIDIA driver, PyTorch build and the course's
+packages, gathered into one `EnvReport` by `collect()`.
 
-`collect()` probes the machine, `diagnose()` turns a report into problems with concrete fixes,
-`format_report()` and `report_to_dict()` present it. Every probe degrades to None/"unknown" on
-failure, so the doctor also works on a broken install. Bottom layer: imports no llmlab module.
+Every probe degrades to None/"unknown" on failure, so the doctor also works on a broken install;
+torch is imported inside the probes, so importing this module is quick. The links between GPUs
+and machines are probed in `interconnect`; what is wrong with a report is `diagnose`'s, and how it
+reads is `report`'s.
 """
 
 import ctypes
-import dataclasses
 import importlib.util
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -21,8 +21,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-GB = 10**9  # the course's unit: GB means 10^9 bytes, as GPU makers and papers use it
-MB = 10**6  # and MB 10^6 (MiB, 2^20, only where a tool reports it: DCGM)
+from llmlab.env.interconnect import (
+    infiniband_devices,
+    network_interfaces,
+    nvlink_active_links,
+    summarize_topology,
+)
 
 REQUIRED_PACKAGES: tuple[str, ...] = (
     "torch", "numpy", "transformers", "tokenizers", "datasets", "accelerate", "safetensors",
@@ -54,8 +58,6 @@ ONEDNN_BF16_ISAS = ("AVX2_VNNI_2", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX5
                     "AVX512_CORE_AMX_FP16", "AVX10_1_512", "AVX10_1_512_AMX",
                     "AVX10_1_512_AMX_FP16", "ALL")  # fmt: skip
 
-MIN_RAM_AVAILABLE_BYTES = 4 * GB
-MIN_DISK_FREE_BYTES = 5 * GB
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # (limit, usage, statistics, the statistic of droppable page cache): cgroup v2, then v1.
 CGROUP_MEMORY_FILES = (
@@ -64,18 +66,9 @@ CGROUP_MEMORY_FILES = (
      "total_inactive_file"),
 )  # fmt: skip
 NVIDIA_PCI_VENDOR = "0x10de"
-INFINIBAND_ROOT = Path("/sys/class/infiniband")  # one entry per InfiniBand/RoCE adapter (Linux)
 NVIDIA_SMI_TIMEOUT_S = 20
 FRAMEWORK_PROBE_TIMEOUT_S = 120  # importing TensorFlow alone can take half a minute
 
-INSTALL_FIX = (
-    "run `make lab` (or `pip install -c constraints.txt -e '.[course]'`) "
-    "to install the pinned stack"
-)
-FRAMEWORK_GPU_INSTALL = {
-    "tensorflow": "pip install 'tensorflow[and-cuda]'",
-    "jax": "pip install 'jax[cuda12]'",
-}
 # Each probe prints the framework's version, then how many GPUs it sees.
 FRAMEWORK_PROBES = {
     "tensorflow": "import tensorflow as tf; print(tf.__version__); "
@@ -153,13 +146,6 @@ class MemoryLimit:
     used_bytes: int  # charged to the container, less the page cache the kernel can drop
 
 
-@dataclass(frozen=True)
-class Problem:
-    severity: str  # "error" | "warning" | "info"
-    message: str
-    fix: str
-
-
 @dataclass
 class EnvReport:
     python: str
@@ -188,8 +174,6 @@ class EnvReport:
     infiniband_devices: tuple[str, ...] = ()  # InfiniBand/RoCE adapters, e.g. ("mlx5_0",)
     nvlink_links: int | None = None  # active NVLink links over all GPUs; None = unknown or 1 GPU
 
-
-# ---------------------------------------------------------------- probing the machine
 
 
 def _safely(probe: Callable[[], T], fallback: T) -> T:
@@ -406,87 +390,11 @@ def _driver_cuda_version() -> str | None:
     return _format_cuda_version(version.value) if status == 0 else None
 
 
-def _is_square_gpu_matrix(rows: list[list[str]]) -> bool:
-    """Each GPU row has a cell per GPU, with "X" (itself) on the diagonal."""
-    return len(rows) >= 2 and all(
-        len(row) > len(rows) and row[1 + index] == "X" for index, row in enumerate(rows)
-    )
-
-
-def summarize_topology(matrix_text: str) -> str:
-    """One line about the GPU-to-GPU links in `nvidia-smi topo -m`; the raw matrix if unparsable."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", matrix_text)  # newer nvidia-smi underlines the headers
-    rows = [line.split() for line in text.splitlines() if re.match(r"GPU\d+\s", line)]
-    if not _is_square_gpu_matrix(rows):
-        return text.strip()
-    count = len(rows)
-    links = [rows[i][1 + j] for i in range(count) for j in range(i + 1, count)]
-    nvlinks = sorted({link for link in links if link.startswith("NV")})
-    others = sorted({link for link in links if not link.startswith("NV")})
-    if not nvlinks:
-        return f"PCIe only ({', '.join(others)})"
-    if not others:
-        return f"NVLink ({', '.join(nvlinks)}) between all pairs"
-    nvlink_pairs = sum(link.startswith("NV") for link in links)
-    return (
-        f"NVLink ({', '.join(nvlinks)}) between {nvlink_pairs} of {len(links)} pairs, "
-        f"PCIe ({', '.join(others)}) otherwise"
-    )
-
-
 def _interconnect(gpu_count: int) -> str | None:
     if gpu_count < 2:
         return None
     matrix = nvidia_smi(["topo", "-m"])
     return summarize_topology(matrix) if matrix else None
-
-
-def network_interfaces() -> tuple[str, ...]:
-    """The network interfaces that have an address, e.g. ("eth0", "lo"): those NCCL and gloo
-    can bind to."""
-    import psutil  # imported here: the doctor must still run when psutil is missing
-
-    return tuple(sorted(psutil.net_if_addrs()))
-
-
-def infiniband_devices(root: Path = INFINIBAND_ROOT) -> tuple[str, ...]:
-    """The InfiniBand (and RoCE) adapters the kernel lists, e.g. ("mlx5_0", "mlx5_1")."""
-    return tuple(sorted(path.name for path in root.iterdir())) if root.is_dir() else ()
-
-
-def nvlink_active_links(nvml: ModuleType | None = None) -> int | None:
-    """Active NVLink links summed over this machine's GPUs, read through NVML (nvidia-ml-py);
-    0 where the GPUs talk over PCIe only, None where NVML cannot say (no driver, no nvidia-ml-py).
-    `nvml` stands in for the pynvml module (tests pass a fake)."""
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
-            return None
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError:
-        return None
-    try:
-        return sum(
-            _active_links(nvml, nvml.nvmlDeviceGetHandleByIndex(index))
-            for index in range(nvml.nvmlDeviceGetCount())
-        )
-    except nvml.NVMLError:
-        return None
-    finally:
-        nvml.nvmlShutdown()
-
-
-def _active_links(nvml: ModuleType, handle: object) -> int:
-    active = 0
-    for link in range(nvml.NVML_NVLINK_MAX_LINKS):
-        try:
-            state = nvml.nvmlDeviceGetNvLinkState(handle, link)
-        except nvml.NVMLError:  # a link this GPU does not have; on a PCIe card, every link
-            continue
-        active += state == nvml.NVML_FEATURE_ENABLED
-    return active
 
 
 def _installed_version(distribution: str) -> str | None:
@@ -559,274 +467,3 @@ def collect(include_frameworks: bool = True) -> EnvReport:
         **torch_fields,
     )
 
-
-# ---------------------------------------------------------------- diagnosing a report
-
-
-def _major_minor(version: str | None) -> tuple[int, int] | None:
-    """ "12.8" -> (12, 8), so that "12.10" sorts after "12.8"; None when unknown."""
-    match = re.match(r"(\d+)\.(\d+)", version or "")
-    return (int(match[1]), int(match[2])) if match else None
-
-
-def _base_torch_version(report: EnvReport) -> str:
-    """ "2.13.0+cu128" -> "2.13.0", for the pip commands of the fixes."""
-    return (report.torch_version or "<version>").split("+")[0]
-
-
-def _package_problems(report: EnvReport) -> list[Problem]:
-    problems = []
-    if report.torch_version is None:
-        message = "PyTorch cannot be imported (missing or broken)"
-        problems.append(Problem("error", message, INSTALL_FIX))
-    # torch has its own check above (it can also be installed but broken).
-    missing = [n for n in REQUIRED_PACKAGES if n != "torch" and report.packages.get(n) is None]
-    if missing:
-        message = f"required packages missing: {', '.join(missing)}"
-        problems.append(Problem("error", message, INSTALL_FIX))
-    return problems
-
-
-def _driver_older_than_runtime(report: EnvReport) -> bool:
-    driver, runtime = _major_minor(report.driver_cuda_version), _major_minor(report.cuda_runtime)
-    return driver is not None and runtime is not None and driver < runtime
-
-
-def _old_driver_problem(report: EnvReport, severity: str) -> Problem:
-    driver, runtime = report.driver_cuda_version, report.cuda_runtime
-    message = f"the NVIDIA driver supports CUDA {driver} but torch was built for CUDA {runtime}"
-    if severity == "warning":
-        # Same-major drivers still run it (CUDA minor-version compatibility), with rough edges.
-        message += ": it runs, but code compiled at run time (torch.compile) may fail"
-    fix = (
-        f"update the NVIDIA driver to one that supports CUDA {runtime}, or install a torch build "
-        f"for CUDA <= {driver} (https://pytorch.org/get-started/locally/)"
-    )
-    return Problem(severity, message, fix)
-
-
-def _cuda_without_gpu_problem(report: EnvReport) -> Problem:
-    """Why a CUDA build of torch sees no GPU."""
-    if report.driver_cuda_version is None and report.nvidia_device_present:
-        fix = "install the NVIDIA driver (Ubuntu: `sudo ubuntu-drivers install`), reboot, then "
-        fix += "check with `nvidia-smi`"
-        return Problem("error", "NVIDIA GPU present but no driver: torch cannot use it", fix)
-    if report.driver_cuda_version is None:
-        message = "CUDA build of torch on a machine without an NVIDIA GPU: it runs on CPU but "
-        message += "carries GBs of CUDA libraries"
-        fix = f"install the CPU wheel: `pip install torch=={_base_torch_version(report)} "
-        fix += "--index-url https://download.pytorch.org/whl/cpu`"
-        return Problem("warning", message, fix)
-    if _driver_older_than_runtime(report):
-        return _old_driver_problem(report, "error")
-    message = f"NVIDIA driver found (CUDA {report.driver_cuda_version}) but torch sees no GPU"
-    fix = "check that CUDA_VISIBLE_DEVICES is unset (or lists your GPUs) and that `nvidia-smi` "
-    fix += "works; in a container, start it with `--gpus all`"
-    return Problem("error", message, fix)
-
-
-def _cuda_build_problems(report: EnvReport) -> list[Problem]:
-    if report.torch_build != "cuda":
-        return []
-    if not report.gpus:
-        return [_cuda_without_gpu_problem(report)]
-    return [_old_driver_problem(report, "warning")] if _driver_older_than_runtime(report) else []
-
-
-def _cpu_build_problems(report: EnvReport) -> list[Problem]:
-    if report.torch_build != "cpu":
-        return []
-    if report.nvidia_device_present or report.driver_cuda_version:
-        fix = (
-            f"install a CUDA build: `pip install torch=={_base_torch_version(report)} --index-url "
-            "https://download.pytorch.org/whl/cu126`, with a cuXYZ no newer than the CUDA version "
-            "that `nvidia-smi` shows (https://pytorch.org/get-started/locally/)"
-        )
-        return [Problem("warning", "NVIDIA GPU present but torch is a CPU-only build", fix)]
-    fix = "fine for learning; for the full profile use a GPU VM (see README)"
-    return [Problem("info", "No CUDA GPU: the labs run at the smoke scale on CPU", fix)]
-
-
-def _old_gpu_problems(report: EnvReport) -> list[Problem]:
-    old_gpus = [gpu for gpu in report.gpus if gpu.capability < (7, 0)]
-    if not old_gpus:
-        return []
-    names = sorted({f"{gpu.name} ({_capability_text(gpu)})" for gpu in old_gpus})
-    message = f"{', '.join(names)}: no tensor cores, so mixed precision (fp16/bf16) gives little"
-    fix = "the labs still run (in fp32); for real speed-ups use a GPU of compute capability >= 7.0"
-    return [Problem("warning", message, fix)]
-
-
-def _framework_problems(report: EnvReport) -> list[Problem]:
-    if not report.gpus:
-        return []
-    return [
-        Problem(
-            "warning",
-            f"{framework.name} {framework.version} is installed but sees no GPU "
-            f"(torch sees {len(report.gpus)})",
-            f"the course only needs PyTorch; to use the GPU from {framework.name} too: "
-            f"`{FRAMEWORK_GPU_INSTALL.get(framework.name, 'install its CUDA build')}`",
-        )
-        for framework in report.frameworks
-        if framework.sees_gpu is False
-    ]
-
-
-def _resource_problems(report: EnvReport) -> list[Problem]:
-    problems = []
-    # 0 means the probe failed (psutil missing), which the package check already reports.
-    if 0 < report.ram_available_bytes < MIN_RAM_AVAILABLE_BYTES:
-        problems.append(Problem(
-            "warning",
-            f"only {_gb(report.ram_available_bytes)} of RAM available ({_ram_origin(report)}); the "
-            f"labs need about {_gb(MIN_RAM_AVAILABLE_BYTES)} (model, optimizer state and data)",
-            "close other notebooks and programs, or use a machine with more memory",
-        ))  # fmt: skip
-    if 0 < report.disk_free_bytes < MIN_DISK_FREE_BYTES:
-        problems.append(Problem(
-            "warning",
-            f"only {_gb(report.disk_free_bytes)} free on this disk; about "
-            f"{_gb(MIN_DISK_FREE_BYTES)} are needed (the virtual environment alone takes several "
-            "GB, plus datasets and checkpoints)",
-            "free some space, or work from a directory on a bigger disk",
-        ))  # fmt: skip
-    return problems
-
-
-def diagnose(report: EnvReport) -> list[Problem]:
-    """What is wrong with this machine for the course, each with a fix (a pure function)."""
-    checks = (
-        _package_problems, _cuda_build_problems, _cpu_build_problems, _old_gpu_problems,
-        _framework_problems, _resource_problems,
-    )  # fmt: skip
-    return [problem for check in checks for problem in check(report)]
-
-
-# ---------------------------------------------------------------- presenting a report
-
-
-def _gb(size_bytes: int) -> str:
-    return f"{size_bytes / GB:.1f} GB"
-
-
-def _ram_origin(report: EnvReport) -> str:
-    """Whose RAM the figures are: the host's, or a container's limit below it."""
-    return "host" if report.ram_limit_file is None else f"container limit, {report.ram_limit_file}"
-
-
-def _capability_text(gpu: GpuInfo) -> str:
-    return f"capability {gpu.capability[0]}.{gpu.capability[1]}"
-
-
-def _yes_no(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
-def _or_na(value: object) -> str:
-    return "n/a" if value is None else str(value)
-
-
-def _names(names: tuple[str, ...] | None) -> str:
-    return "unknown" if names is None else ", ".join(names) or "none"
-
-
-def _gpu_line(gpu: GpuInfo) -> str:
-    return (
-        f"{gpu.name} | {_capability_text(gpu)} | {_gb(gpu.total_memory_bytes)} | "
-        f"{gpu.multiprocessors} SMs | bf16 {_yes_no(gpu.bf16)} | tf32 {_yes_no(gpu.tf32)} | "
-        f"tensor cores: {gpu.tensor_cores}"
-    )
-
-
-def _gpu_rows(report: EnvReport) -> list[tuple[str, str]]:
-    if not report.gpus:
-        return [("GPUs", "none: no CUDA GPU visible to torch")]
-    rows = [(f"GPU {gpu.index}", _gpu_line(gpu)) for gpu in report.gpus]
-    if report.interconnect:
-        rows.append(("interconnect", report.interconnect))
-    return rows
-
-
-def _package_status(name: str, version: str | None) -> str:
-    if version is not None:
-        return version
-    if name in OPTIONAL_PACKAGES:
-        return f"not installed (optional: {OPTIONAL_PACKAGES[name]})"
-    return "missing"
-
-
-def _framework_rows(frameworks: list[FrameworkInfo]) -> list[tuple[str, str]]:
-    if not frameworks:
-        return [("frameworks", "not checked")]
-    return [
-        (fw.name, fw.detail if fw.version is None else f"{fw.version} ({fw.detail})")
-        for fw in frameworks
-    ]
-
-
-def _report_sections(report: EnvReport) -> dict[str, list[tuple[str, str]]]:
-    cpu = report.cpu
-    return {
-        "Python / OS": [("python", report.python), ("platform", report.platform)],
-        "CPU": [
-            ("model", cpu.model),
-            ("cores", f"{cpu.logical_cores} logical, {_or_na(cpu.physical_cores)} physical"),
-            ("features", ", ".join(cpu.features) or "none detected"),
-            ("torch CPU kernels", _or_na(cpu.torch_capability)),
-            ("oneDNN capped at", _or_na(cpu.onednn_max_isa)),
-            ("fast bf16", _yes_no(cpu.fast_bf16)),
-        ],
-        "Memory / disk": [
-            ("RAM total", f"{_gb(report.ram_total_bytes)} ({_ram_origin(report)})"),
-            ("RAM available", _gb(report.ram_available_bytes)),
-            ("disk free (here)", _gb(report.disk_free_bytes)),
-        ],
-        "PyTorch": [
-            ("torch", _or_na(report.torch_version)),
-            ("build", report.torch_build),
-            ("CUDA runtime", _or_na(report.cuda_runtime)),
-            ("HIP runtime", _or_na(report.hip_runtime)),
-            ("cuDNN", _or_na(report.cudnn_version)),
-            ("NCCL", f"{_yes_no(report.nccl_available)}, version {_or_na(report.nccl_version)}"),
-        ],
-        "NVIDIA driver": [
-            ("NVIDIA GPU on PCI", _yes_no(report.nvidia_device_present)),
-            ("driver", _or_na(report.driver_version)),
-            ("driver supports CUDA", _or_na(report.driver_cuda_version)),
-        ],
-        "GPUs": _gpu_rows(report),
-        "Network": [
-            ("interfaces", _names(report.network_interfaces)),
-            ("InfiniBand/RoCE", ", ".join(report.infiniband_devices) or "none"),
-            ("NVLink links", _or_na(report.nvlink_links)),
-        ],
-        "Packages": [
-            (name, _package_status(name, version)) for name, version in report.packages.items()
-        ],
-        "TensorFlow / JAX": _framework_rows(report.frameworks),
-    }
-
-
-def format_report(report: EnvReport) -> str:
-    """The report as aligned `key: value` lines in titled sections (problems are not included)."""
-    sections = _report_sections(report)
-    width = max(len(key) for rows in sections.values() for key, _ in rows) + 1
-    lines = []
-    for title, rows in sections.items():
-        lines.append(f"== {title} ==")
-        for key, value in rows:
-            # Indent continuation lines (a raw topology matrix) under the value column.
-            value = value.replace("\n", "\n" + " " * (width + 3))
-            lines.append(f"  {key + ':':<{width}} {value}")
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def report_to_dict(report: EnvReport) -> dict:
-    """The report as JSON-ready data, with the computed properties of the CPU and GPUs added."""
-    data = dataclasses.asdict(report)
-    data["cpu"]["fast_bf16"] = report.cpu.fast_bf16
-    for gpu, gpu_data in zip(report.gpus, data["gpus"], strict=True):
-        gpu_data.update(bf16=gpu.bf16, tf32=gpu.tf32, tensor_cores=gpu.tensor_cores)
-    return data
