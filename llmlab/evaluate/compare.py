@@ -10,6 +10,7 @@ import torch
 from llmlab.bench import markdown_table, time_fn
 from llmlab.env import GB
 from llmlab.evaluate.next_token import score_tokens
+from llmlab.models.eval_mode import eval_mode
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,8 @@ def latency_seconds(model: torch.nn.Module, ids: torch.Tensor, repeats: int = 5)
 
 def eval_latency_seconds(model: torch.nn.Module, ids: torch.Tensor, repeats: int = 5) -> float:
     """latency_seconds in eval mode (no dropout, as the model is served); its mode comes back."""
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         return latency_seconds(model, ids, repeats)
-    finally:
-        model.train(was_training)
 
 
 def timed_batch(windows: Sequence[torch.Tensor], batch_size: int = 8) -> torch.Tensor:

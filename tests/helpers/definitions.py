@@ -41,3 +41,10 @@ class _CallFinder(ast.NodeVisitor):
         ):
             self.found.append(".".join(self.scope) or "<module>")
         self.generic_visit(node)
+
+
+def mode_toggles(package: Path) -> list[str]:
+    """'llmlab/a/b.py:function' for every function that switches a model to eval mode and back
+    to training itself (calls both `.eval()` and `.train(...)`): llmlab.models.eval_mode's job."""
+    to_eval = set(calls(package, {"eval"}, mentioning=r"\.eval\(\)"))
+    return sorted(to_eval & set(calls(package, {"train"}, mentioning=r"\.train\(")))
