@@ -18,7 +18,7 @@ from torch import nn
 
 from llmlab.bench import markdown_table
 from llmlab.env import GB
-from llmlab.evaluate.compare import eval_latency_seconds, size_on_disk, timed_batch
+from llmlab.evaluate.model_variants import eval_latency_seconds, size_on_disk, timed_batch
 from llmlab.evaluate.next_token import score_tokens
 from llmlab.models import block_matrices
 from llmlab.quant.model import ModelQuantization
