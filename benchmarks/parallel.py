@@ -106,7 +106,7 @@ def model_parallel(nprocs: int, steps: int) -> list[Row]:
     on equivalence's smoke model, batches of 8 x 32 tokens and plain SGD."""
     batch, seq = 8, SMOKE_SHAPE.context
     reference, reference_seconds = reference_parameters(
-        token_batches(SMOKE_SHAPE, steps, batch, seq), SMOKE_SHAPE, "sgd")
+        token_batches(SMOKE_SHAPE, steps, batch, seq), SMOKE_SHAPE, "sgd-momentum")
     timed = launch(partial(_marginal_step, train_tensor_parallel, steps, tp=nprocs, batch=batch,
                            seq=seq), nprocs)  # fmt: skip
     runs, seconds = [run for run, _ in timed], max(seconds for _, seconds in timed)

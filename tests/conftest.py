@@ -17,7 +17,7 @@ from llmlab.distributed.harness.equivalence import (
 def smoke_reference():
     """Parameters after 5 SGD steps of the smoke model in one process, on the whole batch of 8
     sequences: what every model-parallel run of the same batches must end with."""
-    return reference_parameters(global_batches(5, 8, SMOKE_SHAPE), SMOKE_SHAPE, "sgd")[0]
+    return reference_parameters(global_batches(5, 8, SMOKE_SHAPE), SMOKE_SHAPE, "sgd-momentum")[0]
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ UNTESTED = {
 # Test files about the project rather than one module.
 PROJECT_TESTS = {
     "test_layers.py": "the layer order of all of llmlab",
+    "test_package_faces.py": "every package's __init__.py: re-exports and __all__, no code",
     "test_layout_of_tests.py": "this file: the layout of tests/",
     "test_pins.py": "constraints.txt against every other place that names a version",
     "test_install.py": "tools/install.py, outside the package",

@@ -11,11 +11,10 @@ import warnings
 from pathlib import Path
 
 from llmlab.files import write_atomically
-from llmlab.memory import TrainingSetup
+from llmlab.memory import DEEPSPEED_OPTIMIZERS, TrainingSetup
 from llmlab.models import ModelShape, as_shape, count_parameters
 
 DEVICES = ("cuda", "cpu")
-OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum")
 
 
 def deepspeed_config(
@@ -95,10 +94,10 @@ def _check(setup: TrainingSetup, device: str, grad_clip: float, lr: float) -> No
         )
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}: use one of {DEVICES}")
-    if setup.optimizer not in OPTIMIZERS:
+    if setup.optimizer not in DEEPSPEED_OPTIMIZERS:
         raise ValueError(
-            f"optimizer {setup.optimizer!r} has no DeepSpeed config here: use one of {OPTIMIZERS} "
-            "(or pass your own optimizer to deepspeed.initialize)"
+            f"optimizer {setup.optimizer!r} has no DeepSpeed config here: use one of "
+            f"{DEEPSPEED_OPTIMIZERS} (or pass your own optimizer to deepspeed.initialize)"
         )
     if setup.dtype == "fp16" and device == "cpu":
         raise ValueError("DeepSpeed's CPU accelerator cannot train in fp16: use 'bf16' or 'fp32'")

@@ -18,7 +18,8 @@ from llmlab.evaluate.bootstrap import (
     bootstrap_interval,
     paired_bootstrap,
 )
-from llmlab.evaluate.compare import (
+from llmlab.evaluate.decoding import STRATEGIES, complete
+from llmlab.evaluate.model_variants import (
     VariantRow,
     check_plain,
     compare_variants,
@@ -26,7 +27,6 @@ from llmlab.evaluate.compare import (
     latency_seconds,
     size_on_disk,
 )
-from llmlab.evaluate.decoding import STRATEGIES, complete
 from llmlab.evaluate.multiple_choice import (
     ChoiceResult,
     Question,

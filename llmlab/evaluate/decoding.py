@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from llmlab.models.generation import generate_continuation
+
 STRATEGIES: dict[str, dict] = {
     "greedy": {"do_sample": False},
     "beam-4": {"do_sample": False, "num_beams": 4},
@@ -21,7 +23,6 @@ STRATEGIES: dict[str, dict] = {
 }
 
 
-@torch.no_grad()
 def complete(
     model: torch.nn.Module,
     tokenizer,
@@ -40,23 +41,16 @@ def complete(
         options = STRATEGIES[strategy]
     else:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {sorted(STRATEGIES)}")
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     completions = []
-    try:
-        for number, prompt in enumerate(prompts):
-            ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
-            torch.manual_seed(seed + number)  # per prompt: independent of the other prompts
-            # stop_strings ends generation at the stop (a summary is a few tokens out of
-            # max_new_tokens): the text is the same, the steps after it are not computed.
-            stopping = {"stop_strings": [stop], "tokenizer": tokenizer} if stop else {}
-            output = model.generate(ids, attention_mask=torch.ones_like(ids),
-                                    max_new_tokens=max_new_tokens,
-                                    pad_token_id=tokenizer.pad_token_id or 0,
-                                    **stopping, **options)  # fmt: skip
-            text = tokenizer.decode(output[0, ids.shape[1] :], skip_special_tokens=True)
-            completions.append(text.split(stop)[0] if stop else text)
-    finally:
-        model.train(was_training)
+    for number, prompt in enumerate(prompts):
+        # stop_strings ends generation at the stop (a summary is a few tokens out of
+        # max_new_tokens): the text is the same, the steps after it are not computed.
+        stopping = {"stop_strings": [stop]} if stop else {}
+        # seeded per prompt: a completion is independent of the other prompts
+        _, new = generate_continuation(
+            model, tokenizer, prompt, seed=seed + number, max_new_tokens=max_new_tokens,
+            **stopping, **options,
+        )
+        text = tokenizer.decode(new, skip_special_tokens=True)
+        completions.append(text.split(stop)[0] if stop else text)
     return completions

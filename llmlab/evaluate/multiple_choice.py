@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.models.eval_mode import eval_mode
+
 NORMALIZATIONS = ("none", "tokens", "characters")
 
 
@@ -110,10 +112,8 @@ def multiple_choice(
         raise ValueError(f"unknown normalize={normalize!r}: use one of {NORMALIZATIONS}")
     if not questions:
         raise ValueError("no questions to score")
-    was_training = model.training
-    model.eval()  # no dropout: the same model must give the same answers every time
     predictions, all_scores = [], []
-    try:
+    with eval_mode(model):  # no dropout: the same model must give the same answers every time
         for number, question in enumerate(questions):
             if not 0 <= question.answer < len(question.choices):
                 raise ValueError(f"question {number}: answer {question.answer} is not a choice")
@@ -125,8 +125,6 @@ def multiple_choice(
                 scores.append(score / length[normalize])
             predictions.append(max(range(len(scores)), key=scores.__getitem__))
             all_scores.append(tuple(scores))
-    finally:
-        model.train(was_training)
     correct = sum(p == q.answer for p, q in zip(predictions, questions, strict=True))
     low, high = wilson_interval(correct, len(questions), z)
     return ChoiceResult(correct / len(questions), low, high, correct, len(questions),

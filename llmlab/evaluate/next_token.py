@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from llmlab.models.eval_mode import eval_mode
 from llmlab.models.finite import require_finite_parameters
 from llmlab.models.loss import cross_entropy_on_ids
 
@@ -55,10 +56,8 @@ def score_tokens(
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()  # no dropout: the same model must give the same score every time
     nll_sum, correct, tokens = 0.0, 0, 0
-    try:
+    with eval_mode(model):  # no dropout: the same model must give the same score every time
         for batch in _same_length_batches(windows, batch_size):
             ids = batch.to(device)
             logits = model(ids).logits
@@ -67,8 +66,6 @@ def score_tokens(
             nll_sum += cross_entropy_on_ids(logits, ids, reduction="sum").item()
             correct += (logits[:, :-1].argmax(-1) == targets).sum().item()
             tokens += targets.numel()
-    finally:
-        model.train(was_training)
     if not math.isfinite(nll_sum):
         # no score at all: a NaN loss made perplexity nan and accuracy a plausible number
         _refuse_non_finite_loss(model, nll_sum)

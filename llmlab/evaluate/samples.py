@@ -4,10 +4,10 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from llmlab.models.generation import generate_continuation
 from llmlab.tables import markdown_table
 
 
-@torch.no_grad()
 def generate_samples(
     variants: Mapping[str, torch.nn.Module],
     tokenizer,
@@ -31,25 +31,13 @@ def generate_samples(
     sampling = {"do_sample": True, "top_k": top_k} if do_sample else {"do_sample": False}
     rows = [{"prompt": prompt} for prompt in prompts]
     for name, model in variants.items():
-        device = next(model.parameters()).device
-        was_training = model.training
-        model.eval()
-        try:
-            for row, prompt in zip(rows, prompts, strict=True):
-                ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
-                torch.manual_seed(seed)
-                output = model.generate(
-                    ids,
-                    attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max_new_tokens,
-                    min_new_tokens=max_new_tokens,  # equal lengths: the columns line up
-                    **sampling,
-                    # The tiny course models have no pad id; any id will do, nothing is padded.
-                    pad_token_id=tokenizer.pad_token_id or 0,
-                )
-                row[name] = tokenizer.decode(output[0, ids.shape[1] :], skip_special_tokens=True)
-        finally:
-            model.train(was_training)
+        for row, prompt in zip(rows, prompts, strict=True):
+            _, new = generate_continuation(
+                model, tokenizer, prompt, seed=seed, max_new_tokens=max_new_tokens,
+                min_new_tokens=max_new_tokens,  # equal lengths: the columns line up
+                **sampling,
+            )
+            row[name] = tokenizer.decode(new, skip_special_tokens=True)
     return rows
 
 

@@ -1,12 +1,11 @@
 """Training memory: estimate it by formula, measure it (a tensor tracker on any device, a dry
 run on fake tensors), see which GPUs it fits, and turn an out-of-memory error into options."""
 
-from llmlab.memory.dryrun import dry_run, measure, optimizer_by_name, prepare
+from llmlab.memory.dryrun import dry_run, measure, prepare
 from llmlab.memory.estimate import (
     CUDA_CONTEXT_BYTES,
     DTYPE_BYTES,
     GB,
-    OPTIMIZER_STATES,
     WEIGHT_BITS_4BIT,
     MemoryEstimate,
     TrainingSetup,
@@ -27,13 +26,20 @@ from llmlab.memory.measure import (
     training_step,
 )
 from llmlab.memory.oom import Option, OutOfMemoryWithAdvice, memory_options, oom_advice
+from llmlab.memory.optimizers import (
+    DEEPSPEED_OPTIMIZERS,
+    OPTIMIZER_STATES,
+    REFERENCE_OPTIMIZERS,
+    TRAINER_OPTIMIZERS,
+    optimizer_by_name,
+)
 
 __all__ = [
-    "CUDA_CONTEXT_BYTES", "DTYPE_BYTES", "GB", "GPU_SIZES_GB", "OPTIMIZER_STATES",
-    "WEIGHT_BITS_4BIT", "MeasuredStep", "MemoryEstimate", "MemoryTracker", "Option",
-    "OutOfMemoryWithAdvice", "TrainingSetup", "block_activation_bytes", "bytes_per_parameter",
-    "check_tensor_parallel", "dry_run", "estimate_memory", "fit_table", "fits", "gpus_with",
-    "head_activation_bytes", "layer_activations", "measure", "measure_training_step",
-    "memory_options", "model_states", "oom_advice", "optimizer_by_name", "prepare",
-    "tensor_parallel_problem", "training_step",
+    "CUDA_CONTEXT_BYTES", "DEEPSPEED_OPTIMIZERS", "DTYPE_BYTES", "GB", "GPU_SIZES_GB",
+    "OPTIMIZER_STATES", "REFERENCE_OPTIMIZERS", "TRAINER_OPTIMIZERS", "WEIGHT_BITS_4BIT",
+    "MeasuredStep", "MemoryEstimate", "MemoryTracker", "Option", "OutOfMemoryWithAdvice",
+    "TrainingSetup", "block_activation_bytes", "bytes_per_parameter", "check_tensor_parallel",
+    "dry_run", "estimate_memory", "fit_table", "fits", "gpus_with", "head_activation_bytes",
+    "layer_activations", "measure", "measure_training_step", "memory_options", "model_states",
+    "oom_advice", "optimizer_by_name", "prepare", "tensor_parallel_problem", "training_step",
 ]  # fmt: skip

@@ -11,41 +11,10 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from llmlab.device import TORCH_DTYPES
-from llmlab.memory.estimate import OPTIMIZER_STATES, TrainingSetup
+from llmlab.memory.estimate import TrainingSetup
 from llmlab.memory.measure import MeasuredStep, measure_training_step
+from llmlab.memory.optimizers import optimizer_by_name
 from llmlab.models import ModelShape, as_shape, build_model, enable_activation_checkpointing
-
-
-def optimizer_by_name(
-    parameters, name: str, fused: bool = False, lr: float | None = None, **options
-) -> torch.optim.Optimizer:
-    """The optimizer called `name` in the course's vocabulary (`OPTIMIZER_STATES`, shared by the
-    planner and the trainer): one fused kernel, or else PyTorch's multi-tensor (foreach)
-    implementation, its default on CUDA, chosen on the CPU too so both measure the same.
-
-    parameters: tensors or parameter groups; lr defaults to 1e-3 for SGD, 1e-4 for the Adams;
-    options: what the optimizer class takes (betas, weight_decay, ...).
-    """
-    parameters = list(parameters)
-    kind = {"fused": True} if fused else {"foreach": True}
-    if name in ("sgd", "sgd-momentum"):
-        momentum = {"momentum": 0.9} if name == "sgd-momentum" else {}
-        lr = 1e-3 if lr is None else lr
-        return torch.optim.SGD(parameters, lr=lr, **momentum, **kind, **options)
-    if name in ("adam", "adamw"):
-        adam = torch.optim.Adam if name == "adam" else torch.optim.AdamW
-        return adam(parameters, lr=1e-4 if lr is None else lr, **kind, **options)
-    if name == "adam-8bit":
-        try:
-            import bitsandbytes  # optional: only this optimizer needs it
-        except ImportError as error:
-            raise ImportError(
-                "optimizer 'adam-8bit' needs bitsandbytes: `pip install -c constraints.txt "
-                "bitsandbytes`, or use 'adamw'"
-            ) from error
-        # AdamW's states stored in 8 bits with block-wise scales: 2 bytes/param instead of 8.
-        return bitsandbytes.optim.AdamW8bit(parameters, lr=1e-4 if lr is None else lr, **options)
-    raise ValueError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZER_STATES)}")
 
 
 def _check_measurable(setup: TrainingSetup) -> None:

@@ -21,13 +21,12 @@ import math
 from dataclasses import dataclass
 
 from llmlab.device import TORCH_DTYPES
+from llmlab.memory.optimizers import OPTIMIZER_STATES
 from llmlab.models import ModelShape, as_shape, count_parameters, stage_parameters
 from llmlab.tables import markdown_table
 from llmlab.units import GB  # the one definition of the unit
 
 DTYPE_BYTES = {name: dtype.itemsize for name, dtype in TORCH_DTYPES.items()}
-# States the optimizer keeps per parameter: SGD's momentum buffer, Adam's two moments.
-OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2, "adam-8bit": 2}
 # bitsandbytes' 8-bit Adam: one byte per state plus an fp32 scale per block of 256 values.
 ADAM_8BIT_BYTES_PER_STATE = 1 + 4 / 256
 # 4-bit weight formats, in bits per weight including their scales:

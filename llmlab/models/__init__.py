@@ -1,5 +1,6 @@
 """Model presets and builders (through `transformers` configs), parameter and FLOP counts, the one
-next-token loss, and an LSTM language model to compare with the transformer."""
+next-token loss, eval mode with the training flag restored, one way to call Hugging Face's
+`generate`, and an LSTM language model to compare with the transformer."""
 
 from llmlab.models.blocks import (
     BLOCK_MATRIX_TYPES,
@@ -20,6 +21,8 @@ from llmlab.models.counts import (
     stage_parameters,
     training_flops_per_token,
 )
+from llmlab.models.eval_mode import eval_mode
+from llmlab.models.generation import generate_continuation
 from llmlab.models.loss import cross_entropy_on_ids, next_token_cross_entropy, next_token_loss
 from llmlab.models.presets import (
     ATTENTION,
@@ -37,8 +40,9 @@ __all__ = [
     "ATTENTION", "BLOCK_MATRIX_TYPES", "PRESETS", "SMOKE_VOCAB", "FlopCounts", "LSTMLanguageModel",
     "ModelShape", "ParamCounts", "as_shape", "block_matrices", "block_parameters", "build_model",
     "count_model_parameters", "count_parameters", "cross_entropy_on_ids",
-    "enable_activation_checkpointing", "input_dim", "linear_from_conv1d", "lstm_flops_per_token",
-    "lstm_layer_parameters", "measure_training_flops", "named_blocks", "next_token_cross_entropy",
-    "next_token_loss", "parameter_table", "preset", "stage_parameters", "training_flops_per_token",
+    "enable_activation_checkpointing", "eval_mode", "generate_continuation", "input_dim",
+    "linear_from_conv1d", "lstm_flops_per_token", "lstm_layer_parameters",
+    "measure_training_flops", "named_blocks", "next_token_cross_entropy", "next_token_loss",
+    "parameter_table", "preset", "stage_parameters", "training_flops_per_token",
     "transformer_blocks",
 ]  # fmt: skip

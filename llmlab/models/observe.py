@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from llmlab.models.eval_mode import eval_mode
 from llmlab.models.finite import require_finite
 
 
@@ -34,15 +35,13 @@ def observe_inputs(
         return record
 
     hooks = [module.register_forward_pre_hook(hook_for(name)) for name, module in modules.items()]
-    was_training = model.training
-    model.eval()
     try:
         device = next(model.parameters()).device
-        for batch, ids in enumerate(batches):
-            check_token_ids(ids, vocab, batch)
-            model(ids[:, :window].to(device))
+        with eval_mode(model):
+            for batch, ids in enumerate(batches):
+                check_token_ids(ids, vocab, batch)
+                model(ids[:, :window].to(device))
     finally:
-        model.train(was_training)
         for hook in hooks:
             hook.remove()
 

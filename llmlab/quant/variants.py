@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from llmlab.evaluate.compare import eval_latency_seconds, size_on_disk, timed_batch
+from llmlab.evaluate.model_variants import eval_latency_seconds, size_on_disk, timed_batch
 from llmlab.evaluate.next_token import score_tokens
 from llmlab.models import block_matrices
 from llmlab.quant.model import ModelQuantization

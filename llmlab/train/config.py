@@ -4,11 +4,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from llmlab.distributed.data_parallel import STRATEGIES
+from llmlab.memory.optimizers import TRAINER_OPTIMIZERS
 
 SCHEDULES = ("cosine", "constant", "cyclical")
 DTYPES = ("auto", "fp32", "bf16", "fp16")
-# The names the planner uses too (llmlab.memory.OPTIMIZER_STATES): the ones the trainer runs.
-OPTIMIZERS = ("adamw", "adam-8bit")
 NAN_POLICIES = ("stop", "skip")
 
 
@@ -104,7 +103,7 @@ class TrainConfig:
         for name, value, allowed in [
             ("schedule", self.schedule, SCHEDULES),
             ("dtype", self.dtype, DTYPES),
-            ("optimizer", self.optimizer, OPTIMIZERS),
+            ("optimizer", self.optimizer, TRAINER_OPTIMIZERS),
             ("nan_policy", self.nan_policy, NAN_POLICIES),
             ("parallel", self.parallel, STRATEGIES),
         ]:

@@ -26,7 +26,12 @@ from llmlab.distributed import dist_info
 from llmlab.distributed.data_parallel import wrap_model
 from llmlab.evaluate.next_token import perplexity_of
 from llmlab.matmul import mfu
-from llmlab.models import enable_activation_checkpointing, next_token_loss
+from llmlab.models import (
+    enable_activation_checkpointing,
+    eval_mode,
+    generate_continuation,
+    next_token_loss,
+)
 from llmlab.train.checkpointer import Checkpointer
 from llmlab.train.config import TrainConfig
 from llmlab.train.metrics import (
@@ -245,14 +250,13 @@ class Trainer:
         """Mean loss over the fixed validation batches (None without validation data)."""
         if not self.val_batches:
             return None
-        self.model.eval()  # no dropout
         total = torch.zeros((), device=self.device)
-        for inputs, targets in self.val_batches:
-            with autocast(self.device, self.precision.dtype):
-                total += next_token_loss(
-                    self.model, inputs.to(self.device), targets.to(self.device)
-                )
-        self.model.train()
+        with eval_mode(self.model):  # no dropout
+            for inputs, targets in self.val_batches:
+                with autocast(self.device, self.precision.dtype):
+                    total += next_token_loss(
+                        self.model, inputs.to(self.device), targets.to(self.device)
+                    )
         return self._mean_over_ranks(total / len(self.val_batches)).item()
 
     @torch.no_grad()
@@ -260,20 +264,13 @@ class Trainer:
         """A short generated continuation (needs a Hugging Face model and a tokenizer)."""
         if self.tokenizer is None or not hasattr(self.model, "generate"):
             return None
-        self.model.eval()
-        inputs = self.tokenizer(prompt, return_tensors="pt").to(self.device)
         with torch.random.fork_rng(devices=[]):  # sampling must not shift the training RNG
-            torch.manual_seed(self.config.seed)
-            output = self.model.generate(
-                **inputs,
-                max_new_tokens=max_new_tokens,
-                do_sample=True,
-                top_k=50,
-                use_cache=True,
-                pad_token_id=self.tokenizer.pad_token_id,
+            prompt_ids, new = generate_continuation(
+                self.model, self.tokenizer, prompt, seed=self.config.seed,
+                max_new_tokens=max_new_tokens, do_sample=True, top_k=50,
             )
-        self.model.train()
-        return self.tokenizer.decode(output[0], skip_special_tokens=True)
+        # decoded as one piece with its prompt: the text a reader would see
+        return self.tokenizer.decode(torch.cat([prompt_ids, new]), skip_special_tokens=True)
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -5,24 +5,19 @@ seed for the whole list (a prompt's sample then depends on the prompts before it
 
 import pytest
 import torch
+from helpers.evaluation import code_tokenizer, generating_model
 
-from llmlab.data.tokenization import train_bpe
 from llmlab.evaluate.decoding import STRATEGIES, complete
-from llmlab.models import build_model, preset
-
-TEXT = "def add(a, b):\n    return a + b\n# Add two numbers.\n"
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return train_bpe([TEXT] * 20, vocab_size=300)
+    return code_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    torch.manual_seed(0)
-    return build_model(preset("tiny", vocab_size=len(tokenizer), context=64, n_layer=1,
-                              d_model=32, n_head=2))  # fmt: skip
+    return generating_model(tokenizer)
 
 
 def argmax_loop(model, tokenizer, prompt, steps):

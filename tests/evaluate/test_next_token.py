@@ -131,8 +131,8 @@ def test_perplexity_of_is_the_only_exponential_of_a_loss_in_llmlab():
 @pytest.mark.parametrize("source", ["math.exp(loss.item())", "torch.exp(mean_nll)",
                                     "val_loss.exp()", "np.exp(self.cross_entropy)"])  # fmt: skip
 def test_a_second_perplexity_is_caught(tmp_path, source):
-    path = tmp_path / "llmlab" / "inference" / "compare.py"
+    path = tmp_path / "llmlab" / "inference" / "engines.py"
     path.parent.mkdir(parents=True)
     path.write_text(f"def engine_rows(loss, mean_nll, val_loss, self):\n    return {source}\n")
     found = calls(tmp_path / "llmlab", {"exp"}, mentioning=LOSS_WORDS)
-    assert found == ["llmlab/inference/compare.py:engine_rows"]
+    assert found == ["llmlab/inference/engines.py:engine_rows"]

@@ -41,3 +41,25 @@ class _CallFinder(ast.NodeVisitor):
         ):
             self.found.append(".".join(self.scope) or "<module>")
         self.generic_visit(node)
+
+
+def mode_toggles(package: Path) -> list[str]:
+    """'llmlab/a/b.py:function' for every function that switches a model to eval mode and back
+    to training itself (calls both `.eval()` and `.train(...)`): llmlab.models.eval_mode's job."""
+    to_eval = set(calls(package, {"eval"}, mentioning=r"\.eval\(\)"))
+    return sorted(to_eval & set(calls(package, {"train"}, mentioning=r"\.train\(")))
+
+
+def module_names(package: Path, pattern: str) -> list[str]:
+    """'llmlab/a/b.py:NAME' for every name a module of the package assigns at its top level
+    (a table, a constant) that matches `pattern`, a regular expression."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            else:  # x: T = ... and x += ...; anything else has no target
+                targets = [getattr(node, "target", None)]
+            names = [t.id for t in targets if isinstance(t, ast.Name) and re.search(pattern, t.id)]
+            found += [f"{path.relative_to(package.parent)}:{name}" for name in names]
+    return found

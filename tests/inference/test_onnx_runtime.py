@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers.train_fakes import tiny_gpt2, token_ids
 
-from llmlab.inference.compare import engine_rows, engine_table
+from llmlab.inference.engines import engine_rows, engine_table
 from llmlab.inference.onnx_runtime import (
     export_onnx,
     folder_bytes,

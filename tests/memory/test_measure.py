@@ -107,8 +107,3 @@ def test_cuda_allocator_peak_agrees_with_the_tracker():
     assert measured.cuda_max_allocated == pytest.approx(first.cuda_max_allocated, rel=0.02)
     assert measured.peak_bytes == pytest.approx(estimate_memory("small", CPU_STEP).peak, rel=0.10)
 
-
-def test_optimizer_by_name_keeps_a_rate_of_zero_and_defaults_only_a_missing_one():
-    parameters = [torch.nn.Parameter(torch.zeros(2))]
-    assert memory.optimizer_by_name(parameters, "adamw").defaults["lr"] == 1e-4
-    assert memory.optimizer_by_name(parameters, "sgd", lr=0.0).defaults["lr"] == 0.0

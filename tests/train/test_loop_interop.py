@@ -30,3 +30,18 @@ def test_trained_model_round_trips_through_hugging_face_format(tmp_path):
     generator = pipeline("text-generation", model=str(tmp_path), device="cpu")
     text = generator("def", max_new_tokens=5, do_sample=False)[0]["generated_text"]
     assert text.startswith("def") and len(text) > len("def")
+
+
+def test_a_sample_is_seeded_text_that_leaves_the_training_rng_and_mode_alone():
+    """Trainer.sample (Hugging Face's generate through llmlab.models.generation): the prompt and
+    its continuation, the same for the same seed, and training goes on as if it never ran."""
+    tokenizer = tiny_tokenizer()
+    settings = TrainConfig(seq_len=CONTEXT, device="cpu", seed=3)
+    trainer = Trainer(tiny_gpt2(), settings, RandomWindows(token_stream(), 4), tokenizer=tokenizer)
+    trainer.model.train()
+    state = torch.random.get_rng_state()
+    text = trainer.sample("def", max_new_tokens=6)
+    assert torch.equal(torch.random.get_rng_state(), state) and trainer.model.training
+    prompt = tokenizer.decode(tokenizer("def").input_ids)
+    assert text.startswith(prompt) and len(text) > len(prompt)
+    assert text == trainer.sample("def", max_new_tokens=6)

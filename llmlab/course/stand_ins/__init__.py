@@ -7,6 +7,6 @@ with the variables a real srun gives it; `scontrol` only answers `show hostnames
 launcher tests use them; they are no cluster (no resources, no remote hosts).
 """
 
-from pathlib import Path
+from llmlab.course.stand_ins.folder import SLURM_STAND_INS
 
-SLURM_STAND_INS = Path(__file__).resolve().parent
+__all__ = ["SLURM_STAND_INS"]

@@ -30,6 +30,7 @@ from llmlab.distributed.data_parallel import (
 )
 from llmlab.distributed.harness.comm import count_collectives, drop_collectives
 from llmlab.distributed.launch import launch
+from llmlab.memory.optimizers import REFERENCE_OPTIMIZERS
 from llmlab.models import ModelShape, build_model, next_token_loss, preset
 from llmlab.numerics import relative_error
 from llmlab.scale.comm_cost import ddp_bytes, fsdp_bytes, zero1_bytes
@@ -40,14 +41,6 @@ SMOKE_SHAPE = preset("tiny", vocab_size=512, context=32)
 # What each strategy's own communication is, so a check can show what removing it breaks.
 REMOVABLE = {"ddp": ("all_reduce",), "zero1": ("all_reduce", "broadcast"),
              "fsdp": ("reduce_scatter",)}  # fmt: skip
-# SGD with momentum, not AdamW: AdamW divides each gradient by its running RMS, so a gradient
-# that is pure rounding noise becomes a full lr-sized step. GPT-2's key bias is one (softmax
-# ignores a constant added to all of a query's scores, so its true gradient is 0): under AdamW
-# its rounding noise, summed in another order on 2 ranks, moves it by 2e-5 in 5 steps and the
-# comparison measures noise (1e-3 relative on that bias), not the strategy. Momentum keeps
-# ZeRO-1 sharding a real optimizer state.
-OPTIMIZERS = {"sgd": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
-              "adamw": (torch.optim.AdamW, {"lr": 1e-3})}  # fmt: skip
 TARGETS = {"ddp": 1e-6, "zero1": 1e-5, "fsdp": 1e-5}  # relative; summation order stays inside
 
 
@@ -94,14 +87,14 @@ def parameters_error(params: dict[str, torch.Tensor], reference: dict[str, torch
     return max(relative_error(params[name], ref) for name, ref in reference.items())
 
 
-def reference_optimizer(parameters, name: str = "sgd") -> torch.optim.Optimizer:
-    """The plain (unsharded) optimizer of the comparisons (see OPTIMIZERS for why SGD)."""
-    optimizer_class, options = OPTIMIZERS[name]
+def reference_optimizer(parameters, name: str = "sgd-momentum") -> torch.optim.Optimizer:
+    """The plain (unsharded) optimizer of the comparisons (REFERENCE_OPTIMIZERS says why SGD)."""
+    optimizer_class, options = REFERENCE_OPTIMIZERS[name]
     return optimizer_class(parameters, **options)
 
 
 def reference_parameters(
-    batches: torch.Tensor, shape: ModelShape = SMOKE_SHAPE, optimizer: str = "sgd"
+    batches: torch.Tensor, shape: ModelShape = SMOKE_SHAPE, optimizer: str = "sgd-momentum"
 ) -> tuple[dict[str, torch.Tensor], float]:
     """One process trains on every batch: (its parameters, median seconds per step)."""
     model = build_model(shape, seed=0)
@@ -133,7 +126,7 @@ def formula_bytes(strategy: str, model: nn.Module, world_size: int) -> float:
 
 
 def _optimizer(model: nn.Module, strategy: str, name: str) -> torch.optim.Optimizer:
-    optimizer_class, options = OPTIMIZERS[name]
+    optimizer_class, options = REFERENCE_OPTIMIZERS[name]
     return make_optimizer(model, strategy, optimizer_class=optimizer_class, **options)
 
 
@@ -174,7 +167,7 @@ def compare_to_single_process(
     steps: int = 5,
     global_batch: int = 4,
     shape: ModelShape = SMOKE_SHAPE,
-    optimizer: str = "sgd",
+    optimizer: str = "sgd-momentum",
     drop: str | None = None,
     comm_hook: str = "allreduce",
     timeout_s: float = 120,
@@ -182,7 +175,8 @@ def compare_to_single_process(
     """Train `steps` steps of `shape` under `strategy` on `nprocs` ranks and on one process,
     with the same global batches; return how far apart the parameters end up.
 
-    optimizer: "sgd" (momentum 0.9) or "adamw" (see OPTIMIZERS for why SGD is the default).
+    optimizer: "sgd-momentum" (0.9) or "adamw" (see REFERENCE_OPTIMIZERS for why SGD is the
+        default).
     drop: a collective to remove from the strategy (see REMOVABLE), to show that the check
     fails without it: `compare_to_single_process("ddp", drop="all_reduce").passed` is False.
     comm_hook: for "ddp"/"zero1", how the gradients are sent: "fp16" or "powersgd" compress
@@ -196,8 +190,9 @@ def compare_to_single_process(
         )
     if comm_hook != "allreduce" and strategy == "fsdp":
         raise ValueError("comm hooks are DDP's: use strategy 'ddp' or 'zero1' with comm_hook")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
+    if optimizer not in REFERENCE_OPTIMIZERS:
+        names = ", ".join(REFERENCE_OPTIMIZERS)
+        raise ValueError(f"unknown optimizer {optimizer!r}: use one of {names}")
     split_batch(global_batch, 0, nprocs)  # a batch that does not split fails here, not in a rank
     batches = global_batches(steps, global_batch, shape)
     reference, reference_seconds = reference_parameters(batches, shape, optimizer)

@@ -48,7 +48,7 @@ def train_single_process(
 ) -> dict[str, torch.Tensor]:
     """The reference: every parameter after `steps` steps in one process on the whole batch."""
     shape = shape or SMOKE_SHAPE
-    return reference_parameters(token_batches(shape, steps, batch, seq), shape, "sgd")[0]
+    return reference_parameters(token_batches(shape, steps, batch, seq), shape, "sgd-momentum")[0]
 
 
 def _train(model: nn.Module, batches, optimizer: str, on_gradients=None, comm=None) -> list:
@@ -86,7 +86,7 @@ def train_tensor_parallel(
     tp: int = 2,
     plan: dict[str, ParallelStyle] | None = None,
     average_gradients: bool = True,
-    optimizer: str = "sgd",
+    optimizer: str = "sgd-momentum",
     sequence_parallel: bool = False,
 ) -> ParallelRun:
     """Train with tensor parallelism of degree `tp`, and data parallelism over the remaining

@@ -94,7 +94,7 @@ def train_pipeline(
     microbatches: int = 4,
     schedule: str = "gpipe",
     sync_tied: bool = True,
-    optimizer: str = "sgd",
+    optimizer: str = "sgd-momentum",
 ) -> PipelineRun:
     """Train with one pipeline stage per rank (call on every rank, inside `launch`), on
     `equivalence`'s batches and optimizer. `sync_tied=False` skips the tied embedding's

@@ -85,7 +85,7 @@ def test_a_run_passes_within_its_strategys_target():
     (dict(strategy="zero4"), "unknown strategy 'zero4': use one of ddp, zero1, fsdp"),
     (dict(strategy="fsdp", drop="broadcast"), "no .broadcast. to remove"),
     (dict(strategy="fsdp", comm_hook="fp16"), "comm hooks are DDP's"),
-    (dict(strategy="ddp", optimizer="lion"), "unknown optimizer 'lion': use one of sgd, adamw"),
+    (dict(strategy="ddp", optimizer="lion"), "unknown optimizer 'lion': use one of sgd-mom"),
     (dict(strategy="ddp", global_batch=3), "multiple of 2"),
 ], ids=["strategy", "drop", "comm hook", "optimizer", "uneven batch"])  # fmt: skip
 def test_bad_arguments_are_refused_before_any_rank_starts(kwargs, message):

@@ -8,28 +8,28 @@ import sys
 import pytest
 import torch
 
-import llmlab.kernels as kernels
+import llmlab.kernels.triton_mode as triton_mode
 
 
 def test_without_a_driver_the_interpreter_is_chosen(monkeypatch):
-    monkeypatch.setattr(kernels, "_cuda_driver_present", lambda: False)
+    monkeypatch.setattr(triton_mode, "_cuda_driver_present", lambda: False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    kernels.use_interpreter_without_driver()
-    assert kernels.interpreted()
+    triton_mode.use_interpreter_without_driver()
+    assert triton_mode.interpreted()
 
 
 def test_a_users_own_choice_wins(monkeypatch):
-    monkeypatch.setattr(kernels, "_cuda_driver_present", lambda: False)
+    monkeypatch.setattr(triton_mode, "_cuda_driver_present", lambda: False)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    kernels.use_interpreter_without_driver()
-    assert not kernels.interpreted()
+    triton_mode.use_interpreter_without_driver()
+    assert not triton_mode.interpreted()
 
 
 def test_with_a_driver_nothing_is_set(monkeypatch):
-    monkeypatch.setattr(kernels, "_cuda_driver_present", lambda: True)
+    monkeypatch.setattr(triton_mode, "_cuda_driver_present", lambda: True)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    kernels.use_interpreter_without_driver()
-    assert not kernels.interpreted()
+    triton_mode.use_interpreter_without_driver()
+    assert not triton_mode.interpreted()
 
 
 def test_llmlab_start_up_imports_neither_torch_nor_triton():
@@ -44,10 +44,10 @@ def test_llmlab_start_up_imports_neither_torch_nor_triton():
 def test_without_a_gpu_or_the_interpreter_the_kernels_say_how_to_run(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RuntimeError, match="no CUDA device and Triton's interpreter is off"):
-        kernels.check_input("x", torch.zeros(2))
+        triton_mode.check_input("x", torch.zeros(2))
 
 
-@pytest.mark.skipif(kernels._cuda_driver_present(), reason="llmlab's switch is for no driver")
+@pytest.mark.skipif(triton_mode._cuda_driver_present(), reason="llmlab's switch is for no driver")
 def test_an_interpreter_switched_on_after_triton_was_imported_is_named():
     # What a notebook that imports triton before llmlab gets, in a fresh process.
     code = ("import triton, torch, llmlab\n"
@@ -61,5 +61,5 @@ def test_an_interpreter_switched_on_after_triton_was_imported_is_named():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's rules")
 def test_the_interpreter_takes_tensors_on_the_cpu_only():
     with pytest.raises(ValueError, match=r"q is on meta; the kernels run on cpu here"):
-        kernels.check_input("q", torch.zeros(2, device="meta"))
-    kernels.check_input("x", torch.zeros(2))
+        triton_mode.check_input("q", torch.zeros(2, device="meta"))
+    triton_mode.check_input("x", torch.zeros(2))

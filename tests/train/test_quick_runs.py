@@ -6,7 +6,7 @@ from helpers.tables import table_rows
 from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
 
 from llmlab.train import TrainConfig
-from llmlab.train.compare import (
+from llmlab.train.quick_runs import (
     QuickRun,
     faster_in_every_round,
     merge_rounds,

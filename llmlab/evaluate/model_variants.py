@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from llmlab.evaluate.next_token import score_tokens
+from llmlab.models.eval_mode import eval_mode
 from llmlab.tables import markdown_table
 from llmlab.timing import time_fn
 from llmlab.units import GB
@@ -53,12 +54,8 @@ def latency_seconds(model: torch.nn.Module, ids: torch.Tensor, repeats: int = 5)
 
 def eval_latency_seconds(model: torch.nn.Module, ids: torch.Tensor, repeats: int = 5) -> float:
     """latency_seconds in eval mode (no dropout, as the model is served); its mode comes back."""
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         return latency_seconds(model, ids, repeats)
-    finally:
-        model.train(was_training)
 
 
 def timed_batch(windows: Sequence[torch.Tensor], batch_size: int = 8) -> torch.Tensor:

@@ -6,8 +6,8 @@ input is refused."""
 import pytest
 import torch
 
-from llmlab.inference import compare
-from llmlab.inference.compare import engine_rows, engine_table
+from llmlab.inference import engines
+from llmlab.inference.engines import engine_rows, engine_table
 from llmlab.timing import Timing
 
 VOCAB = 8
@@ -46,7 +46,7 @@ def test_the_speedup_is_the_range_of_the_paired_rounds(monkeypatch):
         assert list(fns) == ["reference", "faster"]
         return {"reference": rounds(0.30, 0.40, 0.33), "faster": rounds(0.20, 0.20, 0.30)}
 
-    monkeypatch.setattr(compare, "time_rounds", fake_rounds)
+    monkeypatch.setattr(engines, "time_rounds", fake_rounds)
     ids = torch.arange(12).reshape(2, 6) % VOCAB
     first, faster = engine_rows({"reference": (reference, 0), "faster": (reference, 0)}, ids)
     assert (first.speedup_low, first.speedup_high) == (1.0, 1.0)
