@@ -27,7 +27,7 @@ def build(width: int, layers: int) -> tuple[torch.nn.Module, torch.optim.Optimiz
     torch.manual_seed(0)
     config = GPT2Config(n_layer=layers, n_embd=width, n_head=max(1, width // 64),
                         n_positions=SEQ, vocab_size=VOCAB, bos_token_id=0,
-                        eos_token_id=0)  # fmt: skip
+                        eos_token_id=0)
     model = GPT2LMHeadModel(config)
     return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -44,7 +44,7 @@ def run(mode: str, args, scratch: Path) -> dict:
     model, optimizer = build(args.width, args.layers)
     generator = torch.Generator().manual_seed(1)
     result = measure_stall(mode, model, optimizer, lambda: train_step(model, optimizer, generator),
-                           scratch, args.steps, args.every)  # fmt: skip
+                           scratch, args.steps, args.every)
     return result.row()
 
 

@@ -52,7 +52,7 @@ def raw_and_pipeline(spec: DatasetSpec, tokenizer_dir: Path, work: Path, repeats
         encode_texts(tokenizer, texts)
         raw_seconds.append(time.perf_counter() - start)
         paths, report = build_dataset(spec, work / f"run-{attempt}",
-                                      tokenizer=load_tokenizer(tokenizer_dir))  # fmt: skip
+                                      tokenizer=load_tokenizer(tokenizer_dir))
         runs.append((paths, report))
     paths, best = max(runs, key=lambda run: run[1].mb_per_s())
     return best.input_bytes / 1e6 / min(raw_seconds), best, paths
@@ -93,12 +93,12 @@ def throughput_table(raw: float, report: PipelineReport) -> str:
     """Raw encoding, each pipeline stage and the whole pipeline in MB/s; the whole pipeline's
     share of the raw speed, with its verdict."""
     rows = [{"": "raw tokenizers encode_batch_fast", "MB/s": f"{raw:.2f}", "/ raw": "",
-             "verdict": ""}]  # fmt: skip
+             "verdict": ""}]
     rows += [{"": f"pipeline stage: {stage}", "MB/s": f"{speed:.2f}", "/ raw": "", "verdict": ""}
-             for stage, speed in report.stage_mb_per_s().items()]  # fmt: skip
+             for stage, speed in report.stage_mb_per_s().items()]
     share = report.mb_per_s() / raw
     rows.append({"": "whole pipeline", "MB/s": f"{report.mb_per_s():.2f}", "/ raw": f"{share:.2f}",
-                 "verdict": "ok" if share >= TARGET_SHARE else "BELOW TARGET"})  # fmt: skip
+                 "verdict": "ok" if share >= TARGET_SHARE else "BELOW TARGET"})
     return markdown_table(rows, aligned=True)
 
 
@@ -106,7 +106,7 @@ def loaders_table(speeds: dict[str, float], steps: float) -> str:
     """Each loader's batches per second, as a multiple of the training steps per second."""
     rows = [{"": name, "batches/s": f"{speed:.0f}", "x training": f"{speed / steps:.0f}x",
              "verdict": "ok" if speed > steps else "BOTTLENECK"}
-            for name, speed in speeds.items()]  # fmt: skip
+            for name, speed in speeds.items()]
     rows.append({"": "training step", "batches/s": f"{steps:.2f}", "x training": "", "verdict": ""})
     return markdown_table(rows, aligned=True)
 
@@ -120,7 +120,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="llmlab-bench-") as tmp:
         work = Path(tmp)
         train_docs, _ = split_documents(clean_documents(load_corpus(spec.corpus))[0],
-                                        spec.val_fraction, spec.seed)  # fmt: skip
+                                        spec.val_fraction, spec.seed)
         print(
             f"corpus {spec.corpus}: {total_bytes(train_docs) / 1e6:.1f} MB of training text; "
             f"training a {VOCAB}-token BPE tokenizer (not timed) ...",
@@ -141,7 +141,7 @@ def main() -> None:
                                                              tokenizer=fingerprint)),
             "stream, 2 workers": ResumableLoader(TokenStream(paths.train, SEQ_LEN, BATCH,
                                                              tokenizer=fingerprint), num_workers=2),
-        }  # fmt: skip
+        }
         speeds = {name: batches_per_second(loader) for name, loader in loaders.items()}
     steps = training_steps_per_second(device)
     print(

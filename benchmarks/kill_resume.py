@@ -38,7 +38,7 @@ VENV_BIN = Path(sys.executable).parent
 
 def command(processes: int, steps: int, every: int, out: Path) -> list[str]:
     train = ["train", "--profile", "smoke", "--steps", str(steps),
-             "--checkpoint-every", str(every), "--out", str(out)]  # fmt: skip
+             "--checkpoint-every", str(every), "--out", str(out)]
     if processes == 1:
         return [str(VENV_BIN / "llmlab"), *train]
     return [str(VENV_BIN / "torchrun"), "--nproc_per_node", str(processes), "-m", "llmlab", *train]
@@ -120,7 +120,7 @@ def soak(processes: int, args, scratch: Path, rng: random.Random) -> dict:
     reference, killed = scratch / f"reference-{processes}", scratch / f"killed-{processes}"
     with open(scratch / f"log-{processes}.txt", "w") as log:
         subprocess.run(command(processes, args.steps, args.every, reference), stdout=log,
-                       stderr=subprocess.STDOUT, check=True)  # fmt: skip
+                       stderr=subprocess.STDOUT, check=True)
         started = time.perf_counter()
         kills, during_save, corrupt = run_with_kills(
             command(processes, args.steps, args.every, killed), killed, args.kills, rng, log

@@ -46,7 +46,7 @@ def format_table(results: list[MatmulResult], spec: GpuSpec | None) -> str:
     for result, speedup in zip(results, speedups_over_fp32(results), strict=True):
         row = {"size": result.size, "dtype": result.dtype,
                "median ms": f"{result.seconds * 1e3:.3f}", "TFLOP/s": f"{result.tflops:.3f}",
-               "vs fp32": "-" if speedup is None else f"{speedup:.2f}x"}  # fmt: skip
+               "vs fp32": "-" if speedup is None else f"{speedup:.2f}x"}
         if spec:
             peak = spec.tflops[result.dtype]
             row["% peak"] = f"{100 * result.tflops / peak:.1f}%" if peak else "-"

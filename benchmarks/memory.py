@@ -49,11 +49,11 @@ def main() -> None:
     rows = []
     for name in ["tiny", "small"]:
         for label, changes in [("eager", {"attention": "eager"}), ("sdpa", {}),
-                               ("sdpa, checkpointing", {"checkpointing": True})]:  # fmt: skip
+                               ("sdpa, checkpointing", {"checkpointing": True})]:
             for item, predicted, measured in compare(name, base.replace(**changes), args.device):
                 rows.append({"preset, set-up": f"{name}, {label}", "item": item,
                              "predicted MiB": f"{predicted:.2f}", "measured MiB": f"{measured:.2f}",
-                             "diff": f"{measured / predicted - 1:+.1%}"})  # fmt: skip
+                             "diff": f"{measured / predicted - 1:+.1%}"})
     print(markdown_table(rows, aligned=True))
 
     print("\nDry runs of Llama-2 7B on fake tensors, 1 x 2048 tokens")
@@ -64,7 +64,7 @@ def main() -> None:
         ("pure bf16, checkpointing, SGD momentum",
          TrainingSetup(batch=1, seq=2048, master_weights=False, checkpointing=True,
                        optimizer="sgd-momentum")),
-    ]:  # fmt: skip
+    ]:
         start = time.perf_counter()
         measured = dry_run("llama-7b", setup)
         seconds = time.perf_counter() - start
@@ -72,7 +72,7 @@ def main() -> None:
         rows.append({"set-up": label, "dry-run peak GB": f"{measured.peak_bytes / 1e9:.2f}",
                      "phase": measured.peak_phase, "predicted GB": f"{predicted.peak / 1e9:.2f}",
                      "predicted phase": predicted.peak_phase,
-                     "dry run": f"{seconds:.1f} s"})  # fmt: skip
+                     "dry run": f"{seconds:.1f} s"})
     print(markdown_table(rows, aligned=True))
 
 if __name__ == "__main__":

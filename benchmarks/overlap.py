@@ -59,11 +59,11 @@ def main() -> None:
     start = time.perf_counter()
     configs = [(f"DDP bucket_cap_mb={cap:g}", "ddp", {"bucket_cap_mb": cap}) for cap in BUCKETS_MB]
     configs += [(label, "fsdp", {"reshard_after_forward": reshard, "prefetch": mode})
-                for label, (reshard, mode) in FSDP_ROWS.items()]  # fmt: skip
+                for label, (reshard, mode) in FSDP_ROWS.items()]
     # Whole sweeps, repeated: a burst of other work then slows one row of a sweep, not one
     # configuration; each row keeps its sweep with the lowest median.
     sweeps = [[measure(*config, args.steps, args.warmup) for config in configs]
-              for _ in range(args.repeats)]  # fmt: skip
+              for _ in range(args.repeats)]
     rows = [min(runs, key=lambda row: row.step_seconds) for runs in zip(*sweeps, strict=True)]
     params = sum(p.numel() for p in build_model(SHAPE, seed=0).parameters())
     print(

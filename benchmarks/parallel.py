@@ -62,7 +62,7 @@ def single_process(nprocs: int, steps: int) -> list[Row]:
     measured = measure(SMOKE_SHAPE, setup).peak_bytes
     planned = estimate_memory(SMOKE_SHAPE, setup).peak
     return [Row("1 process", 0.0, 0.0, measured, planned, 0.0, 0.0, seconds, seconds,
-                "the reference: the whole global batch in one process")]  # fmt: skip
+                "the reference: the whole global batch in one process")]
 
 
 def data_parallel(nprocs: int, steps: int) -> list[Row]:
@@ -78,7 +78,7 @@ def data_parallel(nprocs: int, steps: int) -> list[Row]:
         note = "" if item else "memory: weights+gradients+optimizer states, not the peak"
         rows.append(Row(label, result.max_rel_error, result.target, measured, planned,
                         result.bytes_sent_per_rank, result.bytes_formula, result.step_seconds,
-                        result.reference_step_seconds, note))  # fmt: skip
+                        result.reference_step_seconds, note))
     return rows
 
 
@@ -108,7 +108,7 @@ def model_parallel(nprocs: int, steps: int) -> list[Row]:
     reference, reference_seconds = reference_parameters(
         token_batches(SMOKE_SHAPE, steps, batch, seq), SMOKE_SHAPE, "sgd-momentum")
     timed = launch(partial(_marginal_step, train_tensor_parallel, steps, tp=nprocs, batch=batch,
-                           seq=seq), nprocs)  # fmt: skip
+                           seq=seq), nprocs)
     runs, seconds = [run for run, _ in timed], max(seconds for _, seconds in timed)
     handed = runs[0].comm_bytes.get("all_reduce", 0)  # one forward and backward pass
     formula = tensor_parallel_bytes(batch, seq, SMOKE_SHAPE.d_model, SMOKE_SHAPE.n_layer, nprocs)
@@ -120,7 +120,7 @@ def model_parallel(nprocs: int, steps: int) -> list[Row]:
     rows.append(Row(f"PP {nprocs} (GPipe)", parameters_error(whole, reference), 1e-5, None, None,
                     None, None, max(stage.step_seconds for stage in stages), reference_seconds,
                     "sends activations point to point (not counted); memory not measured"))
-    return rows  # fmt: skip
+    return rows
 
 
 def deepspeed(nprocs: int, steps: int) -> list[Row]:
@@ -135,7 +135,7 @@ def deepspeed(nprocs: int, steps: int) -> list[Row]:
                         max(result.peak_bytes), result.deepspeed_planned_bytes,
                         result.bytes_sent_per_rank, result.bytes_formula, result.step_seconds,
                         result.reference_step_seconds,
-                        "memory plan: + DeepSpeed's gradient shard and fp32 copy"))  # fmt: skip
+                        "memory plan: + DeepSpeed's gradient shard and fp32 copy"))
     return rows
 
 
@@ -169,7 +169,7 @@ def table(rows: list[Row]) -> str:
         "step ms": f"{row.step_seconds * 1e3:.1f}",
         "speed": f"{row.reference_step_seconds / row.step_seconds:.2f}x",
         "note": row.note,
-    } for row in rows]  # fmt: skip
+    } for row in rows]
     return "\n".join([markdown_table(cells, aligned=True), *HARNESSES])
 
 
@@ -185,7 +185,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nprocs", type=int, default=2, help="processes per strategy (2)")
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps compared (5, >= 2)")
     parser.add_argument("--only", default=",".join(GROUPS),
-                        help=f"comma-separated groups to run, of {', '.join(GROUPS)}")  # fmt: skip
+                        help=f"comma-separated groups to run, of {', '.join(GROUPS)}")
     return parser.parse_args()
 
 
@@ -200,7 +200,7 @@ def main() -> None:
     start = time.perf_counter()
     rows = [row for name in groups for row in GROUPS[name](args.nprocs, args.steps)]
     print(f"\n{args.nprocs} CPU processes (gloo, 1 thread each) against 1 process, "
-          f"{args.steps} optimizer steps, fp32\n")  # fmt: skip
+          f"{args.steps} optimizer steps, fp32\n")
     print(table(rows))
     print(f"\n({time.perf_counter() - start:.0f} s in all)")
 

@@ -180,7 +180,7 @@ def as_linear(module: nn.Module) -> nn.Linear:
         return module
     assert isinstance(module, Conv1D)
     linear = nn.Linear(*module.weight.shape, device=module.weight.device,
-                       dtype=module.weight.dtype)  # fmt: skip
+                       dtype=module.weight.dtype)
     with torch.no_grad():
         linear.weight.copy_(module.weight.T)
         linear.bias.copy_(module.bias)
@@ -213,13 +213,13 @@ def main() -> None:
     context = getattr(config, "n_positions", None) or config.max_position_embeddings
     seq_len = min(128, context - 1)  # a window holds seq_len + 1 tokens
     print(f"model: {args.model} ({sum(p.numel() for p in model.parameters()):,} parameters), "
-          f"ready in {time.perf_counter() - start:.1f} s on {device}")  # fmt: skip
+          f"ready in {time.perf_counter() - start:.1f} s on {device}")
     windows = held_out_windows(held_out, seq_len, args.windows)
     windows = [w for w in windows if w.numel() == seq_len + 1]  # one length: one timed batch
     stream = torch.from_numpy(train_ids)
     # Wanda's calibration: 4 batches of 8 x seq_len training tokens.
     calibration = [stream[i * 8 * seq_len : (i + 1) * 8 * seq_len].view(8, seq_len)
-                   for i in range(4)]  # fmt: skip
+                   for i in range(4)]
     timed = torch.stack(windows[:8])
     dense_blocks = sparsity_report(model)[-1].parameters
 
@@ -237,9 +237,9 @@ def main() -> None:
                      "perplexity": f"{scores.perplexity:.2f}",
                      "accuracy": f"{scores.accuracy:.3f}",
                      "prune s": f"{pruned_at - began:.2f}",
-                     "evaluate s": f"{evaluated - pruned_at:.2f}"})  # fmt: skip
+                     "evaluate s": f"{evaluated - pruned_at:.2f}"})
     print(f"\nPerplexity at {args.sparsity:.0%} sparsity ({len(windows)} held-out windows of "
-          f"{seq_len} predictions; 2:4 is always 50%)\n")  # fmt: skip
+          f"{seq_len} predictions; 2:4 is always 50%)\n")
     print(markdown_table(rows))
 
     forms = {
@@ -259,13 +259,13 @@ def main() -> None:
         parameters = sum(p.numel() for p in forms[name].parameters())
         table.append({"form": name, "parameters": f"{parameters:,}",
                       "latency ms": f"{seconds * 1e3:.2f}",
-                      "vs dense": f"{baseline / seconds:.2f}x"})  # fmt: skip
+                      "vs dense": f"{baseline / seconds:.2f}x"})
     if isinstance(kernel, str):
         table.append({"form": "2:4 semi-structured", "parameters": "-", "latency ms": "-",
-                      "vs dense": f"n/a: {kernel}"})  # fmt: skip
+                      "vs dense": f"n/a: {kernel}"})
     print(f"\nLatency: one forward pass over {tuple(timed.shape)} tokens on {device}, median of "
           f"{args.repeats} rounds that alternate the forms, in this run (vs dense: >1 is "
-          "faster)\n")  # fmt: skip
+          "faster)\n")
     print(markdown_table(table))
 
 

@@ -61,24 +61,24 @@ def main() -> None:
         return result
 
     variants = [float_variant("fp32", model),
-                float_variant("bf16", copy.deepcopy(model).to(torch.bfloat16))]  # fmt: skip
+                float_variant("bf16", copy.deepcopy(model).to(torch.bfloat16))]
     int8 = timed("int8 (torchao)", lambda: int8_model(model, "weight-only"))
     variants.append(Variant("int8 (torchao, weight-only)", int8, int8_bits_per_weight(int8),
-                            torch_save_bytes(int8)))  # fmt: skip
+                            torch_save_bytes(int8)))
     for method, name in (("rtn", "RTN-4"), ("gptq", "GPTQ-4 (reference)")):
         quantized = copy.deepcopy(model)
         report = timed(name, lambda q=quantized, m=method: quantize_model(
             q, m, calibration if m == "gptq" else None, bits=4,
-            group_size=args.group_size))  # fmt: skip
+            group_size=args.group_size))
         variants.append(fake_quant_variant(f"{name} g{args.group_size}", quantized, report))
     nf4 = timed("NF4 (bitsandbytes)", lambda: nf4_model(model))
     variants.append(Variant("NF4 (bitsandbytes)", nf4, nf4_bits_per_weight(nf4),
-                            size_on_disk(nf4)))  # fmt: skip
+                            size_on_disk(nf4)))
 
     start = time.perf_counter()
     rows = quant_rows(variants, windows, repeats=args.repeats)
     print(f"profile {args.profile}: {len(windows)} windows of {config.seq_len} tokens, "
-          f"measured in {time.perf_counter() - start:.1f} s")  # fmt: skip
+          f"measured in {time.perf_counter() - start:.1f} s")
     print(quant_table(rows))
     print("seconds to make each variant:", {k: round(v, 2) for k, v in seconds.items()})
 

@@ -75,7 +75,7 @@ def main() -> None:
         reference, ref_s = median_seconds(
             lambda w=weight, h=h: gptq(w, h, args.bits, args.group_size), args.repeats)
         library = [library_gptq_layer(weight, inputs[name], args.bits, args.group_size)
-                   for _ in range(args.repeats)]  # fmt: skip
+                   for _ in range(args.repeats)]
         lib_s = statistics.median(result.seconds for result in library)
         gar = library_gptq_layer(weight, inputs[name], args.bits, args.group_size, group_aware=True)
         ref_error, lib_error = error(reference.dequantize()), error(library[-1].weight)
@@ -88,9 +88,9 @@ def main() -> None:
             "GPTQModel + GAR error": f"{error(gar.weight):.4f}",
             "reference ms": f"{ref_s * 1000:.1f}", "GPTQModel ms": f"{lib_s * 1000:.1f}",
             "time ratio": f"{ref_s / lib_s:.2f}",
-        })  # fmt: skip
+        })
     print(f"{args.bits}-bit GPTQ, groups of {args.group_size}, {len(batches)} calibration "
-          f"batches of {tuple(batches[0].shape)} tokens, on Lab 03's model")  # fmt: skip
+          f"batches of {tuple(batches[0].shape)} tokens, on Lab 03's model")
     print(markdown_table(rows))
     ratios = [float(row["error ratio"]) for row in rows]
     print(f"\nerror ratio (reference / GPTQModel): mean {statistics.mean(ratios):.3f}, "

@@ -181,7 +181,7 @@ def compare_recipes() -> None:
         dataset = prepare_dataset(artifacts_dir(), spec)
         config = lab03_config("smoke", progress=False, eval_interval=10**9, **changes)
         data = RandomWindows(dataset.train, config.seq_len, config.micro_batch_size,
-                             tokenizer=dataset.fingerprint, seed=0)  # fmt: skip
+                             tokenizer=dataset.fingerprint, seed=0)
         model = build_model(preset("tiny", vocab_size=dataset.vocab_size))
         start = time.perf_counter()
         Trainer(model, config, data).fit()
@@ -192,7 +192,7 @@ def compare_recipes() -> None:
             "steps x batch": f"{config.max_steps} x {config.micro_batch_size} x {config.seq_len}",
             "seconds": f"{seconds:.0f}", "tokens/s": f"{tokens / seconds:,.0f}",
             "held-out bits/byte": f"{held_out_bits_per_byte(model, dataset):.3f}",
-        })  # fmt: skip
+        })
     text = dataset.load_tokenizer().decode(read_tokens(dataset.val), skip_special_tokens=True)
     compressors = compressor_bits_per_byte(text.encode("utf-8"))
     print(markdown_table(rows))
@@ -254,7 +254,7 @@ def main() -> None:
         peak = peaks["bf16" if "bf16" in name else "fp32"]
         rows.append({"variant": name, "ms/step": f"{step * 1e3:.1f}",
                      "tokens/s": f"{tokens_per_s:,.0f}", "vs bare fp32": f"{base / step:.2f}x",
-                     "MFU": f"{tokens_per_s * flops_per_token / peak:.1%}"})  # fmt: skip
+                     "MFU": f"{tokens_per_s * flops_per_token / peak:.1%}"})
     print(markdown_table(rows, aligned=True))
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def _labs_section(report: env.EnvReport) -> str:
         {"lab": f"{lab.number:02d} {lab.title}{'' if lab.ready else ' (planned)'}",
          "profile": name, "why": why}
         for lab, name, why in capability_table(report)
-    ]  # fmt: skip
+    ]
     return "Labs on this machine\n" + markdown_table(rows, aligned=True)
 
 
@@ -124,13 +124,13 @@ def estimate_memory(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             checkpointing=args.checkpointing, attention=args.attention,
             grad_accumulation=args.accumulation, zero=args.zero, gpus=args.gpus,
             tensor_parallel=args.tp, lora_rank=args.lora_rank, weights_4bit=args.weights_4bit,
-        )  # fmt: skip
+        )
         estimate = estimate_memory(args.model, setup)
     except ValueError as error:  # an unknown name, or numbers that do not go together
         parser.error(str(error))  # exits with status 2
     counts = count_parameters(args.model)
     print(f"{args.model}: {counts.total / 1e9:.3f}B parameters "
-          f"({counts.non_embedding / 1e9:.3f}B non-embedding)")  # fmt: skip
+          f"({counts.non_embedding / 1e9:.3f}B non-embedding)")
     print(f"set-up: {setup.describe()}\n")
     print(estimate.table())
     print()
@@ -162,17 +162,17 @@ def plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     if args.gpus % args.gpus_per_node:
         parser.error(f"--gpus {args.gpus} is not whole nodes of --gpus-per-node "
-                     f"{args.gpus_per_node}: give a multiple of it")  # fmt: skip
+                     f"{args.gpus_per_node}: give a multiple of it")
     try:
         cluster = Cluster(args.gpu, args.gpus_per_node, args.gpus // args.gpus_per_node,
-                          args.inside_node, args.between_nodes, args.price)  # fmt: skip
+                          args.inside_node, args.between_nodes, args.price)
         found = search_layouts(args.model, cluster, args.tokens, args.batch_tokens, args.seq,
-                               args.efficiency)  # fmt: skip
+                               args.efficiency)
     except ValueError as error:  # an unknown model, GPU or link, or numbers that do not fit
         parser.error(str(error))
     print(f"{args.model} on {args.gpus} x {args.gpu} ({args.gpus_per_node} per node, "
           f"{args.inside_node} inside, {args.between_nodes} between), {args.tokens:g} tokens, "
-          f"${args.price}/GPU-hour")  # fmt: skip
+          f"${args.price}/GPU-hour")
     print(plan_table(found, args.limit))
     return 0 if found else 1
 
@@ -190,7 +190,7 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.checkpoint_every and args.out is None:
         # An error, not a note: a long run believed to be checkpointed would be lost to a kill.
         parser.error(f"--checkpoint-every {args.checkpoint_every} saves checkpoints into --out, "
-                     "and there is none: give --out DIR (or drop --checkpoint-every)")  # fmt: skip
+                     "and there is none: give --out DIR (or drop --checkpoint-every)")
     try:
         # Lab 03's rule, as `llmlab doctor` prints it: full only on a GPU with room for its recipe.
         name = profile(args.profile, lab=3).name
@@ -236,7 +236,7 @@ def _train_lab03(name: str, args: argparse.Namespace, info):
     flops = training_flops_per_token(shape, config.seq_len).total
     trainer = Trainer(build_model(shape), config, data.train, data.val,
                       tokenizer=data.dataset.load_tokenizer(), flops_per_token=flops,
-                      measure_peak=True)  # fmt: skip
+                      measure_peak=True)
     return trainer.fit(resume=args.out is not None, fresh=args.fresh)
 
 
@@ -259,7 +259,7 @@ def _check_out_dir(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         parser.error(f"--out {out} cannot be created ({error.strerror}): choose a folder you "
-                     "can write to")  # fmt: skip
+                     "can write to")
     if not os.access(out, os.W_OK):
         parser.error(f"--out {out} is not writable: choose a folder you can write to")
 
@@ -308,7 +308,7 @@ def _add_memory_parser(commands) -> argparse.ArgumentParser:
     p = commands.add_parser(
         "estimate-memory", help="estimate the GPU memory of a training step, per GPU",
         description="Itemised memory per GPU of one training step, and the GPUs it fits on.",
-    )  # fmt: skip
+    )
     p.add_argument("--model", required=True, help="a preset: tiny, gpt2-124m, llama-7b, ...")
     p.add_argument("--dtype", default="bf16", help="fp32, bf16 (default) or fp16")
     p.add_argument("--optimizer", default="adamw",
@@ -332,7 +332,7 @@ def _add_memory_parser(commands) -> argparse.ArgumentParser:
                    help="train LoRA adapters of this rank only (0, the default: no LoRA)")
     p.add_argument("--weights-4bit", default="",
                    help="nf4 or gptq: frozen base weights in 4 bits (with --lora-rank: QLoRA)")
-    return p  # fmt: skip
+    return p
 
 
 def _add_plan_parser(commands) -> argparse.ArgumentParser:
@@ -340,7 +340,7 @@ def _add_plan_parser(commands) -> argparse.ArgumentParser:
         "plan", help="predict time and cost of a run on many GPUs, best layouts first",
         description="Search DP x TP x PP x ZeRO layouts that fit, simulate each (memory, "
         "alpha-beta communication, pipeline bubble) and print the cheapest.",
-    )  # fmt: skip
+    )
     p.add_argument("--model", required=True, help="a preset: llama-7b, llama-70b, ...")
     p.add_argument("--gpu", default="h100", help="h100 (default), h200, a100, a100-40gb, ...")
     p.add_argument("--gpus", type=_gpu_count, required=True, help="all GPUs")
@@ -358,7 +358,7 @@ def _add_plan_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--inside-node", default="nvlink4", help="nvlink4, nvlink3, pcie4, pcie5")
     p.add_argument("--between-nodes", default="ib-ndr", help="ib-ndr, ib-hdr, roce-400")
     p.add_argument("--limit", type=_positive, default=5, help="layouts to show")
-    return p  # fmt: skip
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu-check", help="measure the course's GPU figures on this GPU (a table and a JSON)",
         description="Doctor, matmul TFLOP/s, memory against the plan, training MFU, 2:4, "
         "quantization and one NCCL rank on this machine's GPU; without one, a dry run.",
-    )  # fmt: skip
+    )
     p_gpu.add_argument("--out", type=_path, default=Path("build/gpu_check.json"),
                        help="the JSON report (default build/gpu_check.json)")
     p_gpu.add_argument("--budget-s", type=_positive_real, default=None,

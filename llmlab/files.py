@@ -159,7 +159,7 @@ def read_checksums(checksums: Path, artifact: str, remedy: str) -> dict[str, str
         text = checksums.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DamagedFile(artifact, checksums.name, "is missing (lost in a copy, or the file was "
-                          "saved before llmlab recorded checksums)", remedy) from None  # fmt: skip
+                          "saved before llmlab recorded checksums)", remedy) from None
     except (OSError, UnicodeDecodeError) as error:
         raise DamagedFile(artifact, checksums.name, f"cannot be read ({error})", remedy) from None
     recorded = {}
@@ -167,13 +167,13 @@ def read_checksums(checksums: Path, artifact: str, remedy: str) -> dict[str, str
         digest, _, name = line.partition("  ")
         if not re.fullmatch(r"[0-9a-f]{64}", digest) or not name:
             raise DamagedFile(artifact, checksums.name,
-                              f"has a damaged line {number}: {line[:80]!r}", remedy)  # fmt: skip
+                              f"has a damaged line {number}: {line[:80]!r}", remedy)
         recorded[name] = digest
     return recorded
 
 
 def verify_recorded(checksums: Path, recorded: dict[str, str], required: Iterable[str],
-                    artifact: str, remedy: str) -> None:  # fmt: skip
+                    artifact: str, remedy: str) -> None:
     """Check the files `recorded` (read from the list `checksums`) names, each beside the list,
     against their sha256; the `required` files must be named. DamagedFile otherwise."""
     checksums = Path(checksums)
@@ -189,7 +189,7 @@ def verify_recorded(checksums: Path, recorded: dict[str, str], required: Iterabl
             raise DamagedFile(artifact, name, f"cannot be read ({error})", remedy) from None
         if found != digest:
             raise DamagedFile(artifact, name, "differs from the sha256 recorded when it was saved "
-                              "(changed or damaged since)", remedy)  # fmt: skip
+                              "(changed or damaged since)", remedy)
 
 
 def write_folder_checksums(folder: Path) -> None:

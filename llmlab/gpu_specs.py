@@ -98,7 +98,7 @@ def find_gpu_spec(device_name: str) -> GpuSpec | None:
 
 # Short names people type (`llmlab plan --gpu h100`), for every function that takes a GPU's name.
 GPU_ALIASES = {"h100": "H100 SXM", "h200": "H200", "a100": "A100 SXM 80GB",
-               "a100-40gb": "A100 40GB"}  # fmt: skip
+               "a100-40gb": "A100 40GB"}
 
 
 def resolve_gpu_spec(gpu: str | GpuSpec | None) -> GpuSpec | None:

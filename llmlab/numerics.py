@@ -23,7 +23,7 @@ def accumulate(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     kernel and rounds only the result, as every matmul and reduction kernel does."""
     if not values.is_floating_point() or values.dim() == 0:
         raise ValueError(f"need a floating-point tensor with a last dimension to sum, got "
-                         f"{values.dtype} of shape {tuple(values.shape)}")  # fmt: skip
+                         f"{values.dtype} of shape {tuple(values.shape)}")
     total = torch.zeros(values.shape[:-1], dtype=dtype, device=values.device)
     for column in values.detach().unbind(-1):
         total = (total.float() + column.float()).to(dtype)  # one add, then one rounding

@@ -25,7 +25,7 @@ def matmul_throughput(
     for index, (label, peak) in enumerate((reference_peaks or {}).items()):
         ax.axhline(peak, linestyle="--", linewidth=1, color=f"C{(index + len(series)) % 10}")
         ax.annotate(f"{label}: {peak:g}", (0.01, peak), xycoords=("axes fraction", "data"),
-                    va="bottom", fontsize=8)  # fmt: skip
+                    va="bottom", fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("matrix size n (n x n @ n x n)")
@@ -130,7 +130,7 @@ def memory_breakdown(
     fig, ax = plt.subplots(figsize=(9, 4.5))
     labels = list(breakdowns)
     items = [item for item in dict.fromkeys(i for parts in breakdowns.values() for i in parts)
-             if any(parts.get(item) for parts in breakdowns.values())]  # fmt: skip
+             if any(parts.get(item) for parts in breakdowns.values())]
     bottoms = [0.0] * len(labels)
     for index, item in enumerate(items):
         heights = [breakdowns[label].get(item, 0.0) / 1e9 for label in labels]
@@ -141,7 +141,7 @@ def memory_breakdown(
     for size in shown:
         ax.axhline(size, color="gray", linestyle="--", linewidth=1)
         ax.annotate(f"{size:g} GB", (1.0, size), xycoords=("axes fraction", "data"),
-                    ha="right", va="bottom", fontsize=8)  # fmt: skip
+                    ha="right", va="bottom", fontsize=8)
     ax.set_ylabel("GB per GPU at the peak")
     ax.set_title(title or "Where the memory of a training step goes")
     ax.tick_params(axis="x", labelsize=8, labelrotation=15)
@@ -154,11 +154,11 @@ def sequence_timing(seconds: Mapping[str, Mapping[int, float]], title: str = "")
     """Milliseconds per forward pass against sequence length, one line per model."""
     return _log_log_lines(seconds, 1e3, "sequence length (tokens)",
                           "ms per forward pass (log scale)",
-                          title or "Forward time against sequence length")  # fmt: skip
+                          title or "Forward time against sequence length")
 
 
 def _log_log_lines(series: Mapping[str, Mapping[int, float]], scale: float, xlabel: str,
-                   ylabel: str, title: str) -> Figure:  # fmt: skip
+                   ylabel: str, title: str) -> Figure:
     """One line per label through its {x: y} points (y times `scale`), on log scales."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, points in series.items():
@@ -387,7 +387,7 @@ def step_times_by_rank(
     middle = statistics.median(by_rank)
     ax.axhline(middle, color="C2", label="median rank")
     ax.axhline(middle * (1 + threshold), color="C3", linestyle="--",
-               label=f"threshold: {threshold:.0%} slower")  # fmt: skip
+               label=f"threshold: {threshold:.0%} slower")
     ax.set_xticks(list(ranks))
     ax.set_xlabel("rank")
     ax.set_ylabel("seconds per step; dots: each step")
@@ -463,7 +463,7 @@ def sensitivity_scan(
     """One panel per kind of matrix ({"mlp.c_fc": {"layer 0": {sparsity: perplexity}}}): each
     line prunes one matrix alone, the rest of the model dense."""
     fig, axes = plt.subplots(1, len(scan), figsize=(3.2 * len(scan), 3.2), squeeze=False,
-                             sharey=True)  # fmt: skip
+                             sharey=True)
     for ax, (kind, layers) in zip(axes[0], scan.items(), strict=True):
         for label, points in layers.items():
             sparsities = sorted(points)
@@ -502,7 +502,7 @@ def quantization_grids(
     ({"int4 asymmetric": [...], "NF4": [...]}), one panel per format: where the grid points sit
     against where the weights are is what decides the rounding error."""
     fig, axes = plt.subplots(len(grids), 1, figsize=(7, 1.9 * len(grids)), squeeze=False,
-                             sharex=True)  # fmt: skip
+                             sharex=True)
     for ax, (label, levels) in zip(axes[:, 0], grids.items(), strict=True):
         ax.hist(values, bins=80, color="0.6")
         for level in levels:
@@ -544,10 +544,10 @@ def bits_vs_perplexity(
     fig, ax = plt.subplots(figsize=(7, 4))
     for (method, series), marker in zip(points.items(), "os^vD", strict=False):
         ax.scatter([b for b, _ in series.values()], [p for _, p in series.values()], marker=marker,
-                   label=method, zorder=3)  # fmt: skip
+                   label=method, zorder=3)
         for label, (bits, perplexity) in series.items():
             ax.annotate(label, (bits, perplexity), fontsize=7, xytext=(4, 3),
-                        textcoords="offset points")  # fmt: skip
+                        textcoords="offset points")
     ax.axhline(reference, color="k", linestyle="--", linewidth=1, label="float")
     ax.set_yscale("log")
     ax.set_xlabel("bits per weight of the blocks' matrices (scales and zero points included)")
@@ -572,7 +572,7 @@ def finetune_methods(
     methods = list(scores)
     values = [scores[m][0] for m in methods]
     errors = [[v - scores[m][1] for m, v in zip(methods, values, strict=True)],
-              [scores[m][2] - v for m, v in zip(methods, values, strict=True)]]  # fmt: skip
+              [scores[m][2] - v for m, v in zip(methods, values, strict=True)]]
     left.bar(methods, values, yerr=errors, capsize=4, color="tab:blue")
     left.set_ylabel(f"task {score_name} (95% interval)")
     left.set_title("gained on the task")
@@ -580,9 +580,9 @@ def finetune_methods(
     tuned = list(perplexities)
     positions = range(len(tuned))
     right.bar([p - 0.2 for p in positions], [perplexities[m][0] for m in tuned], 0.4,
-              label="before", color="tab:gray")  # fmt: skip
+              label="before", color="tab:gray")
     right.bar([p + 0.2 for p in positions], [perplexities[m][1] for m in tuned], 0.4,
-              label="after", color="tab:orange")  # fmt: skip
+              label="after", color="tab:orange")
     right.set_xticks(list(positions), tuned, rotation=30, fontsize=8)
     right.set_ylabel("general held-out perplexity")
     right.set_title("forgotten elsewhere")
@@ -607,7 +607,7 @@ def step_timeline(
     the phases shaded ({phase: (start ms, end ms)}), and below, when `memory` is given as
     (times ms, bytes), the memory allocated since the step began."""
     fig, axes = plt.subplots(2 if memory else 1, 1, figsize=(10, 5 if memory else 3.2),
-                             sharex=True, squeeze=False)  # fmt: skip
+                             sharex=True, squeeze=False)
     axes = [row[0] for row in axes]
     top = axes[0]
     for row, spans in enumerate(bars.values()):
@@ -618,7 +618,7 @@ def step_timeline(
         for ax in axes:
             ax.axvspan(start, end, color="0.88" if index % 2 else "0.96", zorder=0)
         top.annotate(phase, ((start + end) / 2, 1.0), xycoords=("data", "axes fraction"),
-                     ha="center", va="bottom", fontsize=8)  # fmt: skip
+                     ha="center", va="bottom", fontsize=8)
     if memory:
         times, levels = memory
         axes[1].step(list(times), [b / 2**20 for b in levels], where="post")
@@ -647,7 +647,7 @@ def operator_roofline(
     markers = "osD^v<>ph*"  # colour and shape together tell ten operators apart
     for index, p in enumerate(points):
         ax.scatter(p.intensity, p.gflops_per_s, color=f"C{index % 10}", zorder=3,
-                   marker=markers[index % len(markers)], label=p.name)  # fmt: skip
+                   marker=markers[index % len(markers)], label=p.name)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
@@ -697,7 +697,7 @@ def accumulation_errors(errors: Mapping[str, Mapping[int, float]], title: str = 
     ({"bf16 accumulator": {16: 1e-3, ...}}), log-log: a slope of 1/2 is error that grows like
     the square root of K, random roundings partly cancelling."""
     return _log_log_lines(errors, 1.0, "terms summed, K (log scale)", "relative error (log scale)",
-                          title or "Accumulation error against the length of the sum")  # fmt: skip
+                          title or "Accumulation error against the length of the sum")
 
 
 # ---------------------------------------------------------------- Lab 09, section 6: inference

@@ -57,7 +57,7 @@ def profile_step(
         step()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities, record_shapes=True, profile_memory=True,
-                 with_flops=True) as prof:  # fmt: skip
+                 with_flops=True) as prof:
         step()
         if cuda:
             torch.cuda.synchronize()  # kernels run after their launch: wait for the last one
@@ -102,12 +102,12 @@ def events_of(function_events: Iterable) -> StepProfile:
             a.name.startswith("aten::") for a in ancestors)
         memory = e.self_cpu_memory_usage + e.self_device_memory_usage
         ops.append(OpEvent(e.name, start, duration, e.self_cpu_time_total, memory,
-                           e.flops or 0, _phase(root), outer))  # fmt: skip
+                           e.flops or 0, _phase(root), outer))
     return StepProfile(ops, kernels)
 
 
 CATEGORIES = ("matmul", "attention", "layer norm", "softmax and loss", "GELU", "optimizer",
-              "other element-wise", "copies and allocation", "CUDA runtime")  # fmt: skip
+              "other element-wise", "copies and allocation", "CUDA runtime")
 _CATEGORY_WORDS = {  # the first category with a word in the operator's name wins
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "gemm"),
     "attention": ("attention", "flash"),
@@ -117,7 +117,7 @@ _CATEGORY_WORDS = {  # the first category with a word in the operator's name win
     # On a GPU the CPU's own time goes to launching kernels and waiting (cudaLaunchKernel, ...).
     "CUDA runtime": ("cuda",),
     "copies and allocation": ("copy", "cat", "fill", "zero", "empty", "memcpy", "memset",
-                              "aten::to", "contiguous", "[memory]"),  # fmt: skip
+                              "aten::to", "contiguous", "[memory]"),
 }
 
 

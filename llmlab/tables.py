@@ -21,7 +21,7 @@ def markdown_table(rows: list[dict], aligned: bool = False) -> str:
         lines = [" | ".join(columns), " | ".join("---" for _ in columns)]
         return "\n".join(lines + [" | ".join(line) for line in cells])
     widths = [max(3, len(column), *(len(line[i]) for line in cells))
-              for i, column in enumerate(columns)]  # fmt: skip
+              for i, column in enumerate(columns)]
     right = [_numbers(line[i] for line in cells) for i in range(len(columns))]
     sides = list(zip(widths, right, strict=True))
 

@@ -83,7 +83,7 @@ def speedups(slow: Sequence[Timing], fast: Sequence[Timing]) -> tuple[float, ...
     """How many times faster `fast` ran than `slow` in each paired round of `time_rounds`."""
     if len(slow) != len(fast) or not slow:
         raise ValueError(f"need the same rounds (at least one) of both, got {len(slow)} and "
-                         f"{len(fast)}")  # fmt: skip
+                         f"{len(fast)}")
     return tuple(s.median_s / f.median_s for s, f in zip(slow, fast, strict=True))
 
 

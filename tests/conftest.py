@@ -40,10 +40,10 @@ def _transformers_left_as_found():
     """Fail the test that leaves transformers' model-building methods swapped, and restore them."""
     modeling = sys.modules.get("transformers.modeling_utils")
     before = {name: getattr(modeling.PreTrainedModel, name) for name in _SWAPPED_WHILE_LOADING
-              } if modeling else {}  # fmt: skip
+              } if modeling else {}
     yield
     left = [name for name, method in before.items()
-            if getattr(modeling.PreTrainedModel, name) is not method]  # fmt: skip
+            if getattr(modeling.PreTrainedModel, name) is not method]
     for name in left:
         setattr(modeling.PreTrainedModel, name, before[name])
     assert not left, f"the test left PreTrainedModel.{left} swapped (two loads at once?)"
@@ -56,7 +56,7 @@ def _transformers_left_as_found():
 # this order.
 FIRST = "solutions/03_training.ipynb"
 LAST = ("solutions/06_pruning.ipynb", "solutions/07_quantization.ipynb",
-        "solutions/08_finetuning.ipynb", "solutions/09_kernels.ipynb")  # fmt: skip
+        "solutions/08_finetuning.ipynb", "solutions/09_kernels.ipynb")
 
 
 def run_order(item) -> int:

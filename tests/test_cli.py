@@ -21,7 +21,7 @@ def test_doctor_runs_as_a_module_and_reports_this_machine():
     result = subprocess.run(
         [sys.executable, "-m", "llmlab", "doctor"], capture_output=True, text=True, timeout=120,
         env=quiet,
-    )  # fmt: skip
+    )
     report = env.collect(include_frameworks=False)
     broken = any(p.severity == "error" for p in env.diagnose(report))
     assert result.returncode == (1 if broken else 0), result.stderr
@@ -137,7 +137,7 @@ def solutions(tmp_path):
     folder = tmp_path / "solutions"
     folder.mkdir()
     cells = ["import os\nfrom llmlab.course import headline",
-             "headline(os.environ['LLMLAB_PROFILE'])"]  # fmt: skip
+             "headline(os.environ['LLMLAB_PROFILE'])"]
     nbformat.write(new_notebook(cells=[new_code_cell(c) for c in cells]), folder / "00_env.ipynb")
     return folder
 
@@ -157,7 +157,7 @@ def solutions(tmp_path):
          "only-nothing", "out-is-a-file"],
 )
 def test_course_rejects_bad_arguments_in_one_line(solutions, capsys, arguments, words,
-                                                   monkeypatch):  # fmt: skip
+                                                   monkeypatch):
     monkeypatch.chdir(solutions.parent)
     (solutions.parent / "README.md").write_text("a file, not a folder")
     with pytest.raises(SystemExit) as caught:
@@ -172,7 +172,7 @@ def test_make_labs_without_solutions_says_so_and_exits_2(tmp_path, capsys, folde
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit) as caught:
         cli.main(["make-labs", "--solutions", str(tmp_path / folder),
-                  "--labs", str(tmp_path / "labs")])  # fmt: skip
+                  "--labs", str(tmp_path / "labs")])
     assert caught.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("llmlab make-labs: error:") and str(tmp_path / folder) in error

@@ -14,9 +14,9 @@ HEAVY = ("torch", "transformers")
 def modules_imported_by(*args: str) -> tuple[set[str], subprocess.CompletedProcess]:
     """Run `python -m llmlab *args` with -X importtime: every module it imported, by name."""
     result = subprocess.run([sys.executable, "-X", "importtime", "-m", "llmlab", *args],
-                            capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
     names = {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines()
-             if line.startswith("import time:")}  # fmt: skip
+             if line.startswith("import time:")}
     return names, result
 
 
@@ -25,7 +25,7 @@ def modules_imported_by(*args: str) -> tuple[set[str], subprocess.CompletedProce
     [("--help",), ("plan", "--help"), ("estimate-memory",), ("train", "--steps", "0"),
      ("plan", "--model", "llama-7b", "--gpus", "two", "--tokens", "1e9")],
     ids=["help", "command-help", "missing-argument", "bad-number", "bad-type"],
-)  # fmt: skip
+)
 def test_help_and_argument_errors_import_neither_torch_nor_transformers(args):
     names, result = modules_imported_by(*args)
     assert result.returncode == (0 if "--help" in args else 2), result.stderr[-2000:]

@@ -24,7 +24,7 @@ from llmlab.train.run_folder import RunLock
 
 def torchrun(*args: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "-m", "llmlab", "train", "--profile", "smoke", *args]  # fmt: skip
+               "-m", "llmlab", "train", "--profile", "smoke", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 
@@ -48,9 +48,9 @@ def torchrun_until(timeout: float, *args: str) -> subprocess.CompletedProcess | 
     """torchrun ... llmlab train; None (and torchrun and its workers killed) when it is still
     running after `timeout` seconds."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "-m", "llmlab", "train", "--profile", "smoke", *args]  # fmt: skip
+               "-m", "llmlab", "train", "--profile", "smoke", *args]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as process:  # fmt: skip
+                          text=True) as process:
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -112,7 +112,7 @@ def test_a_folder_without_checkpoints_starts_again_without_asking(tmp_path, caps
 
 def test_another_models_checkpoint_is_a_one_line_error(tmp_path, capsys):
     other = TrainConfig(max_steps=1, micro_batch_size=2, seq_len=16, dtype="fp32", device="cpu",
-                        out_dir=tmp_path, progress=False)  # fmt: skip
+                        out_dir=tmp_path, progress=False)
     Trainer(tiny_gpt2(), other, RandomWindows(token_stream(), 2)).fit()
     capsys.readouterr()
     with pytest.raises(SystemExit) as stopped:
@@ -165,7 +165,7 @@ def test_auto_follows_lab_03s_rule_as_the_doctor_does(faked_training, monkeypatc
 @pytest.mark.parametrize(
     ("val_loss", "printed"),
     [(3.0, "perplexity 20.1"), (504.0, "perplexity 7.66e+218"), (800.0, "perplexity inf")],
-)  # fmt: skip
+)
 def test_the_perplexity_is_printed_readably(faked_training, capsys, val_loss, printed):
     faked_training["val_loss"] = val_loss
     assert train() == 0
@@ -206,7 +206,7 @@ def test_a_loss_turned_nan_is_one_error_line_naming_the_last_good_checkpoint(
     assert stopped.value.code == 2
     line = one_error_line(capsys)
     assert f"loss is nan at step 4; the step was not applied and the last good checkpoint is " \
-           f"{tmp_path / 'checkpoints' / 'step_0000002'}" in line  # fmt: skip
+           f"{tmp_path / 'checkpoints' / 'step_0000002'}" in line
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ def test_a_loss_turned_nan_is_one_error_line_naming_the_last_good_checkpoint(
      (["--out", "{file}"], "is a file"),
      (["--out", "{file}/run"], "cannot be created")],
     ids=["unknown-profile", "out-is-a-file", "out-cannot-be-made"],
-)  # fmt: skip
+)
 def test_bad_arguments_are_one_line_errors_with_exit_code_2(tmp_path, capsys, args, message):
     file = tmp_path / "notes.txt"
     file.write_text("not a folder")

@@ -104,7 +104,7 @@ def test_a_gpu_vm_and_a_mac_take_pypis_torch(system, driver):
 
 @pytest.mark.parametrize("smi, proc, expected", [
     (None, False, False), ("/usr/bin/nvidia-smi", False, True), (None, True, True),
-])  # fmt: skip
+])
 def test_an_nvidia_driver_is_seen_by_nvidia_smi_or_its_proc_entry(
     monkeypatch, tmp_path, smi, proc, expected
 ):

@@ -28,13 +28,13 @@ LAYER = {
     "evaluate": 3, "memory": 4, "scale": 5, "distributed": 6, "train": 7, "jobs": 7, "prune": 8,
     "quant": 8, "inference": 9, "recipes": 10,
     "course": 11, "plots": 11, "cli": 11, "__main__": 11, "__init__": 11,
-}  # fmt: skip
+}
 # Imports a package must not make even from below it: the planner stays plain arithmetic, the
 # job tooling never imports the trainer, quantization needs nothing of pruning's (the matrices of
 # a block are llmlab.models'), and a model is numbers and a builder, not a dataset (what both
 # need, the profiles' vocabulary sizes, sits below both).
 BANNED = {"scale": ("torch.distributed",), "jobs": ("llmlab.train",), "quant": ("llmlab.prune",),
-          "models": ("llmlab.data",)}  # fmt: skip
+          "models": ("llmlab.data",)}
 # The job tooling surrounds a run and never runs inside it: only what starts runs imports it.
 JOB_TOOLING_USERS = ("jobs", "cli", "course", "__main__")
 FORBIDDEN = {
@@ -45,7 +45,7 @@ FORBIDDEN = {
 
 # What builds a launcher's command line and runs it (subprocess, psutil): llmlab.jobs' job tooling.
 JOB_TOOLING = ("torchrun_command", "deepspeed_command", "write_hostfile", "free_port",
-               "run_script", "run_command", "kill_process_tree")  # fmt: skip
+               "run_script", "run_command", "kill_process_tree")
 
 
 def top_module(path: Path, package: Path = PACKAGE) -> str:
@@ -129,9 +129,9 @@ def test_the_trainer_and_its_checkpointer_load_no_job_tooling():
             "print([f'{name}.{tool}' for name, module in list(sys.modules.items())\n"
             "       if name.startswith('llmlab') for tool in sys.argv[1:]\n"
             "       if hasattr(module, tool)])\n"
-            "print('llmlab.jobs' in sys.modules)")  # fmt: skip
+            "print('llmlab.jobs' in sys.modules)")
     found = subprocess.run([sys.executable, "-c", code, *JOB_TOOLING], capture_output=True,
-                           text=True, check=True).stdout.splitlines()  # fmt: skip
+                           text=True, check=True).stdout.splitlines()
     assert found == ["[]", "False"]
 
 
@@ -164,7 +164,7 @@ def test_the_metrics_sit_just_above_the_models_and_below_the_trainer():
 
 @pytest.mark.parametrize("source", ["import torch.distributed as dist",
                                     "from torch import distributed",
-                                    "from torch.distributed.tensor import DTensor"])  # fmt: skip
+                                    "from torch.distributed.tensor import DTensor"])
 def test_a_forbidden_import_is_caught(tmp_path, source):
     path = tmp_path / "llmlab" / "scale" / "simulate.py"
     path.parent.mkdir(parents=True)
@@ -174,7 +174,7 @@ def test_a_forbidden_import_is_caught(tmp_path, source):
 
 
 @pytest.mark.parametrize("source", ["from llmlab.train import Trainer", "from llmlab import train",
-                                    "import llmlab.train.loop"])  # fmt: skip
+                                    "import llmlab.train.loop"])
 def test_jobs_importing_the_trainer_is_caught(tmp_path, source):
     path = tmp_path / "llmlab" / "jobs" / "slurm.py"
     path.parent.mkdir(parents=True)

@@ -110,7 +110,7 @@ def test_no_test_file_imports_another_test_file():
     offenders = {}
     for path in TESTS.rglob("*.py"):
         wrong = {n for n in imported_top_names(path)
-                 if n.startswith("test_") or n in ("conftest", "tests", ".")}  # fmt: skip
+                 if n.startswith("test_") or n in ("conftest", "tests", ".")}
         if wrong:
             offenders[path.relative_to(TESTS).as_posix()] = sorted(wrong)
     assert not offenders, (

@@ -54,7 +54,7 @@ def test_the_readme_has_no_bare_dollar():
     "costs $3/h; a matmul does $2mnk$ FLOPs",  # the price's sign pairs with the math's
     "from $5 $to",  # a space just inside the opening sign
     r"about \$0.50 at \$3 per hour",  # JupyterLab 4.6 pairs escaped signs all the same
-])  # fmt: skip
+])
 def test_prices_are_refused(text):
     assert bare_dollars(text)
 
@@ -64,6 +64,6 @@ def test_prices_are_refused(text):
     "it does $2mnk$ FLOPs, $10^{12}$ per second",
     "`echo $HOME` and ```\n$ make lab\n```",
     "$$T + L - 1$$",
-])  # fmt: skip
+])
 def test_prices_in_usd_math_and_code_pass(text):
     assert bare_dollars(text) == []

@@ -67,8 +67,8 @@ def test_a_flushed_accumulator_errs_like_one_block_whatever_the_length():
     assert flushed < 0.01 < narrow
     # a block of one term rounds only the terms; a block of everything is accumulate
     torch.testing.assert_close(flushed_accumulate(values, torch.bfloat16, 1),
-                               values.bfloat16().float().sum(-1))  # fmt: skip
+                               values.bfloat16().float().sum(-1))
     assert torch.equal(flushed_accumulate(values, torch.bfloat16, 4096),
-                       accumulate(values, torch.bfloat16))  # fmt: skip
+                       accumulate(values, torch.bfloat16))
     with pytest.raises(ValueError, match="block must be"):
         flushed_accumulate(values, torch.bfloat16, 0)

@@ -22,7 +22,7 @@ def test_step_timeline_has_a_row_per_kind_and_shades_each_phase():
 
 def test_step_timeline_draws_memory_in_mib_below_when_given():
     fig = plots.step_timeline({"matmul": [(0.0, 1.0)]}, {"forward": (0.0, 1.0)},
-                              memory=([0.0, 1.0], [2**20, 3 * 2**20]))  # fmt: skip
+                              memory=([0.0, 1.0], [2**20, 3 * 2**20]))
     top, bottom = fig.axes
     assert list(bottom.lines[0].get_ydata()) == [1.0, 3.0]
 
@@ -56,7 +56,7 @@ def test_accumulation_errors_draws_a_line_per_accumulator_sorted_by_length_on_lo
 
 def test_generation_step_times_draws_milliseconds_from_the_prompts_length():
     (ax,) = plots.generation_step_times({"recompute": [0.01, 0.02, 0.03],
-                                         "KV cache": [0.01, 0.001, 0.001]}, 16).axes  # fmt: skip
+                                         "KV cache": [0.01, 0.001, 0.001]}, 16).axes
     first, second = ax.lines
     assert list(first.get_xdata()) == [16, 17, 18]
     assert list(first.get_ydata()) == [10.0, 20.0, 30.0]

@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 
 def test_weight_histograms_has_a_panel_per_kind_and_a_histogram_per_layer():
     groups = {"attn": {"layer 0": [0.1, 0.2, 0.3], "layer 1": [0.5, 0.01]},
-              "mlp": {"layer 0": [1.0, 2.0]}}  # fmt: skip
+              "mlp": {"layer 0": [1.0, 2.0]}}
     fig = plots.weight_histograms(groups)
     assert [ax.get_title() for ax in fig.axes] == ["attn", "mlp"]
     assert len(fig.axes[0].patches) == 2 and len(fig.axes[1].patches) == 1

@@ -25,7 +25,7 @@ def test_layer_errors_draws_a_bar_per_method_and_layer():
 
 def test_bits_vs_perplexity_has_a_series_per_method_a_label_per_point_and_the_float_line():
     points = {"RTN": {"int4, g128": (4.16, 17.3), "int3, per channel": (3.06, 25.0)},
-              "GPTQ": {"int4, g128": (4.16, 17.2), "int3, per channel": (3.06, 19.0)}}  # fmt: skip
+              "GPTQ": {"int4, g128": (4.16, 17.2), "int3, per channel": (3.06, 19.0)}}
     ax = plots.bits_vs_perplexity(points, reference=17.1).axes[0]
     assert [list(c.get_offsets()[:, 1]) for c in ax.collections] == [[17.3, 25.0], [17.2, 19.0]]
     assert len(ax.texts) == 4 and list(ax.lines[0].get_ydata()) == [17.1, 17.1]

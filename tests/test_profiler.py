@@ -61,7 +61,7 @@ def test_profile_step_rejects_a_negative_warmup():
 
 def test_importing_llmlab_silences_the_profiler_s_start_and_stop_lines():
     code = ("import llmlab, torch\nwith torch.profiler.profile():\n    torch.ones(2) + 1\n"
-            "print('profiled')")  # fmt: skip
+            "print('profiled')")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "profiled"
     assert "profiler_start" not in run.stderr and "USDT" not in run.stderr
@@ -73,7 +73,7 @@ def op(name, start, duration, self_us=None, **fields):
 
 def test_top_operators_sums_self_time_over_calls_and_sorts():
     events = [op("aten::mm", 0, 600, flops=3_000_000_000), op("aten::gelu", 600, 100),
-              op("aten::mm", 700, 200, flops=1_000_000_000), op("aten::add", 900, 100)]  # fmt: skip
+              op("aten::mm", 700, 200, flops=1_000_000_000), op("aten::add", 900, 100)]
     rows = profiler.top_operators(events, k=2)
     assert rows == [
         {"operator": "aten::mm", "calls": 2, "self ms": "0.80", "share": "80.0%", "GFLOP": "4.00"},
@@ -98,10 +98,10 @@ def test_categories_by_name_and_phase():
         ("aten::native_layer_norm_backward", "backward"), ("aten::_log_softmax", "forward"),
         ("aten::gelu_backward", "backward"), ("aten::addcdiv_", "optimizer"),
         ("aten::add", "forward"), ("aten::copy_", "forward"),
-        ("cudaMemcpyAsync", "forward")]}  # fmt: skip
+        ("cudaMemcpyAsync", "forward")]}
     assert list(kinds.values()) == ["matmul", "attention", "layer norm", "softmax and loss",
                                     "GELU", "optimizer", "other element-wise",
-                                    "copies and allocation", "CUDA runtime"]  # fmt: skip
+                                    "copies and allocation", "CUDA runtime"]
 
 
 def test_category_shares_add_up_to_one():
@@ -111,7 +111,7 @@ def test_category_shares_add_up_to_one():
 
 def test_timeline_bars_keep_the_outer_operators_in_milliseconds_in_category_order():
     events = [op("aten::gelu", 3000, 1000), op("aten::linear", 0, 2000),
-              op("aten::addmm", 100, 1800, outer=False), op("aten::mm", 5000, 500)]  # fmt: skip
+              op("aten::addmm", 100, 1800, outer=False), op("aten::mm", 5000, 500)]
     bars = profiler.timeline_bars(events)
     assert bars == {"matmul": [(0.0, 2.0), (5.0, 0.5)], "GELU": [(3.0, 1.0)]}
     assert list(bars) == ["matmul", "GELU"]
@@ -120,20 +120,20 @@ def test_timeline_bars_keep_the_outer_operators_in_milliseconds_in_category_orde
 def test_phase_spans_run_from_each_phase_to_the_next():
     events = [op("aten::linear", 0, 1000), op("aten::mm", 1000, 2000, phase="backward"),
               op("aten::detach", 3500, 10),  # the loss's detach, outside any phase's range
-              op("aten::add_", 3100, 400, phase="optimizer")]  # fmt: skip
+              op("aten::add_", 3100, 400, phase="optimizer")]
     assert profiler.phase_spans(events) == {"forward": (0.0, 1.0), "backward": (1.0, 3.1),
-                                            "optimizer": (3.1, 3.51)}  # fmt: skip
+                                            "optimizer": (3.1, 3.51)}
 
 
 def test_memory_curve_adds_allocations_and_frees_in_start_order():
     events = [op("aten::empty", 2000, 1, memory_bytes=-100), op("aten::mm", 0, 1, memory_bytes=400),
-              op("aten::view", 500, 1), op("aten::gelu", 1000, 1, memory_bytes=300)]  # fmt: skip
+              op("aten::view", 500, 1), op("aten::gelu", 1000, 1, memory_bytes=300)]
     assert profiler.memory_curve(events) == ([0.0, 1.0, 2.0], [400, 700, 600])
 
 
 def test_gpu_gaps_count_idle_time_between_kernels_and_overlaps_once():
     kernels = [op("gemm", 0, 10), op("gelu", 15, 5), op("copy on stream 2", 17, 6),
-               op("softmax", 30, 4), op("inside the copy", 18, 1)]  # fmt: skip
+               op("softmax", 30, 4), op("inside the copy", 18, 1)]
     idle = profiler.gpu_gaps(kernels)
     assert idle.gaps_us == (5, 7)  # 10 -> 15, 23 -> 30
     assert idle.busy_us == 10 + 8 + 4  # the gelu and the copy overlap: busy from 15 to 23

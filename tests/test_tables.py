@@ -8,7 +8,7 @@ def test_markdown_table_keeps_column_order_and_values():
 
 def test_aligned_markdown_table_pads_columns_and_puts_numbers_right():
     rows = [{"lab": "01_data.ipynb", "wall time": "12.3 s", "peak MB": "-", "why": "fits"},
-            {"lab": "02", "wall time": "7.0 s", "peak MB": "1,024", "why": ""}]  # fmt: skip
+            {"lab": "02", "wall time": "7.0 s", "peak MB": "1,024", "why": ""}]
     assert markdown_table(rows, aligned=True).splitlines() == [
         "lab           | wall time | peak MB | why",
         "------------- | --------: | ------: | ----",
@@ -20,4 +20,4 @@ def test_aligned_markdown_table_pads_columns_and_puts_numbers_right():
 def test_aligned_markdown_table_keeps_a_column_of_words_left():
     rows = [{"fit": "yes", "n": 1}, {"fit": "2 tight", "n": 22}]
     assert markdown_table(rows, aligned=True).splitlines() == [
-        "fit     |   n", "------- | --:", "yes     |   1", "2 tight |  22"]  # fmt: skip
+        "fit     |   n", "------- | --:", "yes     |   1", "2 tight |  22"]

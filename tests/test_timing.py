@@ -21,7 +21,7 @@ def test_time_fn_rejects_bad_arguments(warmup, repeats):
 def test_time_rounds_takes_the_functions_in_turn_within_each_round():
     calls = []
     timings = time_rounds({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
-                          rounds=3, warmup=1, repeats=2)  # fmt: skip
+                          rounds=3, warmup=1, repeats=2)
     assert calls == (["a"] * 3 + ["b"] * 3) * 3  # a whole round of a, then of b, three times
     assert [len(timings[name]) for name in "ab"] == [3, 3]
     with pytest.raises(ValueError, match="rounds >= 1"):

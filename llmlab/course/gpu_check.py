@@ -68,7 +68,7 @@ def require_cuda(capability: tuple[int, int] = (0, 0), feature: str = "") -> tor
     have = torch.cuda.get_device_capability()
     if have < capability:
         raise Skip(f"{feature} needs compute capability {capability[0]}.{capability[1]}, this "
-                   f"GPU has {have[0]}.{have[1]}")  # fmt: skip
+                   f"GPU has {have[0]}.{have[1]}")
     return torch.device("cuda", torch.cuda.current_device())
 
 
@@ -119,7 +119,7 @@ def check_doctor(budget: Budget) -> list[dict]:
     rows = [row("GPU", gpu.name), row("compute capability", f"{gpu.capability[0]}."
                                       f"{gpu.capability[1]}", note=gpu.tensor_cores),
             row("driver", report.driver_version), row("CUDA runtime", report.cuda_runtime),
-            row("NCCL", report.nccl_version)]  # fmt: skip
+            row("NCCL", report.nccl_version)]
     rows += [row(f"NVML {name}", value, unit) for name, value, unit in _nvml_readings(device)]
     return rows
 
@@ -130,7 +130,7 @@ def _nvml_readings(device: torch.device) -> list[tuple[str, float, str]]:
     readings = (("utilisation", torch.cuda.utilization, "%"),
                 ("memory in use", lambda d: torch.cuda.device_memory_used(d) / 1e9, "GB"),
                 ("power", lambda d: torch.cuda.power_draw(d) / 1000, "W"),
-                ("temperature", torch.cuda.temperature, "C"))  # fmt: skip
+                ("temperature", torch.cuda.temperature, "C"))
     found = []
     for name, read, unit in readings:
         try:
@@ -169,9 +169,9 @@ def _fp8_matmul_row(device: torch.device, size: int) -> dict:
     one = torch.ones((), device=device)
     timing = time_fn(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
                                                     out_dtype=torch.bfloat16),
-                           warmup=3, repeats=10, device=device)  # fmt: skip
+                           warmup=3, repeats=10, device=device)
     return row(what, round(matmul_flops(size, size, size) / timing.median_s / 1e12, 1),
-               "TFLOP/s", "dense, bf16 output")  # fmt: skip
+               "TFLOP/s", "dense, bf16 output")
 
 
 MEMORY_SETUPS = {  # the three ways Lab 02 trains GPT-2 small, each as a TrainingSetup's changes
@@ -193,7 +193,7 @@ def check_memory(budget: Budget) -> list[dict]:
                 rows.append(row(what, None, note="section budget spent"))
                 continue
             setup = TrainingSetup(batch=MEMORY_BATCH, seq=SEQ, checkpointing=checkpointing,
-                                  **changes)  # fmt: skip
+                                  **changes)
             plan = estimate_memory(MODEL, setup).peak
             step = measure(MODEL, setup, device)
             torch.cuda.empty_cache()
@@ -204,7 +204,7 @@ def check_memory(budget: Budget) -> list[dict]:
             rows.append(row(what, round(measured / 1e9, 3), f"GB peak ({by})",
                             f"plan {plan / 1e9:.3f} GB, off by {measured / plan - 1:+.1%} "
                             f"(goal: within 5%); tensors tracked {step.peak_bytes / 1e9:.3f} GB "
-                            f"at the {step.peak_phase}: {parts}"))  # fmt: skip
+                            f"at the {step.peak_phase}: {parts}"))
     return rows
 
 
@@ -235,7 +235,7 @@ def _train(device, dtype: str, compile: bool, steps: int, out_dir: Path | None =
     config = TrainConfig(max_steps=steps, micro_batch_size=TRAIN_BATCH, seq_len=SEQ, dtype=dtype,
                          compile=compile, warmup_steps=1, log_interval=1, eval_interval=steps,
                          eval_batches=1, out_dir=out_dir, device=str(device),
-                         progress=False)  # fmt: skip
+                         progress=False)
     data = RandomTokens(shape.vocab_size, TRAIN_BATCH, SEQ, device)
     flops = training_flops_per_token(shape, SEQ).total
     trainer = Trainer(build_model(shape), config, data, flops_per_token=flops)
@@ -261,15 +261,15 @@ def check_training(budget: Budget, compile: bool = True) -> list[dict]:
                 f"MFU {mfu:.1%} (aim: 45%)" if mfu is not None else "no peak known")]
     if budget.left() <= 0:
         return rows + [row("fp16 + scaler, checkpoint GPU -> CPU", None,
-                           note="section budget spent")]  # fmt: skip
+                           note="section budget spent")]
     with tempfile.TemporaryDirectory() as folder:
         result = _train(device, "fp16", False, FP16_STEPS, Path(folder))
         loss = result.history[-1].loss
         rows.append(row("fp16 + GradScaler, final loss", round(loss, 3), "",
-                        f"{_steady(result.history, 'tokens_per_s'):.0f} tokens/s"))  # fmt: skip
+                        f"{_steady(result.history, 'tokens_per_s'):.0f} tokens/s"))
         state = load_checkpoint(result.checkpoint, build_model(preset(MODEL)))  # on the CPU
         rows.append(row("checkpoint written on the GPU, loaded on the CPU", state.get("step"),
-                        "step", result.checkpoint.name))  # fmt: skip
+                        "step", result.checkpoint.name))
     return rows
 
 
@@ -284,7 +284,7 @@ def check_sparse(budget: Budget) -> list[dict]:
     rows, tokens = [], TRAIN_BATCH * SEQ
     # GPT-2 small's shapes, then Llama-7B's (where a kernel's fixed cost weighs less)
     shapes = dict.fromkeys([*block_linear_shapes(preset(MODEL)),
-                            *block_linear_shapes(preset(LARGE_MODEL))])  # fmt: skip
+                            *block_linear_shapes(preset(LARGE_MODEL))])
     for fan_in, fan_out in shapes:
         what = f"{tokens} tokens x ({fan_in} -> {fan_out}), fp16"
         if budget.left() <= 0:
@@ -304,14 +304,14 @@ def check_sparse(budget: Budget) -> list[dict]:
 def _linear_seconds(x: torch.Tensor, weight: torch.Tensor) -> float:
     """Median seconds of x @ weight.T (a dense or a 2:4 sparse weight) on x's GPU."""
     return time_fn(lambda: torch.nn.functional.linear(x, weight), repeats=20,
-                         device=x.device).median_s  # fmt: skip
+                         device=x.device).median_s
 
 
 def check_quant(budget: Budget) -> list[dict]:
     device = require_cuda()
     rows = []
     for what, measure in ((f"bitsandbytes NF4 {MODEL}", _nf4_row),
-                          (f"torchao int8 weight-only {MODEL}", _torchao_row)):  # fmt: skip
+                          (f"torchao int8 weight-only {MODEL}", _torchao_row)):
         if budget.left() <= 0:
             rows.append(row(what, None, note="section budget spent"))
             continue
@@ -321,7 +321,7 @@ def check_quant(budget: Budget) -> list[dict]:
             rows.append(row(what, None, note=f"skipped: {skip}"))
     rows += [row(what, None, note="not automated in this check yet: run Lab 07 on the GPU")
              for what in ("LLM.int8 layer on CUDA", "GPTQModel kernel latency against fp16",
-                          "QLoRA measured peak against qlora_memory")]  # fmt: skip
+                          "QLoRA measured peak against qlora_memory")]
     return rows
 
 
@@ -340,7 +340,7 @@ def _nf4_row(what: str, device: torch.device) -> dict:
     quantized = nf4_model(model, compute_dtype=torch.float16, device=device)
     ratio = _model_latency(quantized, device) / _model_latency(model.eval(), device)
     return row(what, round(nf4_bits_per_weight(quantized), 2), "bits/weight",
-               f"forward {ratio:.2f}x fp16's time")  # fmt: skip
+               f"forward {ratio:.2f}x fp16's time")
 
 
 def _torchao_row(what: str, device: torch.device) -> dict:
@@ -352,7 +352,7 @@ def _torchao_row(what: str, device: torch.device) -> dict:
     quantized = int8_model(model, "weight-only", device)
     ratio = _model_latency(quantized, device) / _model_latency(model.eval(), device)
     return row(what, round(int8_bits_per_weight(quantized), 2), "bits/weight",
-               f"forward {ratio:.2f}x bf16's time")  # fmt: skip
+               f"forward {ratio:.2f}x bf16's time")
 
 
 def check_nccl(budget: Budget) -> list[dict]:
@@ -366,7 +366,7 @@ def check_nccl(budget: Budget) -> list[dict]:
     # The flight recorder is sized when the group is created: set it before.
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FLIGHT_RECORDER_ENTRIES)
     dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
-                            device_id=device)  # fmt: skip
+                            device_id=device)
     try:
         rows = _one_rank_rows(device)
     finally:
@@ -374,7 +374,7 @@ def check_nccl(budget: Budget) -> list[dict]:
     if budget.left() > 0:
         rows += _stall_rows(device)
     rows.append(row("all-reduce bandwidth, DDP/FSDP equivalence, tensor and pipeline parallel",
-                    None, note="need two GPUs or more: unmeasured"))  # fmt: skip
+                    None, note="need two GPUs or more: unmeasured"))
     return rows
 
 
@@ -393,7 +393,7 @@ def _one_rank_rows(device: torch.device) -> list[dict]:
             calls = load_flight_records(Path(folder) / "rank_")[0]
     except ImportError as error:  # a private torch name: another PyTorch may lack it
         return rows + [row("flight recorder dump", None, note=f"skipped: {error}")]
-    return rows + [row("flight recorder dump", len(calls), "collectives recorded")]  # fmt: skip
+    return rows + [row("flight recorder dump", len(calls), "collectives recorded")]
 
 
 def _stall_rows(device: torch.device) -> list[dict]:
@@ -411,7 +411,7 @@ def _stall_rows(device: torch.device) -> list[dict]:
                             round(run.median_stall, 3), "s median",
                             f"of it waiting for the previous save {run.median_wait:.3f} s; step "
                             f"{statistics.median(run.step_seconds) * 1e3:.0f} ms; exact: "
-                            f"{run.exact}, {run.checkpoint_bytes / MB:.0f} MB"))  # fmt: skip
+                            f"{run.exact}, {run.checkpoint_bytes / MB:.0f} MB"))
     return rows
 
 
@@ -446,7 +446,7 @@ def check_kernels(budget: Budget) -> list[dict]:
                     "max abs error", "tl.dot rounds fp32 to tf32: about 1e-3 expected"))
     measurements = (("softmax bandwidth", _softmax_bandwidth_rows),
                     (f"profiled bf16 step of {MODEL}", _profiled_step_rows),
-                    (f"torch.compile modes, {MODEL} forward", _compile_mode_rows))  # fmt: skip
+                    (f"torch.compile modes, {MODEL} forward", _compile_mode_rows))
     for what, measure in measurements:
         if budget.left() <= 0:
             rows.append(row(what, None, note="section budget spent"))
@@ -523,7 +523,7 @@ SECTIONS = (
             "against eager, torch.softmax, torch.compile), a bf16 step profiled (kernels, idle "
             "gaps), torch.compile modes on GPT-2 small's forward", check_kernels, 120,
             ("triton",)),
-)  # fmt: skip
+)
 
 
 # -- the runner --------------------------------------------------------------------------------
@@ -536,7 +536,7 @@ def missing_packages(section: Section) -> list[str]:
 def _result(section: Section, status: str, reason: str = "", seconds: float = 0.0, rows=()):
     return {"section": section.name, "lab": section.lab, "measures": section.measures,
             "status": status, "reason": reason, "seconds": round(seconds, 1),
-            "rows": list(rows)}  # fmt: skip
+            "rows": list(rows)}
 
 
 def run_sections(
@@ -578,12 +578,12 @@ def run_sections(
 
 def summary_table(results: list[dict]) -> str:
     summary = [{"section": r["section"], "lab": r["lab"], "status": r["status"],
-                "seconds": r["seconds"], "reason": r["reason"]} for r in results]  # fmt: skip
+                "seconds": r["seconds"], "reason": r["reason"]} for r in results]
     parts = [markdown_table(summary, aligned=True)]
     for result in results:
         if result["rows"]:
             parts.append(f"\n{result['section']} ({result['lab']})\n"
-                         + markdown_table(result["rows"], aligned=True))  # fmt: skip
+                         + markdown_table(result["rows"], aligned=True))
     return "\n".join(parts)
 
 
@@ -601,7 +601,7 @@ def write_report(results: list[dict], path: str | Path, budget_s: float, dry_run
 
 
 def gpu_check(out: Path, budget_s: float = DEFAULT_BUDGET_S, dry_run: bool = False,
-              sections: Sequence[Section] = SECTIONS) -> int:  # fmt: skip
+              sections: Sequence[Section] = SECTIONS) -> int:
     """Print what is measured (or would be), the table and where the JSON went; exit status."""
     skip_all = None
     if not torch.cuda.is_available():

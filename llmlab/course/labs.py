@@ -85,7 +85,7 @@ LABS: tuple[Lab, ...] = (
         "full, LoRA, QLoRA, head only)", _training_gpu(TRAINING_GPU_GB)),
     Lab(9, "kernels", "Kernels and profiling", True,
         "any CUDA GPU (profiles and times Lab 03's model; Triton kernels run compiled)", _any_gpu),
-)  # fmt: skip
+)
 
 
 def find_lab(number: int) -> Lab:

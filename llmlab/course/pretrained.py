@@ -36,7 +36,7 @@ def recipe_stamp(profile_name: str) -> dict:
     recipe.pop("progress")  # a progress bar changes nothing in the model
     spec = profile_spec(profile_name)
     return {"recipe": recipe, "model": MODEL_PRESET[profile_name], "corpus": spec.corpus,
-            "vocab_size": spec.vocab_size}  # fmt: skip
+            "vocab_size": spec.vocab_size}
 
 
 def save_trained_model(model, tokenizer: PreTrainedTokenizerFast, profile_name: str) -> Path:
@@ -60,7 +60,7 @@ def train_lab03_model(profile_name: str, progress: bool = True) -> tuple[object,
     flops = training_flops_per_token(shape, config.seq_len).total
     model = build_model(shape)
     trainer = Trainer(model, config, data.train, data.val, tokenizer=tokenizer,
-                      flops_per_token=flops, measure_peak=True)  # fmt: skip
+                      flops_per_token=flops, measure_peak=True)
     result = trainer.fit()
     save_trained_model(model, tokenizer, profile_name)
     return model, result

@@ -53,7 +53,7 @@ def _kernel_over_unix_sockets(folder: Path) -> Config:
 
 
 def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 1800,
-                 threads: int | None = None) -> LabRun:  # fmt: skip
+                 threads: int | None = None) -> LabRun:
     """Execute one notebook in its own folder; write the executed copy to out_dir.
 
     With out_dir == the notebook's folder this stores fresh outputs in the notebook itself
@@ -68,11 +68,11 @@ def run_notebook(path: Path, out_dir: Path, profile_name: str, timeout_s: int = 
         notebook, timeout=timeout_s, kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         config=_kernel_over_unix_sockets(scratch),
-    )  # fmt: skip
+    )
     start = time.perf_counter()
     pinned = {"OMP_NUM_THREADS": str(threads)} if threads else {}
     with _environment(**{ENV_VARIABLE: profile_name, HEADLINE_VARIABLE: str(headline_file)},
-                      **pinned):  # fmt: skip
+                      **pinned):
         try:
             client.execute()
             ok, summary = True, "(no headline)"
@@ -95,18 +95,18 @@ def find_notebooks(solutions: Path, only: list[str] | None = None) -> list[Path]
     """The lab notebooks in `solutions`, or those whose names start with one of `only`."""
     if not solutions.is_dir():
         raise ValueError(f"{solutions}: no such folder; run from the course's root folder, "
-                         "or pass the folder with --solutions")  # fmt: skip
+                         "or pass the folder with --solutions")
     notebooks = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
     if not notebooks:
         raise ValueError(f"{solutions} holds no lab notebooks (named like 00_environment.ipynb)")
     if any(not prefix.strip() for prefix in only or []):  # "" starts every name: all labs
         raise ValueError(f"--only {' '.join(map(repr, only))}: an empty prefix names no lab; "
-                         "give lab numbers such as 00 03")  # fmt: skip
+                         "give lab numbers such as 00 03")
     unmatched = [p for p in only or [] if not any(nb.name.startswith(p) for nb in notebooks)]
     if unmatched:
         prefixes, labs = ", ".join(map(repr, unmatched)), ", ".join(nb.stem for nb in notebooks)
         raise ValueError(f"no notebook in {solutions} starts with {prefixes}; "
-                         f"the labs there are {labs}")  # fmt: skip
+                         f"the labs there are {labs}")
     return [nb for nb in notebooks if not only or nb.name.startswith(tuple(only))]
 
 
@@ -129,7 +129,7 @@ def run_course(
     how = str(named) if named else "profile 'auto': each lab's rule picks (see `llmlab doctor`)"
     pinned = f", {threads} math thread(s) each" if threads else ""
     print(f"Running {len(notebooks)} lab(s) with {how}{pinned}; executed notebooks go to "
-          f"{out_dir}/")  # fmt: skip
+          f"{out_dir}/")
     runs = []
     for number, path in enumerate(notebooks, start=1):
         print(f"[{number}/{len(notebooks)}] {path.name} ...", flush=True)
@@ -140,4 +140,4 @@ def run_course(
 def format_table(runs: list[LabRun]) -> str:
     return markdown_table([{"lab": run.notebook, "status": "ok" if run.ok else "FAILED",
                             "wall time": f"{run.seconds:.1f} s", "headline": run.headline}
-                           for run in runs], aligned=True)  # fmt: skip
+                           for run in runs], aligned=True)

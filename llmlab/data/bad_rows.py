@@ -71,10 +71,10 @@ def json_problem(path: Path, field: str) -> str | None:
         except UnicodeDecodeError as error:
             bad = line[error.start : error.start + 4]
             return (f"line {number} is not valid UTF-8 (byte {error.start} of the line: {bad!r}):"
-                    " convert the file to UTF-8, e.g. `iconv -f latin1 -t utf-8`")  # fmt: skip
+                    " convert the file to UTF-8, e.g. `iconv -f latin1 -t utf-8`")
         except json.JSONDecodeError as error:
             return (f"line {number} is not valid JSON ({error.msg} at column {error.colno}): "
-                    "fix or remove that line")  # fmt: skip
+                    "fix or remove that line")
         problem = _first_problem([(f"line {number}", row)], field)
         if problem:
             return problem
@@ -98,7 +98,7 @@ def _first_problem(rows, field: str) -> str | None:
         value = row.get(field)
         if value is not None and not isinstance(value, str):
             return (f"{where}: {field!r} is {type(value).__name__} {str(value)[:40]}, not a string:"
-                    " store texts as strings (null or a missing field skips the row)")  # fmt: skip
+                    " store texts as strings (null or a missing field skips the row)")
     return None
 
 

@@ -104,7 +104,7 @@ def clean_documents(
 
     edit("undecodable bytes (U+FFFD)", lambda t: t.replace(REPLACEMENT_CHARACTER, ""))
     edit(f"normalize ({config.unicode_form}, newlines, controls)",
-         lambda t: normalize_text(t, config.unicode_form))  # fmt: skip
+         lambda t: normalize_text(t, config.unicode_form))
     if config.lowercase:
         edit("lowercase", str.lower)
     keep(f"too short (< {config.min_chars} chars)", lambda d: len(d.text) >= config.min_chars)

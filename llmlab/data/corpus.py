@@ -49,7 +49,7 @@ HUB_DATASETS = {
 # minutes of GPT-2 small on one H100); the stream stops there, so only this much is downloaded.
 FINEWEB_EDU_BYTES = 500_000_000
 LOCAL_KINDS = {".txt": "text", ".md": "text", ".jsonl": "json", ".json": "json",
-               ".parquet": "parquet"}  # fmt: skip
+               ".parquet": "parquet"}
 
 
 def stdlib_dir() -> Path:
@@ -67,11 +67,11 @@ def stdlib_sources(root: Path | None = None) -> list[Path]:
         subfolders[:] = [
             name for name in subfolders
             if name not in SKIPPED_FOLDERS and not name.startswith(SKIPPED_PREFIXES)
-        ]  # fmt: skip
+        ]
         kept += [
             Path(folder, name) for name in files
             if name.endswith(".py") and not name.startswith(SKIPPED_PREFIXES)
-        ]  # fmt: skip
+        ]
     return sorted(kept, key=lambda p: p.relative_to(root).as_posix())
 
 
@@ -128,7 +128,7 @@ def local_documents(
         options = {"sample_by": "document"} if kind == "text" else {}  # default: one row per line
         try:
             rows = datasets.load_dataset(kind, data_files=files, split="train",
-                                         cache_dir=cache_dir, **options)  # fmt: skip
+                                         cache_dir=cache_dir, **options)
         except Exception as error:  # datasets raises many types; name the files either way
             raise DataError(f"could not read {files} as {kind}: {error}") from error
         if text_field not in rows.column_names:
@@ -137,7 +137,7 @@ def local_documents(
                 "pass text_field= with the column that holds the text."
             )
         documents += [Document("local", f"{kind}:{i}", text) for i, text in
-                      enumerate(rows[text_field]) if text]  # fmt: skip
+                      enumerate(rows[text_field]) if text]
     return documents
 
 

@@ -195,7 +195,7 @@ class ResumableLoader:
         self.stream, self.num_workers = stream, num_workers
         # batch_size=None: the stream already yields whole batches.
         self.loader = DataLoader(stream, batch_size=None, num_workers=num_workers,
-                                 **dataloader_options)  # fmt: skip
+                                 **dataloader_options)
         self.position: dict[int, int] = {}
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -211,7 +211,7 @@ class ResumableLoader:
             "rank": self.stream.rank, "world_size": self.stream.world_size,
             "num_workers": self.num_workers, "shards": len(self.stream.paths),
             "position": {str(reader): n for reader, n in self.position.items()},  # JSON-safe
-        }  # fmt: skip
+        }
 
     def load_state_dict(self, state: dict) -> None:
         here = self.state_dict()

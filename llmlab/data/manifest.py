@@ -23,7 +23,7 @@ def make_manifest(documents: Sequence[Document], corpus: str, rule: str = "") ->
         {"source": d.source, "name": d.name, "bytes": len(d.text.encode("utf-8")),
          "sha256": _sha256(d.text)}
         for d in documents
-    ]  # fmt: skip
+    ]
     return {
         "corpus": corpus,
         "rule": rule,
@@ -61,5 +61,5 @@ def compare_with_manifest(documents: Sequence[Document], manifest: dict) -> list
     lines += [
         f"changed: {s}/{n}" for s, n in sorted(recorded.keys() & current.keys())
         if recorded[s, n] != current[s, n]
-    ]  # fmt: skip
+    ]
     return lines if len(lines) > 1 else [*lines, "the same documents in another order"]

@@ -37,7 +37,7 @@ def pack(documents: Sequence[Sequence[int]], block_size: int, eos_id: int) -> di
     positions = index - np.maximum.accumulate(np.where(begins, index, 0))
     return {name: np.array(values, dtype=np.int64).reshape(rows, block_size)
             for name, values in [("input_ids", ids), ("position_ids", positions),
-                                 ("labels", labels)]}  # fmt: skip
+                                 ("labels", labels)]}
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def pad_to_length_cost(lengths: Sequence[int], seq_len: int) -> BatchingCost:
     lengths = np.asarray(lengths)
     real = int(np.minimum(lengths, seq_len).sum())
     return BatchingCost("pad to max_length", seq_len, len(lengths) * seq_len, real,
-                        int(lengths.sum()) - real)  # fmt: skip
+                        int(lengths.sum()) - real)
 
 
 def pad_to_longest_cost(
@@ -93,4 +93,4 @@ def packing_cost(lengths: Sequence[int], seq_len: int) -> BatchingCost:
     stream = int(np.sum(lengths)) + len(lengths)
     blocks = stream // seq_len
     return BatchingCost("pack into blocks", seq_len, blocks * seq_len, blocks * seq_len,
-                        stream - blocks * seq_len)  # fmt: skip
+                        stream - blocks * seq_len)

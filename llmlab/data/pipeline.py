@@ -155,7 +155,7 @@ def build_dataset(
         with _timed(report, "write"):
             count = shard_count(len(ids), spec.readers, spec.max_tokens_per_shard)
             shards[split] = write_split(ids, folder, split, count, vocab_size=vocab_size,
-                                        tokenizer=fingerprint)  # fmt: skip
+                                        tokenizer=fingerprint)
         report.tokens[split] = len(ids)
     with _timed(report, "write"):
         save_tokenizer(tokenizer, folder / "tokenizer")
@@ -167,7 +167,7 @@ def build_dataset(
                                                    "val": len(val_docs)},
             "input_bytes": report.input_bytes, "seconds": report.seconds,
             "python": platform.python_version(),
-        }  # fmt: skip
+        }
         (folder / "dataset.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
     return _paths(folder, info), report
 
@@ -176,7 +176,7 @@ def _paths(root: Path, info: dict) -> DatasetPaths:
     return DatasetPaths(
         root, root / "tokenizer", tuple(root / n for n in info["train"]),
         tuple(root / n for n in info["val"]), info["tokenizer"], info["vocab_size"], info,
-    )  # fmt: skip
+    )
 
 
 def open_dataset(root: str | Path, spec: DatasetSpec | None = None) -> DatasetPaths:
@@ -245,7 +245,7 @@ def full_corpus_line() -> str:
     if online():
         return f"full profile data: {sample}, streamed from the Hub ({ONLINE_VARIABLE}=1)"
     return (f"full profile data: the built-in corpus, as the course is offline; set "
-            f"{ONLINE_VARIABLE}=1 before starting Python to train on {sample} instead")  # fmt: skip
+            f"{ONLINE_VARIABLE}=1 before starting Python to train on {sample} instead")
 
 
 def prepare_default_dataset(

@@ -122,7 +122,7 @@ def read_header(path: str | Path) -> ShardHeader:
     problem = _header_problem(header)
     if problem:
         raise DataError(f"{path} has a damaged or outdated header ({problem}): delete it and "
-                        "rebuild the shards (prepare_default_dataset rebuilds them).")  # fmt: skip
+                        "rebuild the shards (prepare_default_dataset rebuilds them).")
     found = path.stat().st_size - HEADER_BYTES
     if found != header.nbytes:
         raise DataError(
@@ -198,7 +198,7 @@ def shard_count(num_tokens: int, readers: int, max_tokens_per_shard: int) -> int
 def write_split(
     tokens: np.ndarray, folder: Path, split: str, num_shards: int, *, vocab_size: int,
     tokenizer: str,
-) -> list[Path]:  # fmt: skip
+) -> list[Path]:
     """Cut one split's token stream into `num_shards` nearly equal shards: split_000.bin, ..."""
     paths = []
     for index, part in enumerate(np.array_split(tokens, num_shards)):

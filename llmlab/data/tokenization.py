@@ -59,11 +59,11 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
     tokenizer.post_processor = TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
-    )  # fmt: skip
+    )
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]",
         cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
-    )  # fmt: skip
+    )
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:

@@ -79,7 +79,7 @@ def _optimizer(name: str, lr: float, betas, eps: float, weight_decay: float) -> 
     adam = {"lr": lr, "betas": list(betas), "eps": eps, "weight_decay": weight_decay,
             # torch.optim's Adam(W), not DeepSpeed's FusedAdam or DeepSpeedCPUAdam: those are
             # C++/CUDA ops compiled on first use (minutes, and a compiler on the machine).
-            "torch_adam": True}  # fmt: skip
+            "torch_adam": True}
     if name == "adam":
         adam["adam_w_mode"] = False  # DeepSpeed's "Adam" means AdamW unless told otherwise
     return {"type": "AdamW" if name == "adamw" else "Adam", "params": adam}

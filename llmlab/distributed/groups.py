@@ -70,7 +70,7 @@ def process_group(backend: str | None = None) -> Iterator[DistInfo]:
         dist.init_process_group(backend)
     else:
         dist.init_process_group(backend, store=store, rank=place.rank,
-                                world_size=place.world_size)  # fmt: skip
+                                world_size=place.world_size)
     try:
         yield dist_info()
     except BaseException:

@@ -72,7 +72,7 @@ def _rank_main(
     sys.stderr = sys.stdout
     port = listener.getsockname()[1]
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nprocs),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     # One math thread per rank: N ranks with many OpenMP threads each on a few cores run slower
     # than one thread each; and a forked child must not reuse the parent's thread pool.
     torch.set_num_threads(threads)
@@ -83,11 +83,11 @@ def _rank_main(
         serves = rank == 0
         store = dist.TCPStore("127.0.0.1", port, nprocs, is_master=serves,
                               timeout=timedelta(seconds=timeout_s),
-                              master_listen_fd=listener.fileno() if serves else None)  # fmt: skip
+                              master_listen_fd=listener.fileno() if serves else None)
         if not serves:
             listener.close()
         dist.init_process_group(backend, store=store, rank=rank, world_size=nprocs,
-                                timeout=timedelta(seconds=timeout_s))  # fmt: skip
+                                timeout=timedelta(seconds=timeout_s))
         value = fn(*args)
         result.send_bytes(pickle.dumps(("ok", value)))
         leave_process_group()
@@ -110,7 +110,7 @@ class OutputLines:
     moves `bar` (a progress bar, or None) one on and shows there."""
 
     def __init__(self, prefix: str = "", bar=None, echo: bool = True,
-                 counts: Callable[[str], bool] = lambda line: True):  # fmt: skip
+                 counts: Callable[[str], bool] = lambda line: True):
         self.prefix, self.partial, self.lines = prefix, b"", []
         self.bar, self.echo, self.counts = bar, echo, counts
 
@@ -181,7 +181,7 @@ def launch(
                 target=_rank_main, name=f"rank {rank}", daemon=True,
                 args=(fn, args, rank, nprocs, listener, backend, timeout_s, threads, out_write,
                       result_write, os.getpid()),
-            )  # fmt: skip
+            )
             process.start()
             os.close(out_write)  # the parent keeps only the reading ends
             result_write.close()

@@ -40,7 +40,7 @@ class LauncherEnv:
         """The same place under torchrun's names, which torch.distributed's env:// reads."""
         return {"RANK": str(self.rank), "LOCAL_RANK": str(self.local_rank),
                 "WORLD_SIZE": str(self.world_size), "MASTER_ADDR": self.master_addr,
-                "MASTER_PORT": str(self.master_port)}  # fmt: skip
+                "MASTER_PORT": str(self.master_port)}
 
 
 def launcher_env(environ: Mapping[str, str]) -> LauncherEnv | None:
@@ -93,7 +93,7 @@ def _from_slurm(environ: Mapping[str, str]) -> LauncherEnv:
     else:
         port = DEFAULT_PORT
     return _checked("slurm", rank, local, world, node, address, port,
-                    "SLURM_PROCID", "SLURM_LOCALID")  # fmt: skip
+                    "SLURM_PROCID", "SLURM_LOCALID")
 
 
 def _nodelist(environ: Mapping[str, str]) -> str:

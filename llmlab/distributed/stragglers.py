@@ -63,7 +63,7 @@ def find_stragglers(
     _check_times(times, "rank")
     median = statistics.median(times)
     flagged = [Straggler(rank, t, median) for rank, t in enumerate(times)
-               if t > median * (1 + threshold) and t - median > min_excess_seconds]  # fmt: skip
+               if t > median * (1 + threshold) and t - median > min_excess_seconds]
     return sorted(flagged, key=lambda straggler: straggler.seconds, reverse=True)
 
 
@@ -88,7 +88,7 @@ def find_stragglers_over_steps(
     ragged = {step: len(row) for step, row in enumerate(rows) if len(row) != len(rows[0])}
     if ragged:
         raise ValueError(f"every step needs one time per rank ({len(rows[0])} in step 0); got "
-                         f"{ragged} (step: times)")  # fmt: skip
+                         f"{ragged} (step: times)")
     for step, row in enumerate(rows):
         try:
             _check_times(row, "rank")
@@ -118,7 +118,7 @@ def gather_rank_values(values: Sequence[float | None]) -> list[list[float | None
         return None
     # NCCL moves only GPU tensors; gloo, CPU ones. float64: a float32 would round the seconds.
     device = torch.device("cuda", torch.cuda.current_device()) if (
-        dist.get_backend() == "nccl") else torch.device("cpu")  # fmt: skip
+        dist.get_backend() == "nccl") else torch.device("cpu")
     numbers = [math.nan if value is None else float(value) for value in values]
     mine = torch.tensor(numbers, dtype=torch.float64, device=device)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
@@ -175,5 +175,5 @@ def straggler_demo(
         history.append(gather_step_times(clock() - start))
         if dist.get_rank() == 0:  # one line per step: what a launcher's progress bar counts
             print(f"step {step + 1}/{steps}: " + ", ".join(f"{t:.3f}" for t in history[-1])
-                  + " s by rank", flush=True)  # fmt: skip
+                  + " s by rank", flush=True)
     return history

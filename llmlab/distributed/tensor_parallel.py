@@ -136,7 +136,7 @@ def prepare_for_tensor_parallel(model: nn.Module) -> nn.Module:
         attn, width = block.attn, block.attn.embed_dim
         if isinstance(attn.c_attn, Conv1D):
             q, k, v = (linear_from_conv1d(attn.c_attn, slice(i * width, (i + 1) * width))
-                       for i in range(3))  # fmt: skip
+                       for i in range(3))
             attn.c_attn = SplitQKV(q, k, v)
         for parent, name in ((attn, "c_proj"), (block.mlp, "c_fc"), (block.mlp, "c_proj")):
             if isinstance(getattr(parent, name), Conv1D):
@@ -168,7 +168,7 @@ def tensor_parallel_plan(
             "attn.c_proj": RowwiseParallel(output_layouts=stream),
             "ln_2": norm, "mlp.c_fc": ColwiseParallel(input_layouts=stream),
             "mlp.c_proj": RowwiseParallel(output_layouts=stream),
-        }  # fmt: skip
+        }
     else:
         plan = {
             "input_layernorm": norm,
@@ -182,7 +182,7 @@ def tensor_parallel_plan(
             "post_attention_layernorm": norm, "mlp": gathered,
             "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
             "mlp.down_proj": RowwiseParallel(output_layouts=stream),
-        }  # fmt: skip
+        }
     return {name: style for name, style in plan.items() if style is not None}
 
 
@@ -244,7 +244,7 @@ def _sequence_slicing(model: nn.Module) -> dict[str, ParallelStyle]:
                                   desired_input_layouts=(Shard(1), *others), use_local_output=True),
         final_norm: PrepareModuleInput(input_layouts=(Shard(1),),
                                        desired_input_layouts=(Replicate(),), use_local_output=True),
-    }  # fmt: skip
+    }
 
 
 def model_shape(model: nn.Module) -> ModelShape:
@@ -252,11 +252,11 @@ def model_shape(model: nn.Module) -> ModelShape:
     c = model.config
     if _family(model) == "gpt2":
         return ModelShape("gpt2", c.n_layer, c.n_embd, c.n_head, c.vocab_size, c.n_positions,
-                          d_ff=c.n_inner or 0, tied_embeddings=c.tie_word_embeddings)  # fmt: skip
+                          d_ff=c.n_inner or 0, tied_embeddings=c.tie_word_embeddings)
     return ModelShape("llama", c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
                       c.vocab_size, c.max_position_embeddings, d_ff=c.intermediate_size,
                       n_kv_head=c.num_key_value_heads,
-                      tied_embeddings=c.tie_word_embeddings)  # fmt: skip
+                      tied_embeddings=c.tie_word_embeddings)
 
 
 def _family(model: nn.Module) -> str:

@@ -150,7 +150,7 @@ def _resource_problems(report: EnvReport) -> list[Problem]:
             f"({ram_origin(report)}); the labs need about {gb_text(MIN_RAM_AVAILABLE_BYTES)} "
             "(model, optimizer state and data)",
             "close other notebooks and programs, or use a machine with more memory",
-        ))  # fmt: skip
+        ))
     if 0 < report.disk_free_bytes < MIN_DISK_FREE_BYTES:
         problems.append(Problem(
             "warning",
@@ -158,7 +158,7 @@ def _resource_problems(report: EnvReport) -> list[Problem]:
             f"{gb_text(MIN_DISK_FREE_BYTES)} are needed (the virtual environment alone takes "
             "several GB, plus datasets and checkpoints)",
             "free some space, or work from a directory on a bigger disk",
-        ))  # fmt: skip
+        ))
     return problems
 
 
@@ -167,5 +167,5 @@ def diagnose(report: EnvReport) -> list[Problem]:
     checks = (
         _package_problems, _cuda_build_problems, _cpu_build_problems, _old_gpu_problems,
         _framework_problems, _resource_problems,
-    )  # fmt: skip
+    )
     return [problem for check in checks for problem in check(report)]

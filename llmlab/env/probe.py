@@ -31,7 +31,7 @@ from llmlab.env.interconnect import (
 REQUIRED_PACKAGES: tuple[str, ...] = (
     "torch", "numpy", "transformers", "tokenizers", "datasets", "accelerate", "safetensors",
     "matplotlib", "tqdm", "psutil",
-)  # fmt: skip
+)
 # The other packages the doctor lists: what needs each one, and how to get it.
 OPTIONAL_PACKAGES: dict[str, str] = {
     "peft": "Lab 07 QLoRA's adapters; `make lab` installs it",
@@ -49,14 +49,14 @@ COURSE_PACKAGES: tuple[str, ...] = (*REQUIRED_PACKAGES, *OPTIONAL_PACKAGES)
 CPU_FEATURES = (
     "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16",
     "amx_bf16", "amx_tile", "amx_int8", "asimd", "sve", "bf16",
-)  # fmt: skip
+)
 CPU_BF16_FEATURES = ("avx512_bf16", "amx_bf16", "bf16")
 # oneDNN runs PyTorch's CPU matmuls. Capped by ONEDNN_MAX_CPU_ISA below the instruction sets with
 # bf16 (AVX2, as on most laptops) it emulates bf16 about 100x slower than fp32, whatever the CPU
 # has: the way to try a laptop's speeds on a newer machine.
 ONEDNN_BF16_ISAS = ("AVX2_VNNI_2", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX",
                     "AVX512_CORE_AMX_FP16", "AVX10_1_512", "AVX10_1_512_AMX",
-                    "AVX10_1_512_AMX_FP16", "ALL")  # fmt: skip
+                    "AVX10_1_512_AMX_FP16", "ALL")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # (limit, usage, statistics, the statistic of droppable page cache): cgroup v2, then v1.
@@ -64,7 +64,7 @@ CGROUP_MEMORY_FILES = (
     ("memory.max", "memory.current", "memory.stat", "inactive_file"),
     ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "memory/memory.stat",
      "total_inactive_file"),
-)  # fmt: skip
+)
 NVIDIA_PCI_VENDOR = "0x10de"
 NVIDIA_SMI_TIMEOUT_S = 20
 FRAMEWORK_PROBE_TIMEOUT_S = 120  # importing TensorFlow alone can take half a minute

@@ -57,4 +57,4 @@ __all__ = [
     "next_token_accuracy", "paired_bootstrap", "paired_perplexity_ratio", "perplexity",
     "perplexity_of", "predicted_bytes", "samples_table", "score_tokens", "sentence_counts",
     "size_on_disk", "smoothed_bleu4", "token_byte_lengths", "wilson_interval",
-]  # fmt: skip
+]

@@ -95,7 +95,7 @@ GPT2_SMALL_LOSSES = (
     # records/track_1_short/2024-10-13_llmc/README.md.
     PublishedLoss("llm.c's GPT-2 small, 10B tokens", "FineWeb", 3.29,
                   "github.com/karpathy/llm.c/discussions/481"),
-)  # fmt: skip
+)
 
 
 def published_bits_per_byte(text: str, gpt2_tokenizer: PreTrainedTokenizerFast) -> list[dict]:
@@ -106,4 +106,4 @@ def published_bits_per_byte(text: str, gpt2_tokenizer: PreTrainedTokenizerFast) 
     return [{"model": ref.model, "held out": ref.held_out,
              "nats/token": ref.nats_per_token,
              "bits/byte": f"{loss_in_bits_per_byte(ref.nats_per_token, n_tokens, n_bytes):.3f}",
-             "source": ref.source} for ref in GPT2_SMALL_LOSSES]  # fmt: skip
+             "source": ref.source} for ref in GPT2_SMALL_LOSSES]

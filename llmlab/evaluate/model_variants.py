@@ -29,7 +29,7 @@ def check_plain(model: torch.nn.Module, name: str = "model") -> None:
     """Refuse a model that still carries pruning masks or parametrizations: its saved files and
     counts would hold the original weights and the masks, not the pruned model."""
     extra = [n for n, _ in model.named_parameters() if n.endswith("_orig") or ".parametrizations."
-             in n]  # fmt: skip
+             in n]
     if extra:
         raise ValueError(
             f"{name} still carries masks ({extra[0]}, ...): make them permanent first "
@@ -89,15 +89,15 @@ def compare_variants(
             nonzero=sum(int(torch.count_nonzero(p)) for p in parameters),
             size_mb=size_on_disk(model) / (GB / 1000),  # MB: 10^6 bytes, as GB is 10^9
             latency_ms=latency * 1000,
-        ))  # fmt: skip
+        ))
     return rows
 
 
 def comparison_table(rows: Sequence[VariantRow]) -> str:
     """The rows as Markdown, numbers rounded for reading."""
     formats = {"perplexity": "{:.2f}", "accuracy": "{:.3f}", "parameters": "{:,}",
-               "nonzero": "{:,}", "size_mb": "{:.2f}", "latency_ms": "{:.2f}"}  # fmt: skip
+               "nonzero": "{:,}", "size_mb": "{:.2f}", "latency_ms": "{:.2f}"}
     return markdown_table([
         {key: formats.get(key, "{}").format(value) for key, value in asdict(row).items()}
         for row in rows
-    ])  # fmt: skip
+    ])

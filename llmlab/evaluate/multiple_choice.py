@@ -90,7 +90,7 @@ def continuation_logprob(
     if len(continuation) > limit:
         raise ValueError(f"a continuation of {len(continuation)} tokens is longer than the "
                          f"model's context ({limit}): no prompt token would be left to score it "
-                         "from; shorten the choice")  # fmt: skip
+                         "from; shorten the choice")
     device = next(model.parameters()).device
     log_probs = model(torch.tensor(ids[-limit:], device=device)[None]).logits[0]
     # The logits at position t predict token t + 1: the continuation's are the last ones.
@@ -128,4 +128,4 @@ def multiple_choice(
     correct = sum(p == q.answer for p, q in zip(predictions, questions, strict=True))
     low, high = wilson_interval(correct, len(questions), z)
     return ChoiceResult(correct / len(questions), low, high, correct, len(questions),
-                        tuple(predictions), tuple(all_scores))  # fmt: skip
+                        tuple(predictions), tuple(all_scores))

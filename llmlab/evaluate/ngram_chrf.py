@@ -55,7 +55,7 @@ def corpus_chrf(
     """Corpus chrF (0-100): counts summed over sentences, then one score."""
     total = [0] * (3 * CHAR_ORDER)
     for hypothesis, refs in zip(hypotheses, references_per_hypothesis(hypotheses, references),
-                                strict=True):  # fmt: skip
+                                strict=True):
         # max() keeps the first of equal scores, as sacrebleu's strict "better than" does.
         best = max((chrf_counts(hypothesis, ref) for ref in refs), key=chrf_from_counts)
         total = [a + b for a, b in zip(total, best, strict=True)]

@@ -32,6 +32,6 @@ def paired_perplexity_ratio(
         raise ValueError("need at least 2 windows, all of one length (each weighs the same)")
     differences = torch.tensor([
         score_tokens(model, [w]).loss - score_tokens(reference, [w]).loss for w in windows
-    ], dtype=torch.float64)  # fmt: skip
+    ], dtype=torch.float64)
     standard_error = differences.std().item() / math.sqrt(len(windows))
     return PairedRatio(math.exp(differences.mean().item()), math.exp(2 * standard_error) - 1)

@@ -41,11 +41,11 @@ def engine_rows(
         raise ValueError("no engines to compare: pass {name: (logits_fn, size_bytes)}")
     if ids.dim() != 2 or ids.shape[1] < 2:
         raise ValueError(f"ids must be token ids of shape (batch, length >= 2), got "
-                         f"{tuple(ids.shape)}")  # fmt: skip
+                         f"{tuple(ids.shape)}")
     with torch.no_grad():
         logits = {name: fn(ids).float().cpu() for name, (fn, _) in engines.items()}
         timings = time_rounds({name: (lambda fn=fn: fn(ids)) for name, (fn, _) in engines.items()},
-                              rounds=rounds, repeats=repeats)  # fmt: skip
+                              rounds=rounds, repeats=repeats)
     reference_name = next(iter(engines))
     reference = logits[reference_name]
     rows = []
@@ -61,7 +61,7 @@ def engine_rows(
             max_abs_diff=(logits[name] - reference).abs().max().item(),
             same_argmax=(logits[name].argmax(-1) == reference.argmax(-1)).float().mean().item(),
             perplexity=perplexity_of(loss.item()),
-        ))  # fmt: skip
+        ))
     return rows
 
 
@@ -76,4 +76,4 @@ def engine_table(rows: Sequence[EngineRow]) -> str:
         "max_abs_diff": f"{row.max_abs_diff:.2g}",
         "same_argmax": f"{row.same_argmax:.4f}",
         "perplexity": f"{row.perplexity:.3f}",
-    } for row in rows])  # fmt: skip
+    } for row in rows])

@@ -23,19 +23,19 @@ def check_request(model, prompt: torch.Tensor, new_tokens: int) -> None:
     """Refuse what decoder_forward cannot run, each with what to do instead."""
     if not hasattr(getattr(model, "transformer", None), "wpe"):
         raise ValueError(f"{type(model).__name__} is not a GPT-2 language model (no "
-                         "transformer.wpe): pass a transformers GPT2LMHeadModel")  # fmt: skip
+                         "transformer.wpe): pass a transformers GPT2LMHeadModel")
     if model.training:
         raise ValueError("the model is in training mode (dropout on): call model.eval() first")
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1:
         shape = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
         raise ValueError(f"the prompt must be token ids of shape (batch, length >= 1), got "
-                         f"{shape}: for one prompt use ids[None]")  # fmt: skip
+                         f"{shape}: for one prompt use ids[None]")
     if new_tokens < 1:
         raise ValueError(f"new_tokens must be at least 1, got {new_tokens}")
     context = model.config.n_positions
     if prompt.shape[1] + new_tokens > context:
         raise ValueError(f"a prompt of {prompt.shape[1]} tokens plus {new_tokens} new ones "
-                         f"exceeds the model's context of {context}: ask for fewer")  # fmt: skip
+                         f"exceeds the model's context of {context}: ask for fewer")
 
 
 @torch.no_grad()
@@ -92,7 +92,7 @@ def time_generation(
         greedy_generate(model, prompt, min(2, new_tokens), cache_class)
     runs = []
     timing = time_fn(lambda: runs.append(greedy_generate(model, prompt, new_tokens, cache_class)),
-                     warmup=0, repeats=repeats, device=prompt.device)  # fmt: skip
+                     warmup=0, repeats=repeats, device=prompt.device)
     per_step = zip(*(run.step_seconds for run in runs), strict=True)
     return GenerationTiming(new_tokens / timing.median_s,
-                            tuple(statistics.median(seconds) for seconds in per_step))  # fmt: skip
+                            tuple(statistics.median(seconds) for seconds in per_step))

@@ -34,12 +34,12 @@ def export_onnx(model: nn.Module, folder: str | Path, example_ids: torch.Tensor)
     batch and length stay free (length up to the model's context). Returns the .onnx path."""
     if example_ids.dim() != 2 or example_ids.dtype != torch.long:
         raise ValueError(f"example_ids must be int64 token ids of shape (batch, length), got "
-                         f"{example_ids.dtype} of shape {tuple(example_ids.shape)}")  # fmt: skip
+                         f"{example_ids.dtype} of shape {tuple(example_ids.shape)}")
     context = model.config.n_positions
     # Both sizes start at 2: the exporter treats an example dimension of 1 as fixed.
     if example_ids.shape[0] < 2 or not 2 <= example_ids.shape[1] <= context:
         raise ValueError(f"example_ids of shape {tuple(example_ids.shape)}: use a batch of at "
-                         f"least 2 and a length from 2 to {context}, e.g. (2, 16)")  # fmt: skip
+                         f"least 2 and a length from 2 to {context}, e.g. (2, 16)")
     dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("length", max=context)}
     folder = Path(folder)
     exported = LogitsOnly(copy.deepcopy(model).cpu()).eval()  # the caller's model stays as it is
@@ -47,7 +47,7 @@ def export_onnx(model: nn.Module, folder: str | Path, example_ids: torch.Tensor)
         torch.onnx.export(exported, (example_ids.cpu(),),
                           building / ONNX_FILE, dynamo=True, input_names=["ids"],
                           output_names=["logits"], dynamic_shapes={"ids": dims},
-                          verbose=False)  # fmt: skip
+                          verbose=False)
     return folder / ONNX_FILE
 
 
@@ -69,7 +69,7 @@ def ort_logits(session, ids: torch.Tensor) -> torch.Tensor:
     """The session's logits for int64 token ids (batch, length), as a torch tensor."""
     if ids.dim() != 2 or ids.dtype != torch.long:
         raise ValueError(f"ids must be int64 token ids of shape (batch, length), got "
-                         f"{ids.dtype} of shape {tuple(ids.shape)}")  # fmt: skip
+                         f"{ids.dtype} of shape {tuple(ids.shape)}")
     return torch.from_numpy(session.run(["logits"], {"ids": ids.cpu().numpy()})[0])
 
 

@@ -26,4 +26,4 @@ def compile_tensorrt(model: torch.nn.Module, example_ids: torch.Tensor) -> torch
 
     module = LogitsOnly(model).eval().cuda()
     return torch_tensorrt.compile(module, ir="dynamo", inputs=[example_ids.cuda()],
-                                  enabled_precisions={torch.float16})  # fmt: skip
+                                  enabled_precisions={torch.float16})

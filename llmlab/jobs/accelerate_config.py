@@ -30,7 +30,7 @@ def accelerate_config(num_processes: int, mixed_precision: str = "no", port: int
     return {"compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU",
             "num_processes": num_processes, "num_machines": 1, "machine_rank": 0,
             "gpu_ids": "all", "mixed_precision": mixed_precision, "use_cpu": False,
-            "main_process_port": port}  # fmt: skip
+            "main_process_port": port}
 
 
 def write_accelerate_config(path: str | Path, num_processes: int, **options) -> Path:
@@ -39,7 +39,7 @@ def write_accelerate_config(path: str | Path, num_processes: int, **options) -> 
     path = Path(path)
     if path.suffix != ".json":
         raise ValueError(f"{path}: name it *.json (Accelerate reads a config's format from its "
-                         "suffix)")  # fmt: skip
+                         "suffix)")
     config = accelerate_config(num_processes, **options)
     write_atomically(path, (json.dumps(config, indent=2) + "\n").encode())
     return path

@@ -50,7 +50,7 @@ def notebook_launch(
     """
     if not isinstance(nprocs, int) or nprocs < 2:
         raise ValueError(f"nprocs must be 2 or more, got {nprocs!r}: one process needs no "
-                         "launcher, call the function")  # fmt: skip
+                         "launcher, call the function")
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     if not 0 < timeout_s < math.inf:  # also refuses NaN
@@ -62,13 +62,13 @@ def notebook_launch(
         timer.start()
         try:
             notebook_launcher(_on_rank, args=(fn, tuple(args), threads, outcomes),
-                              num_processes=nprocs, use_port=str(free_port()))  # fmt: skip
+                              num_processes=nprocs, use_port=str(free_port()))
         except ChildFailedError:
             failures = _failures(Path(outcomes), nprocs)
             if stopped.is_set():  # the ranks were stopped, not failed
                 failures = (f"the ranks did not finish within {timeout_s:g} s and were stopped: a "
                             "rank waiting in a collective that another never reaches hangs until "
-                            f"then (raise timeout_s for a longer run)\n{failures}")  # fmt: skip
+                            f"then (raise timeout_s for a longer run)\n{failures}")
             raise LaunchError(failures) from None
         finally:
             timer.cancel()
@@ -125,8 +125,8 @@ def _failures(outcomes: Path, nprocs: int) -> str:
         elif status == "lost":
             lost.append(rank)
     lines = [f"rank {rank} raised (failure {i + 1} of {len(errors)}):\n{trace}"
-             for i, (_, rank, trace) in enumerate(sorted(errors))]  # fmt: skip
+             for i, (_, rank, trace) in enumerate(sorted(errors))]
     if lost:
         lines.append(f"rank(s) {lost} ended without a result: killed, or stopped by the agent "
-                     "after another rank failed")  # fmt: skip
+                     "after another rank failed")
     return "\n".join(lines)

@@ -48,7 +48,7 @@ def torchrun_command(
     # --tee=3: each rank's stdout and stderr reach the console, prefixed with its rank.
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc_per_node={nprocs}", "--tee=3", *logs, *map(str, torchrun_args), *target,
-            *map(str, script_args)]  # fmt: skip
+            *map(str, script_args)]
 
 
 def deepspeed_command(
@@ -80,7 +80,7 @@ def deepspeed_command(
     if hostfile is None:
         if node_rank is not None or master_addr is not None:
             raise ValueError("node_rank and master_addr place this node among others: name the "
-                             "nodes in a hostfile (write_hostfile) and pass hostfile=")  # fmt: skip
+                             "nodes in a hostfile (write_hostfile) and pass hostfile=")
     else:
         flags.append(f"--hostfile={hostfile}")
         if node_rank is not None:
@@ -94,20 +94,20 @@ def deepspeed_command(
     if module:
         flags.append("--module")
     return [sys.executable, "-m", "deepspeed.launcher.runner", *flags, str(script),
-            *map(str, script_args)]  # fmt: skip
+            *map(str, script_args)]
 
 
 def _check_node_rank(hostfile: str | Path, node_rank: int, master_addr: str | None) -> None:
     if master_addr is None:
         raise ValueError("each node started on its own (node_rank) must be told where node 0 "
-                         "listens: pass master_addr (node 0's address)")  # fmt: skip
+                         "listens: pass master_addr (node 0's address)")
     if not Path(hostfile).is_file():
         raise FileNotFoundError(f"no hostfile at {hostfile}: write it with write_hostfile")
     hosts = [line for line in Path(hostfile).read_text().splitlines()
-             if line.strip() and not line.lstrip().startswith("#")]  # fmt: skip
+             if line.strip() and not line.lstrip().startswith("#")]
     if not isinstance(node_rank, int) or not 0 <= node_rank < len(hosts):
         raise ValueError(f"node_rank {node_rank!r}: {hostfile} names {len(hosts)} node(s), "
-                         f"numbered 0 to {len(hosts) - 1} in its order")  # fmt: skip
+                         f"numbered 0 to {len(hosts) - 1} in its order")
 
 
 def write_hostfile(path: str | Path, hosts: Sequence[str], slots: int) -> Path:

@@ -58,7 +58,7 @@ FIELDS: tuple[DcgmField, ...] = (
               "PCIe bytes sent per second: host copies, and collectives without NVLink"),
     DcgmField("DCGM_FI_PROF_PCIE_RX_BYTES", "pcie_rx_gb_s", None, "B/s", 1 / GB, "gauge",
               "PCIe bytes received per second"),
-)  # fmt: skip
+)
 BY_FIELD = {field.field: field for field in FIELDS}
 
 # `<DCGM version>-<exporter version>-<base image>`; NGC lists newer tags.
@@ -124,7 +124,7 @@ def exporter_command(
         "--publish", f"{bind}:{port}:{EXPORTER_PORT}",
         "--volume", f"{Path(collectors).resolve()}:{COLLECTORS_IN_CONTAINER}:ro",
         image, "-f", COLLECTORS_IN_CONTAINER,
-    ]  # fmt: skip
+    ]
 
 
 def exporter_command_line(

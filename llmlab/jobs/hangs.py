@@ -120,7 +120,7 @@ def parse_flight_record(dump: bytes) -> list[CollectiveCall]:
             # "gloo:all_reduce" / "nccl:all_reduce": the backend prefix says nothing here
             name=entry["profiling_name"].split(":", 1)[-1],
             timeout_s=None if timeout_ms is None else timeout_ms / 1000,
-        ))  # fmt: skip
+        ))
     return calls
 
 
@@ -178,7 +178,7 @@ def explain_hang(records: dict[int, list[CollectiveCall]]) -> str | None:
         last = max(max(calls) for calls in ranks.values())
         for seq in range(first, last + 1):
             names = {rank: calls[seq].name if seq in calls else None
-                     for rank, calls in sorted(ranks.items())}  # fmt: skip
+                     for rank, calls in sorted(ranks.items())}
             if len(set(names.values())) > 1:
                 problems.append(_describe(group, seq, names, ranks))
                 break
@@ -196,7 +196,7 @@ def _describe(group: str, seq: int, names: dict, ranks: dict) -> str:
         waited = f" for {timeout:g} s (the group's timeout)" if timeout else ""
         last = {rank: max(ranks[rank]) for rank in missing}
         seen = "; ".join(f"rank {rank}'s last was #{n}, {ranks[rank][n].name}"
-                         for rank, n in last.items())  # fmt: skip
+                         for rank, n in last.items())
         return (
             f"{_ranks(missing)} never reached {name} #{seq}{where}: {_ranks(sorted(arrived))} "
             f"waited there{waited} ({seen})"
@@ -210,7 +210,7 @@ def _describe(group: str, seq: int, names: dict, ranks: dict) -> str:
 
 # What torch 2.13 says under TORCH_DISTRIBUTED_DEBUG=DETAIL (measured; see the docstring above).
 _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\("
-                          r"SequenceNumber=(\d+),? ?OpType=(\w+)")  # fmt: skip
+                          r"SequenceNumber=(\d+),? ?OpType=(\w+)")
 _MONITORED_BARRIER = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier in (\d+) ms")
 
 
@@ -251,7 +251,7 @@ def _call(name: str, group) -> None:
         dist.barrier(group=group)
     elif name == "all_gather":
         dist.all_gather([torch.empty_like(tensor) for _ in range(dist.get_world_size())],
-                        tensor, group=group)  # fmt: skip
+                        tensor, group=group)
 
 
 def _demo_rank(skip_rank, position, instead, timeout_s, prefix) -> None:
@@ -293,5 +293,5 @@ def hang_demo(
         # The launcher's own limit is well past the demo group's timeout, so the collectives'
         # timeouts end the hang, as they would in a real job.
         launch(_demo_rank, nprocs, args=(skip_rank, position, instead, timeout_s, prefix),
-               timeout_s=4 * timeout_s + 60)  # fmt: skip
+               timeout_s=4 * timeout_s + 60)
         return explain_hang(load_flight_records(prefix))

@@ -66,7 +66,7 @@ LAUNCHERS = (
              "N processes, met through Horovod's own Gloo rendezvous (or mpirun, with MPI)",
              "hvd.rank(), hvd.size(), hvd.local_rank() after hvd.init(), from HOROVOD_RANK, "
              "HOROVOD_SIZE... (Gloo) or OMPI_COMM_WORLD_RANK, ... (Open MPI)", ()),
-)  # fmt: skip
+)
 
 
 def launcher_table() -> str:
@@ -76,4 +76,4 @@ def launcher_table() -> str:
          "rank and world size from": row.rank_from,
          "llmlab": ", ".join(f"`{name}`" for name in row.helpers) or "none"}
         for row in LAUNCHERS
-    ])  # fmt: skip
+    ])

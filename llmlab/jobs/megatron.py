@@ -34,13 +34,13 @@ MEGATRON_NAMES = (
     ("n_kv_head", "--group-query-attention --num-query-groups", "key/value heads"),
     ("untied LM head", "--untie-embeddings-and-output-weights", ""),
     ("bf16 / fp16 mixed precision", "--bf16 / --fp16", "fp32 master weights kept"),
-)  # fmt: skip
+)
 
 
 def megatron_table() -> str:
     """MEGATRON_NAMES as a text table."""
     return markdown_table([{"course": course, "Megatron-LM": flag, "meaning": meaning}
-                           for course, flag, meaning in MEGATRON_NAMES], aligned=True)  # fmt: skip
+                           for course, flag, meaning in MEGATRON_NAMES], aligned=True)
 
 
 def megatron_args(
@@ -57,7 +57,7 @@ def megatron_args(
     RankGrid(parallel).check_model(shape)
     if shape.n_layer % pp:
         raise ValueError(f"Megatron-LM gives every stage the same number of layers: "
-                         f"{pp} stages do not divide {shape.n_layer} layers")  # fmt: skip
+                         f"{pp} stages do not divide {shape.n_layer} layers")
     if sequence_parallel and tp == 1:
         raise ValueError("sequence parallel splits what tensor parallel replicates: needs tp > 1")
     if parallel.zero > 1:
@@ -80,7 +80,7 @@ def megatron_args(
     flags = [f"{name}={value}" for name, value in args.items()]
     if shape.family == "llama":
         flags += ["--normalization=RMSNorm", "--swiglu", "--position-embedding-type=rope",
-                  "--disable-bias-linear"]  # fmt: skip
+                  "--disable-bias-linear"]
         if shape.kv_heads != shape.n_head:
             flags += ["--group-query-attention", f"--num-query-groups={shape.kv_heads}"]
     if not shape.tied_embeddings:
@@ -114,7 +114,7 @@ def megatron_command(
     shape = as_shape(model)
     launcher = ["torchrun", f"--nproc_per_node={per_node}", f"--nnodes={gpus // per_node}"]
     data = ["--mock-data", "--tokenizer-type=NullTokenizer", f"--vocab-size={shape.vocab_size}",
-            f"--train-iters={train_iters}", f"--lr={lr}"]  # fmt: skip
+            f"--train-iters={train_iters}", f"--lr={lr}"]
     words = launcher + ["pretrain_gpt.py"] + megatron_args(
         shape, parallel, dtype, sequence_parallel) + data
     return " \\\n    ".join(shlex.quote(word) for word in words)

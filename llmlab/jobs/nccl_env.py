@@ -143,7 +143,7 @@ VARIABLES: tuple[CommVariable, ...] = (
         "with MASTER_ADDR; any free port, the same on every node",
         "29500", "the same variable (it serves both backends)",
     ),
-)  # fmt: skip
+)
 BY_NAME = {variable.name: variable for variable in VARIABLES}
 DEPRECATED = {"NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
 
@@ -208,7 +208,7 @@ def _nccl_interface_problem(spec: str, interfaces: Sequence[str]) -> list[Proble
         "interface found'",
         f"name the interface that connects the nodes (`ip addr` lists them; e.g. "
         f"NCCL_SOCKET_IFNAME={example}), or unset it and let NCCL choose",
-    )]  # fmt: skip
+    )]
 
 
 def _gloo_interface_problem(value: str, interfaces: Sequence[str]) -> list[Problem]:
@@ -225,7 +225,7 @@ def _gloo_interface_problem(value: str, interfaces: Sequence[str]) -> list[Probl
         f"with 'Unable to find address for: {missing[0]}'",
         "set it to exact interface names from `ip addr` (the same count on every node), or "
         "unset it",
-    )]  # fmt: skip
+    )]
 
 
 def _p2p_disabled(environ: Mapping[str, str]) -> str | None:
@@ -246,7 +246,7 @@ def _p2p_problem(environ: Mapping[str, str], nvlink_links: int | None) -> list[P
         "between them through host memory instead, at a fraction of NVLink's bandwidth",
         "unset it; it is a workaround for broken PCIe peer-to-peer, and NVLink does not need "
         "it (to avoid only a PCIe path, use NCCL_P2P_LEVEL=NVL)",
-    )]  # fmt: skip
+    )]
 
 
 def _infiniband_problems(environ: Mapping[str, str], devices: Sequence[str]) -> list[Problem]:
@@ -259,7 +259,7 @@ def _infiniband_problems(environ: Mapping[str, str], devices: Sequence[str]) -> 
             "slower",
             "unset it (keep it only while testing whether the InfiniBand set-up is at fault); "
             "to choose adapters, use NCCL_IB_HCA",
-        ))  # fmt: skip
+        ))
     spec = environ.get("NCCL_IB_HCA", "").strip()
     if spec and not select_interfaces(spec, devices):
         problems.append(Problem(
@@ -267,7 +267,7 @@ def _infiniband_problems(environ: Mapping[str, str], devices: Sequence[str]) -> 
             f"NCCL_IB_HCA={spec} selects none of this machine's InfiniBand adapters "
             f"({_listing(devices)}): NCCL falls back to TCP sockets, or fails",
             "name adapters listed in /sys/class/infiniband (`ibv_devices`), or unset it",
-        ))  # fmt: skip
+        ))
     return problems
 
 
@@ -280,13 +280,13 @@ def _level_problems(environ: Mapping[str, str]) -> list[Problem]:
             f"NCCL_DEBUG={nccl_debug}: every rank logs its topology, rings and transports, "
             "thousands of lines on a large job",
             "fine while debugging; use NCCL_DEBUG=WARN for production runs",
-        ))  # fmt: skip
+        ))
     elif nccl_debug and nccl_debug not in NCCL_DEBUG_LEVELS:
         problems.append(Problem(
             "warning",
             f"NCCL_DEBUG={environ['NCCL_DEBUG']} is not a level NCCL knows",
             f"use one of {', '.join(NCCL_DEBUG_LEVELS)}",
-        ))  # fmt: skip
+        ))
     gloo_level = environ.get("GLOO_LOG_LEVEL")
     if gloo_level is not None and gloo_level not in GLOO_LOG_LEVELS:
         problems.append(Problem(
@@ -294,7 +294,7 @@ def _level_problems(environ: Mapping[str, str]) -> list[Problem]:
             f"GLOO_LOG_LEVEL={gloo_level} is not one of {', '.join(GLOO_LOG_LEVELS)} (upper "
             "case): gloo reads it as ERROR and logs less, not more",
             "write DEBUG, INFO or WARN exactly",
-        ))  # fmt: skip
+        ))
     torch_debug = environ.get("TORCH_DISTRIBUTED_DEBUG")
     if torch_debug is not None and torch_debug.strip().upper() not in TORCH_DEBUG_LEVELS:
         problems.append(Problem(
@@ -302,7 +302,7 @@ def _level_problems(environ: Mapping[str, str]) -> list[Problem]:
             f"TORCH_DISTRIBUTED_DEBUG={torch_debug}: init_process_group will refuse it "
             "(ValueError)",
             f"use one of {', '.join(TORCH_DEBUG_LEVELS)}",
-        ))  # fmt: skip
+        ))
     return problems
 
 
@@ -323,7 +323,7 @@ def _rendezvous_problems(environ: Mapping[str, str]) -> list[Problem]:
             f"MASTER_PORT={port} is not a TCP port",
             "set a free port number between 1024 and 65535, the same on every node "
             "(torchrun uses 29500)",
-        ))  # fmt: skip
+        ))
     return problems
 
 

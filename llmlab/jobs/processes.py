@@ -123,23 +123,23 @@ def run_script(
     with logs_folder as logs, _adopting_orphans() as gained:
         if launcher == "torchrun":
             command = torchrun_command(script, nprocs, script_args, module, log_dir=logs,
-                                       torchrun_args=torchrun_args)  # fmt: skip
+                                       torchrun_args=torchrun_args)
         else:
             if torchrun_args:
                 raise ValueError("torchrun_args are for launcher='torchrun'")
             # DeepSpeed's default port is torchrun's (29500): another job may hold it.
             command = deepspeed_command(script, nprocs, script_args, module,
-                                        master_port=free_port())  # fmt: skip
+                                        master_port=free_port())
             if not torch.cuda.is_available():
                 child_env.setdefault("DS_ACCELERATOR", "cpu")  # named: no "no GPU found" warning
         # SIGTERM, not SIGKILL: torchrun and DeepSpeed's launcher stop their ranks on SIGTERM.
         die_with_us = functools.partial(_die_with_parent, os.getpid(), signal.SIGTERM)
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   env=child_env, preexec_fn=die_with_us)  # fmt: skip
+                                   env=child_env, preexec_fn=die_with_us)
         bar = progress_bar(progress, progress_lines)
         # torchrun prefixes a rank's lines with "[default<rank>]:"; its own lines have none.
         printer = OutputLines(bar=bar, counts=lambda line: not line.startswith("[default")
-                         or line.startswith("[default0]"))  # fmt: skip
+                         or line.startswith("[default0]"))
         try:
             finished = _stream(process.stdout.fileno(), printer, timeout_s)
             if finished:
@@ -190,7 +190,7 @@ def run_command(
     with _adopting_orphans() as gained:
         process = subprocess.Popen(list(command), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, env=env,
-                                   preexec_fn=die_with_us)  # fmt: skip
+                                   preexec_fn=die_with_us)
         try:
             # Until the command exits: a child it left may hold the output open for ever.
             finished = _stream(process.stdout.fileno(), printer, timeout_s, process)
@@ -208,10 +208,10 @@ def run_command(
     tail = "".join(printer.lines[-25:])
     if not finished:
         raise LaunchError(f"{' '.join(command)} did not finish within {timeout_s:g} s; it was "
-                          f"stopped. Its last lines:\n{tail}")  # fmt: skip
+                          f"stopped. Its last lines:\n{tail}")
     if process.returncode != 0:
         raise LaunchError(f"{' '.join(command)} {describe_exit(process.returncode)}. Its last "
-                          f"lines:\n{tail}")  # fmt: skip
+                          f"lines:\n{tail}")
     return "".join(printer.lines)
 
 
@@ -238,13 +238,13 @@ JOB_TAG = "LLMLAB_JOB"
 def _job_processes(tag: str) -> list[psutil.Process]:
     """The live processes whose environment carries `tag` (a zombie's environment reads empty)."""
     return [process for process in psutil.process_iter(["environ"])
-            if (process.info["environ"] or {}).get(JOB_TAG) == tag]  # fmt: skip
+            if (process.info["environ"] or {}).get(JOB_TAG) == tag]
 
 
 def _ranks_of(processes: list[psutil.Process], launcher_pid: int) -> list[int]:
     """The ranks among `processes`: the launchers give each rank its RANK variable."""
     ranks = {process.info["environ"].get("RANK") for process in processes
-             if process.pid != launcher_pid}  # fmt: skip
+             if process.pid != launcher_pid}
     return sorted(int(rank) for rank in ranks if rank is not None and rank.isdigit())
 
 
@@ -256,7 +256,7 @@ def _stop_job(tag: str) -> None:
 
 
 def _stream(fd: int, printer: OutputLines, timeout_s: float,
-            process: subprocess.Popen | None = None) -> bool:  # fmt: skip
+            process: subprocess.Popen | None = None) -> bool:
     """Print a child's output line by line as it comes, until the child closes it or `process`
     (if given) has exited (True), or `timeout_s` passes (False)."""
     deadline = time.monotonic() + timeout_s

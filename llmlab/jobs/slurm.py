@@ -50,7 +50,7 @@ def sbatch_script(
     command = [*shlex.split(torchrun), "--nnodes", "$SLURM_NNODES",
                "--nproc_per_node", str(gpus_per_node), "--rdzv_backend", "c10d",
                "--rdzv_endpoint", f"$head_node:{port}", "--rdzv_id", "$SLURM_JOB_ID",
-               str(script), *map(str, script_args)]  # fmt: skip
+               str(script), *map(str, script_args)]
     return f"""#!/bin/bash
 #SBATCH --job-name={job_name}
 #SBATCH --nodes={nodes}
@@ -95,7 +95,7 @@ def _quote(word: str) -> str:
 
 def _check(nodes, gpus_per_node, cpus, job_name, time, port) -> None:
     for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node),
-                        ("cpus_per_task", cpus)):  # fmt: skip
+                        ("cpus_per_task", cpus)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive whole number, got {value!r}")
     if cpus < gpus_per_node:

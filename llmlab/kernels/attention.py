@@ -52,14 +52,14 @@ def attention_forward_kernel(o_ptr, q_ptr, k_ptr, v_ptr, seq_len, scale,
 
 
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                      block_m: int = 32, block_n: int = 32) -> torch.Tensor:  # fmt: skip
+                      block_m: int = 32, block_n: int = 32) -> torch.Tensor:
     """softmax(q k^T / sqrt(head_dim)) v for (batch, heads, seq_len, head_dim) tensors, like
     torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)."""
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         check_input(name, tensor)
         if tensor.shape != q.shape or tensor.ndim != 4:
             raise ValueError(f"q, k and v must share one (batch, heads, seq_len, head_dim) shape; "
-                             f"got q {tuple(q.shape)}, {name} {tuple(tensor.shape)}.")  # fmt: skip
+                             f"got q {tuple(q.shape)}, {name} {tuple(tensor.shape)}.")
     batch, heads, seq_len, head_dim = q.shape
     # tl.dot needs tiles of at least 16 and a power-of-2 extent along each axis.
     for what, size in (("head_dim", head_dim), ("block_m", block_m), ("block_n", block_n)):
@@ -70,5 +70,5 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     grid = (triton.cdiv(seq_len, block_m), batch * heads)
     attention_forward_kernel[grid](out, q, k, v, seq_len, 1 / math.sqrt(head_dim),
                                    HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-                                   CAUSAL=causal)  # fmt: skip
+                                   CAUSAL=causal)
     return out.view(batch, heads, seq_len, head_dim)

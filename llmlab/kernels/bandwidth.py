@@ -38,7 +38,7 @@ class CountBytes(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         read, written = _tensor_bytes((args, kwargs)), _tensor_bytes(out)
         self.ops.append({"op": func.overloadpacket.__name__, "bytes read": read,
-                         "bytes written": written})  # fmt: skip
+                         "bytes written": written})
         return out
 
 
@@ -50,7 +50,7 @@ def eager_traffic(fn, *args) -> list[dict]:
 
 
 def softmax_bandwidth(rows: int = 8192, cols: int = 4096, dtype: torch.dtype = torch.bfloat16,
-                      device: torch.device | str = "cuda") -> list[dict]:  # fmt: skip
+                      device: torch.device | str = "cuda") -> list[dict]:
     """Time softmax over a (rows, cols) tensor on a GPU four ways; for each, the time and the
     bandwidth achieved counting one read and one write per element (what a fused kernel needs),
     with its share of the card's datasheet bandwidth where llmlab knows the card."""
@@ -75,5 +75,5 @@ def softmax_bandwidth(rows: int = 8192, cols: int = 4096, dtype: torch.dtype = t
             else f"{gbs / spec.bandwidth_gbs:.0%} of {spec.bandwidth_gbs:.0f} GB/s"
         )
         table.append({"softmax": name, "time (us)": round(milliseconds * 1e3, 1),
-                      "GB/s": round(gbs), "of datasheet": share})  # fmt: skip
+                      "GB/s": round(gbs), "of datasheet": share})
     return table

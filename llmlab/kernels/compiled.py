@@ -126,9 +126,9 @@ def time_compiled(
     first = time_fn(compiled_fn, warmup=0, repeats=1, device=device)  # one call, the device's clock
     cache_hits = counters["inductor"]["fxgraph_cache_hit"] - hits
     timings = time_rounds({"eager": eager_fn, "compiled": compiled_fn}, rounds=rounds,
-                          warmup=warmup, repeats=repeats, device=device)  # fmt: skip
+                          warmup=warmup, repeats=repeats, device=device)
     return CompileTiming(first.median_s, cache_hits, tuple(timings["eager"]),
-                         tuple(timings["compiled"]))  # fmt: skip
+                         tuple(timings["compiled"]))
 
 
 def time_modes(
@@ -144,7 +144,7 @@ def time_modes(
     device = next(module.parameters()).device
     if device.type != "cuda":
         raise ValueError(f"the compile modes are compared on a CUDA GPU; the module is on "
-                         f"{device} (reduce-overhead's CUDA graphs need one)")  # fmt: skip
+                         f"{device} (reduce-overhead's CUDA graphs need one)")
     results = {}
     with torch.no_grad():
         for mode in modes:
@@ -152,5 +152,5 @@ def time_modes(
             compiled = torch.compile(module, mode=mode)
             results[mode] = time_compiled(functools.partial(module, *inputs),
                                           functools.partial(compiled, *inputs),
-                                          repeats=repeats, device=device)  # fmt: skip
+                                          repeats=repeats, device=device)
     return results

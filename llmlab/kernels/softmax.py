@@ -47,7 +47,7 @@ def _rows(name: str, tensor: torch.Tensor) -> torch.Tensor:
     check_input(name, tensor)
     if tensor.ndim == 0 or tensor.shape[-1] > MAX_COLS:
         raise ValueError(f"{name} has shape {tuple(tensor.shape)}: the kernel takes rows of 1 to "
-                         f"{MAX_COLS} elements in its last dimension.")  # fmt: skip
+                         f"{MAX_COLS} elements in its last dimension.")
     rows = tensor.reshape(-1, tensor.shape[-1])  # a view when the leading dims allow it
     return rows if rows.stride(-1) == 1 else rows.contiguous()
 
@@ -65,10 +65,10 @@ def softmax_forward(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.T
     y = torch.empty(rows.shape, dtype=x.dtype, device=x.device) if out is None else out
     if y.shape != rows.shape or y.stride(-1) != 1:
         raise ValueError(f"out has shape {tuple(y.shape)} and strides {y.stride()}: it must be "
-                         f"{tuple(rows.shape)} with unit column stride.")  # fmt: skip
+                         f"{tuple(rows.shape)} with unit column stride.")
     n_rows, n_cols = rows.shape
     softmax_forward_kernel[(n_rows,)](y, rows, y.stride(0), rows.stride(0), n_cols,
-                                      **_launch_config(n_cols))  # fmt: skip
+                                      **_launch_config(n_cols))
     return y if out is not None else y.view(x.shape)
 
 
@@ -80,7 +80,7 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     n_rows, n_cols = y_rows.shape
     softmax_backward_kernel[(n_rows,)](dx, dy_rows, y_rows, dx.stride(0), dy_rows.stride(0),
                                        y_rows.stride(0), n_cols,
-                                       **_launch_config(n_cols))  # fmt: skip
+                                       **_launch_config(n_cols))
     return dx.view(y.shape)
 
 

@@ -43,7 +43,7 @@ def check_triton_mode() -> None:
 
     fix = ("set TRITON_INTERPRET=1 in the environment before Python starts, or import llmlab "
            "before triton (llmlab sets it on a machine without an NVIDIA driver), then restart "
-           "Python (in Jupyter: restart the kernel).")  # fmt: skip
+           "Python (in Jupyter: restart the kernel).")
     if not interpreted() and not torch.cuda.is_available():
         raise RuntimeError(f"There is no CUDA device and Triton's interpreter is off: {fix}")
     if interpreted() and not isinstance(tl.max, InterpretedFunction):
@@ -64,4 +64,4 @@ def check_input(name: str, tensor) -> None:
     wanted = "cpu" if interpreted() else "cuda"
     if tensor.device.type != wanted:
         raise ValueError(f"{name} is on {tensor.device}; the kernels run on {wanted} here: "
-                         f"move it with {name}.to({wanted!r}).")  # fmt: skip
+                         f"move it with {name}.to({wanted!r}).")

@@ -42,4 +42,4 @@ __all__ = [
     "dry_run", "estimate_memory", "fit_table", "fits", "gpus_with", "head_activation_bytes",
     "layer_activations", "measure", "measure_training_step", "memory_options", "model_states",
     "oom_advice", "optimizer_by_name", "prepare", "tensor_parallel_problem", "training_step",
-]  # fmt: skip
+]

@@ -140,7 +140,7 @@ class TrainingSetup:
             precision = f"{self.dtype} mixed precision, {grads}"
         optimizer = f"fused {self.optimizer}" if self.fused_optimizer else self.optimizer
         parts = [f"micro-batch {self.batch} x {self.seq or 'context'} tokens", precision,
-                 optimizer, f"{self.attention} attention"]  # fmt: skip
+                 optimizer, f"{self.attention} attention"]
         if self.grad_accumulation > 1:
             parts.append(f"{self.grad_accumulation} accumulation steps")
         if self.checkpointing:
@@ -326,15 +326,15 @@ class MemoryEstimate:
     def table(self) -> str:
         """The items as a text table, in GB, marking those present at the peak."""
         rows = [(name, nbytes, "yes" if name in self.peak_items else "")
-                for name, nbytes in self.items.items()]  # fmt: skip
+                for name, nbytes in self.items.items()]
         rows += [(f"peak, at the {self.peak_phase}", self.peak, ""),
                  ("+ CUDA context (assumed)", self.overhead, ""),
-                 ("total per GPU", self.total, "")]  # fmt: skip
+                 ("total per GPU", self.total, "")]
         where = "per GPU"
         if self.pipeline_stages > 1:
             where += f", stage {self.pipeline_stage} of 0-{self.pipeline_stages - 1}"
         return markdown_table([{where: label, "GB": f"{nbytes / GB:.3f}", "at peak": mark}
-                               for label, nbytes, mark in rows], aligned=True)  # fmt: skip
+                               for label, nbytes, mark in rows], aligned=True)
 
 
 def _trainable_and_frozen(
@@ -448,7 +448,7 @@ def estimate_memory(
         "end of backward": (*STATES, "gradients", "block in backward", "attention backward",
                             "gathered blocks"),
         "optimizer step": (*STATES, "gradients", "optimizer scratch"),
-    }  # fmt: skip
+    }
     present = {phase: tuple(n for n in names if n in items) for phase, names in phases.items()}
     peak_phase = max(present, key=lambda phase: sum(items[n] for n in present[phase]))
     return MemoryEstimate(shape, setup, items, peak_phase, present[peak_phase],
@@ -463,7 +463,7 @@ def tensor_parallel_problem(model: str | ModelShape, tp: int) -> str:
         return (f"tensor parallel degree {tp} is more than the model's {shape.n_head} attention "
                 "heads: each rank needs at least one whole head; lower tp or use data parallel")
     for what, count in (("attention heads", shape.n_head), ("key/value heads", shape.kv_heads),
-                        ("MLP width d_ff", shape.ff)):  # fmt: skip
+                        ("MLP width d_ff", shape.ff)):
         if count % tp:
             return (f"tensor parallel degree {tp} does not divide the model's {count} {what}: "
                     f"pick a tp that divides {count}")
@@ -487,13 +487,13 @@ def _check_model_fits_setup(shape: ModelShape, setup: TrainingSetup) -> None:
     if setup.lora_rank > smallest:
         raise ValueError(f"lora_rank={setup.lora_rank} is more than {smallest}, the smallest "
                          "side of the model's adapted matrices: a LoRA update of that rank is "
-                         "already a full one; use a rank such as 8-64")  # fmt: skip
+                         "already a full one; use a rank such as 8-64")
 
 
 def _check_pipeline(shape: ModelShape, stage: int, stages: int) -> None:
     if not isinstance(stages, int) or not 1 <= stages <= shape.n_layer:
         raise ValueError(f"pipeline_stages must be 1 to the model's {shape.n_layer} layers "
-                         f"(every stage holds a block), got {stages!r}")  # fmt: skip
+                         f"(every stage holds a block), got {stages!r}")
     if not isinstance(stage, int) or not 0 <= stage < stages:
         raise ValueError(f"pipeline_stage must be 0 to {stages - 1}, got {stage!r}")
 

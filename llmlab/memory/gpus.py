@@ -31,7 +31,7 @@ def fit_table(estimates: dict[str, MemoryEstimate], sizes=GPU_SIZES_GB) -> str:
     """One row per set-up, one column per GPU size: yes, tight or no (see `fits`)."""
     rows = [{"set-up": label, "GB/GPU": f"{estimate.total / GB:.1f}",
              **{f"{size} GB": fits(estimate, size) for size in sizes}}
-            for label, estimate in estimates.items()]  # fmt: skip
+            for label, estimate in estimates.items()]
     lines = [markdown_table(rows, aligned=True), ""]
     lines += [f"{size:>4} GB: {', '.join(gpus_with(size)) or '-'}" for size in sizes]
     return "\n".join(lines)

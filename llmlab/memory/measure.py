@@ -205,4 +205,4 @@ def measure_training_step(
         training_step(model, optimizer, input_ids, autocast_dtype, tracker)
     cuda_peak = torch.cuda.max_memory_allocated(input_ids.device) if on_cuda else None
     return MeasuredStep(tracker.before["backward"], tracker.before["optimizer"], tracker.peak,
-                        tracker.peak_phase, cuda_peak)  # fmt: skip
+                        tracker.peak_phase, cuda_peak)

@@ -63,7 +63,7 @@ LEVERS = (
     ("QLoRA: NF4 base weights", "fine-tuning only; 4-bit weights cost a little accuracy",
      lambda s, fits: None if s.weights_4bit else s.replace(lora_rank=s.lora_rank or 16,
                                                           weights_4bit="nf4")),
-)  # fmt: skip
+)
 
 
 def _apply(setup: TrainingSetup, levers, fits) -> tuple[TrainingSetup, list[str], list[str]]:
@@ -126,10 +126,10 @@ def format_options(options: list[Option], gpu_bytes: float) -> str:
     for number, option in enumerate(options, start=1):
         verdict = "fits" if option.fits(gpu_bytes) else "too big"
         lines.append(f"  {number}. {option.change}: {option.estimate.total / GB:.1f} GB, "
-                     f"{verdict}. Cost: {option.cost}.")  # fmt: skip
+                     f"{verdict}. Cost: {option.cost}.")
     if not any(option.fits(gpu_bytes) for option in options):
         lines.append("  None of these fits: add GPUs (ZeRO-3/FSDP shards the model states over "
-                     "them) or tensor parallelism, or pick a smaller model.")  # fmt: skip
+                     "them) or tensor parallelism, or pick a smaller model.")
     return "\n".join(lines)
 
 

@@ -45,4 +45,4 @@ __all__ = [
     "measure_training_flops", "named_blocks", "next_token_cross_entropy", "next_token_loss",
     "parameter_table", "preset", "stage_parameters", "training_flops_per_token",
     "transformer_blocks",
-]  # fmt: skip
+]

@@ -75,7 +75,7 @@ def linear_from_conv1d(conv: Conv1D, rows: slice = slice(None)) -> nn.Linear:
     tensor-parallel styles, torchao)."""
     weight = conv.weight.detach().t()[rows]
     linear = nn.Linear(weight.shape[1], weight.shape[0], bias=conv.bias is not None,
-                       device=weight.device, dtype=weight.dtype)  # fmt: skip
+                       device=weight.device, dtype=weight.dtype)
     with torch.no_grad():
         linear.weight.copy_(weight)
         if conv.bias is not None:

@@ -50,7 +50,7 @@ def check_token_ids(ids: torch.Tensor, vocab: int, batch: int) -> None:
     """Integer ids from 0 to vocab - 1, or a ValueError that says which batch is not."""
     if ids.is_floating_point() or ids.is_complex():
         raise ValueError(f"calibration batch {batch} holds {ids.dtype} values: token ids are "
-                         "integers (a tokenizer's output, or a token shard's windows)")  # fmt: skip
+                         "integers (a tokenizer's output, or a token shard's windows)")
     if ids.numel() and (ids.min() < 0 or ids.max() >= vocab):
         wrong = ids.max() if ids.max() >= vocab else ids.min()
         raise ValueError(

@@ -101,7 +101,7 @@ class ModelShape:
             raise ValueError(f"unknown attention {attention!r}: use one of {ATTENTION}")
         common = dict(vocab_size=self.vocab_size, tie_word_embeddings=self.tied_embeddings,
                       bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                      attn_implementation=attention)  # fmt: skip
+                      attn_implementation=attention)
         if self.family == "gpt2":
             return GPT2Config(
                 n_layer=self.n_layer, n_embd=self.d_model, n_head=self.n_head,
@@ -110,12 +110,12 @@ class ModelShape:
                 # version keeps four tensors per MLP for the backward pass, this one keeps one.
                 activation_function="gelu_pytorch_tanh",
                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common,
-            )  # fmt: skip
+            )
         return LlamaConfig(
             num_hidden_layers=self.n_layer, hidden_size=self.d_model,
             num_attention_heads=self.n_head, num_key_value_heads=self.kv_heads,
             intermediate_size=self.ff, max_position_embeddings=self.context, **common,
-        )  # fmt: skip
+        )
 
 
 def _gpt2(n_layer, d_model, n_head, context=1024, vocab_size=50257, source=""):
@@ -143,7 +143,7 @@ PRESETS: dict[str, ModelShape] = {
                             tied_embeddings=False, source=_LLAMA2_SOURCE),
     "llama-70b": ModelShape("llama", 80, 8192, 64, 32000, 4096, d_ff=28672, n_kv_head=8,
                             tied_embeddings=False, source=_LLAMA2_SOURCE),
-}  # fmt: skip
+}
 
 
 def preset(name: str, **changes) -> ModelShape:

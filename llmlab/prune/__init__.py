@@ -53,4 +53,4 @@ __all__ = [
     "neuron_masks", "neuron_scores", "nm_mask", "nm_masks", "prunable_weights",
     "pruned_state_dict", "pruning_steps", "remove_mlp_neurons", "save_masks", "save_pruned",
     "smallest_mask", "sparsity_report", "sparsity_table", "wanda_mask", "wanda_prune",
-]  # fmt: skip
+]

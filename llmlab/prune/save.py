@@ -55,7 +55,7 @@ def load_pruned(folder: str | Path) -> nn.Module:
         return AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True)
     except OSError as error:
         raise ValueError(f"pruned model {folder}: {error} Only safetensors weights are loaded "
-                         f"(unpickling can run code). {remedy}") from None  # fmt: skip
+                         f"(unpickling can run code). {remedy}") from None
 
 
 def save_masks(masks: Mapping[str, torch.Tensor], path: str | Path) -> Path:
@@ -73,7 +73,7 @@ def load_masks(path: str | Path, model: nn.Module) -> dict[str, torch.Tensor]:
     made for another model is refused with the name and shape that do not fit."""
     path = Path(path)
     verify_checksums(checksums_beside(path), f"mask file {path}", "Save the masks again with "
-                     "llmlab.prune.save_masks", [path.name])  # fmt: skip
+                     "llmlab.prune.save_masks", [path.name])
     masks = load_file(path)
     fit_masks(model, masks, source=str(path))
     return masks

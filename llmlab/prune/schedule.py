@@ -44,5 +44,5 @@ def pruning_steps(start_step: int, end_step: int, every: int = 1) -> list[int]:
     """The steps at which the cubic schedule's target changes (where to prune)."""
     if every < 1 or not 0 <= start_step < end_step:
         raise ValueError(f"need 0 <= start_step < end_step and every >= 1, got "
-                         f"{start_step}, {end_step}, {every}")  # fmt: skip
+                         f"{start_step}, {end_step}, {every}")
     return [*range(start_step, end_step, every), end_step]

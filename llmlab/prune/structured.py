@@ -128,7 +128,7 @@ def check_neuron_indices(keep: torch.Tensor, width: int, block: int) -> None:
         )
     if keep.unique().numel() != keep.numel():
         raise ValueError(f"block {block}: a kept neuron index appears twice; each neuron is kept "
-                         "once (kept_neurons gives distinct indices)")  # fmt: skip
+                         "once (kept_neurons gives distinct indices)")
 
 
 def remove_mlp_neurons(model: nn.Module, kept: list[torch.Tensor]) -> nn.Module:

@@ -26,7 +26,7 @@ def input_norms(
     (batches of token ids, (batch, seq))."""
     sums = {name: torch.zeros(module.weight.shape[input_dim(module)], dtype=torch.float64,
                               device=module.weight.device)
-            for name, module in modules.items()}  # fmt: skip
+            for name, module in modules.items()}
 
     def accumulate(name: str, x: torch.Tensor) -> None:
         sums[name] += x.double().pow(2).sum(0)  # float64: sums over many tokens
@@ -68,7 +68,7 @@ def wanda_prune(
         norms = input_norms(model, here, batches)
         block_masks = {name: wanda_mask(current_weight(module), norms[name], input_dim(module),
                                         sparsity)
-                       for name, module in here.items()}  # fmt: skip
+                       for name, module in here.items()}
         apply_masks(model, block_masks)
         masks.update(block_masks)
     return masks

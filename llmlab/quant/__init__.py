@@ -77,4 +77,4 @@ __all__ = [
     "qat_variants", "qlora_memory", "qlora_model", "quant_error", "quant_rows",
     "quant_state_bytes", "quant_table", "quantize", "quantize_model", "quantized_bits",
     "record_inputs", "rtn", "save_packed", "to_codes", "torch_save_bytes", "unpack_codes",
-]  # fmt: skip
+]

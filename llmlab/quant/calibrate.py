@@ -68,5 +68,5 @@ def record_inputs(
     recorded = {name: [] for name in layers}
 
     observe_inputs(model, layers, batches,
-                   lambda name, x: recorded[name].append(x.clone()), window)  # fmt: skip
+                   lambda name, x: recorded[name].append(x.clone()), window)
     return recorded

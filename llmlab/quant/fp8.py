@@ -41,7 +41,7 @@ def fp8_formats_table() -> list[dict]:
             "smallest normal": info.smallest_normal,
             "mantissa bits": round(-math.log2(info.eps)),  # eps = 2^-mantissa bits
             "eps": info.eps,
-        })  # fmt: skip
+        })
     return rows
 
 

@@ -44,7 +44,7 @@ def inverse_hessian_factor(h: torch.Tensor, damp: float = 0.01) -> torch.Tensor:
     column (its input always 0) gets H[j, j] = 1 so that it does not make H singular."""
     if isinstance(damp, bool) or not isinstance(damp, numbers.Real) or not 0 <= damp < math.inf:
         raise ValueError(f"damp must be a number >= 0 (a fraction of H's mean diagonal added to "
-                         f"it; GPTQ uses 0.01), got {damp!r}")  # fmt: skip
+                         f"it; GPTQ uses 0.01), got {damp!r}")
     require_finite(h, "the Hessian (from the calibration inputs)")
     h = h.clone()
     dead = h.diagonal() == 0
@@ -116,7 +116,7 @@ def gptq(
             group = order[col] // group_size
             if not act_order and col % group_size == 0:  # a new group: fit on its updated columns
                 scales[:, group], zeros[:, group] = fit_grid(block[:, i : i + group_size], bits,
-                                                             symmetric=False)  # fmt: skip
+                                                             symmetric=False)
             scale, zero = scales[:, group], zeros[:, group]
             codes[:, col] = to_codes(block[:, i], scale, zero, bits, symmetric=False)
             errors[:, i] = (block[:, i] - (codes[:, col] - zero) * scale) / u[col, col]

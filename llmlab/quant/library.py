@@ -55,11 +55,11 @@ GPU_ONLY_KERNELS = ("marlin", "exllama_v2", "machete", "triton")
 # Loggers of GPTQModel's dependencies that log at INFO/WARNING on every load.
 NOISY_LOGGERS = ("tokenicer", "tokenicer.tokenicer", "accelerate.utils.modeling", "optimum")
 REMEDY = ("Quantize the float model again (llmlab.quant.library.gptqmodel_quantize), or copy the "
-          "checkpoint again from where it was made")  # fmt: skip
+          "checkpoint again from where it was made")
 GPTQ_BITS = (2, 3, 4, 8)  # the widths GPTQ checkpoints pack into int32 words
 # Each quantized layer's tensors and the dtypes GPTQ checkpoints store them in.
 GPTQ_TENSORS = {"qweight": ("I32",), "qzeros": ("I32",), "scales": ("F16", "BF16", "F32"),
-                "g_idx": ("I32",)}  # fmt: skip
+                "g_idx": ("I32",)}
 
 
 def import_gptqmodel(quiet: bool = True):
@@ -162,7 +162,7 @@ def library_gptq_layer(
         start = time.perf_counter()
         scales, zeros, *_ = task.hf_quantize(blocksize=block_size, percdamp=damp,
                                              group_size=group_size, actorder=act_order,
-                                             act_group_aware=group_aware)  # fmt: skip
+                                             act_group_aware=group_aware)
         seconds = time.perf_counter() - start
     return LibraryLayer(copy.weight.detach().clone(), scales, zeros, seconds)
 
@@ -175,7 +175,7 @@ def calibration_examples(batches: Iterable[torch.Tensor], window: int | None = N
     shorter than `window`, is refused), as the list of {input_ids, attention_mask} rows that
     GPTQModel and transformers' GPTQConfig both take."""
     return [{"input_ids": ids[None, :window], "attention_mask": torch.ones_like(ids[None, :window])}
-            for batch in check_batches(batches, window) for ids in batch]  # fmt: skip
+            for batch in check_batches(batches, window) for ids in batch]
 
 
 def gptqmodel_quantize(
@@ -202,7 +202,7 @@ def gptqmodel_quantize(
         config = gptqmodel.QuantizeConfig(
             bits=bits, group_size=group_size, desc_act=act_order, sym=False, damp_percent=damp,
             act_group_aware=group_aware,
-        )  # fmt: skip
+        )
         model = gptqmodel.GPTQModel.load(str(model_folder), config, device="cpu")
         model.quantize(examples, batch_size=min(8, len(examples)))
         with atomic_folder(out_folder) as temporary:  # never half a checkpoint at out_folder
@@ -257,7 +257,7 @@ def _read_json(folder: Path, name: str) -> dict:
         loaded = json.loads((folder / name).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise DamagedFile(f"GPTQ checkpoint {folder}", name, f"cannot be read ({error})",
-                          REMEDY) from None  # fmt: skip
+                          REMEDY) from None
     if not isinstance(loaded, dict):
         raise DamagedFile(f"GPTQ checkpoint {folder}", name, "holds no JSON object", REMEDY)
     return loaded
@@ -275,13 +275,13 @@ def check_gptq_tensors(folder: str | Path, bits: int, group_size: int) -> None:
             with safe_open(str(path), "pt") as tensors:
                 keys = set(tensors.keys())
                 for layer in sorted(k.removesuffix(".qweight") for k in keys
-                                    if k.endswith(".qweight")):  # fmt: skip
+                                    if k.endswith(".qweight")):
                     problem = _gptq_layer_problem(tensors, keys, layer, bits, group_size)
                     if problem:
                         raise DamagedFile(f"GPTQ checkpoint {folder}", path.name, problem, REMEDY)
         except SafetensorError as error:
             raise DamagedFile(f"GPTQ checkpoint {folder}", path.name,
-                              f"cannot be read ({error})", REMEDY) from None  # fmt: skip
+                              f"cannot be read ({error})", REMEDY) from None
 
 
 def _gptq_layer_problem(tensors, keys: set, layer: str, bits: int, group_size: int) -> str | None:
@@ -298,7 +298,7 @@ def _gptq_layer_problem(tensors, keys: set, layer: str, bits: int, group_size: i
     groups = -(-in_features // group_size) if group_size > 0 else 1
     expected = {"qweight": (in_features * bits // 32, out_features),  # 32 // bits codes an int32
                 "qzeros": (groups, out_features * bits // 32),
-                "scales": (groups, out_features), "g_idx": (in_features,)}  # fmt: skip
+                "scales": (groups, out_features), "g_idx": (in_features,)}
     for kind, shape in expected.items():
         if shapes[kind] != shape:
             return (f"holds {layer}.{kind} of shape {shapes[kind]}, where {in_features} x "
@@ -423,7 +423,7 @@ def transformers_gptq_quantize(
         config = GPTQConfig(
             bits=bits, group_size=group_size, dataset=examples, sym=False, desc_act=False,
             damp_percent=damp, act_group_aware=group_aware,
-        )  # fmt: skip
+        )
         model = AutoModelForCausalLM.from_pretrained(
             model_folder, quantization_config=config, device_map="cpu", dtype=torch.float32
         )

@@ -88,7 +88,7 @@ def quantize_model(
     blocks = named_blocks(model)
     for block_name, block in tqdm(blocks, desc=f"{method} blocks", disable=not progress):
         here = {name: module for name, module in block.named_modules(prefix=block_name)
-                if isinstance(module, BLOCK_MATRIX_TYPES)}  # fmt: skip
+                if isinstance(module, BLOCK_MATRIX_TYPES)}
         if method == "gptq":  # this block's inputs, through the already quantized blocks
             inputs = record_inputs(model, here, batches, window)
         for name, module in here.items():

@@ -60,7 +60,7 @@ def save_packed(model: nn.Module, report: ModelQuantization, path: str | Path) -
     quantized = {f"{name}.weight" for name in report.layers}
     # every float parameter is checked before anything is written; a tied matrix is yielded once
     floats = {name: require_finite(parameter.detach(), f"parameter {name}")
-              for name, parameter in model.named_parameters() if name not in quantized}  # fmt: skip
+              for name, parameter in model.named_parameters() if name not in quantized}
     tensors, layouts = {}, {}
     for name, q in report.layers.items():
         low, _ = code_range(q.bits, q.symmetric)
@@ -69,7 +69,7 @@ def save_packed(model: nn.Module, report: ModelQuantization, path: str | Path) -
         if not q.symmetric:  # a symmetric grid's zero point is 0 by construction
             tensors[f"{name}.qzeros"] = pack_codes(q.zeros.to(torch.uint8), q.bits)
         layouts[name] = {"bits": q.bits, "symmetric": q.symmetric, "group_size": q.group_size,
-                         "in_features": q.codes.shape[1]}  # fmt: skip
+                         "in_features": q.codes.shape[1]}
     for name, parameter in floats.items():
         tensors[name] = parameter.half().contiguous()
     path = Path(path)
@@ -102,10 +102,10 @@ def load_packed(path: str | Path) -> tuple[dict[str, Quantized], dict[str, torch
         codes = unpack_codes(tensors.pop(f"{name}.qweight"), bits, columns).to(torch.int16) + low
         scales = tensors.pop(f"{name}.scales").float()
         zeros = (unpack_codes(tensors.pop(f"{name}.qzeros"), bits, scales.shape[1]).float()
-                 if not symmetric else torch.zeros_like(scales))  # fmt: skip
+                 if not symmetric else torch.zeros_like(scales))
         dtype = torch.int8 if symmetric else torch.uint8
         layers[name] = Quantized(codes.to(dtype), scales, zeros, bits, symmetric,
-                                 layout["group_size"])  # fmt: skip
+                                 layout["group_size"])
     return layers, tensors
 
 
@@ -122,7 +122,7 @@ def layout_problem(name: str, layout: dict, tensors: dict[str, torch.Tensor]) ->
     scale_rows = (rows, 1)  # a per-tensor grid has one row of scales
     expected = {"qweight": [(rows, -(-columns * bits // 8))],
                 "scales": [(r, groups) for r in scale_rows],
-                "qzeros": [(r, -(-groups * bits // 8)) for r in scale_rows]}  # fmt: skip
+                "qzeros": [(r, -(-groups * bits // 8)) for r in scale_rows]}
     for kind in kinds:
         found, shapes = tuple(tensors[f"{name}.{kind}"].shape), expected[kind]
         if found not in shapes:

@@ -47,7 +47,7 @@ def qat_variants(
     for method in ("rtn", "gptq"):
         variants[f"{method}-{bits}"] = copy.deepcopy(tuned)
         quantize_model(variants[f"{method}-{bits}"], method, calibration, bits, group_size,
-                       progress=config.progress)  # fmt: skip
+                       progress=config.progress)
     qat = copy.deepcopy(model)
     prepare_qat(qat, bits, group_size)
     variants[f"qat-{bits}"] = fine_tuned(qat, config, make_batches())
@@ -68,5 +68,5 @@ def ptq_against_qat(
 ) -> dict[str, float]:
     """Perplexity on `windows` of each of `qat_variants`."""
     variants = qat_variants(model, make_batches, calibration, config, bits=bits,
-                            group_size=group_size)  # fmt: skip
+                            group_size=group_size)
     return {name: perplexity(variant, windows, batch_size) for name, variant in variants.items()}

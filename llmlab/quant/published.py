@@ -29,6 +29,6 @@ def published_table() -> str:
         for method, value in methods.items():
             row[method] = "-" if value is None else (
                 f"{value:.2f} (x{value / LLAMA7B_FP16_WIKITEXT2:.2f})" if value < 1000
-                else f"{value:.1e}")  # fmt: skip
+                else f"{value:.1e}")
         rows.append(row)
     return f"{SOURCE} (FP16 {LLAMA7B_FP16_WIKITEXT2})\n" + markdown_table(rows)

@@ -62,7 +62,7 @@ def prepare_qat(model: nn.Module, bits: int = 4, group_size: int = 128) -> list[
         raise TypeError(f"group_size must be a positive integer, got {group_size!r}")
     # The same layers quantize_model quantizes: every block matrix, embeddings and head left out.
     layers = {name.removesuffix(".weight"): module
-              for name, module in block_matrices(model).items()}  # fmt: skip
+              for name, module in block_matrices(model).items()}
     for name, module in layers.items():  # check them all before changing any
         if parametrize.is_parametrized(module, "weight"):
             raise ValueError(
@@ -90,7 +90,7 @@ def qat_layers(model: nn.Module) -> dict[str, nn.Module]:
     """{module name: module} for every layer prepare_qat fake-quantizes."""
     return {name: module for name, module in model.named_modules()
             if parametrize.is_parametrized(module, "weight")
-            and isinstance(module.parametrizations.weight[0], FakeQuantized)}  # fmt: skip
+            and isinstance(module.parametrizations.weight[0], FakeQuantized)}
 
 
 @torch.no_grad()

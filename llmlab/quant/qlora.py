@@ -39,10 +39,10 @@ def nf4_linear(layer: nn.Module, compute_dtype: torch.dtype = torch.float32) -> 
     out_features, in_features = weight.shape
     quantized = Linear4bit(in_features, out_features, bias=layer.bias is not None,
                            compute_dtype=compute_dtype, compress_statistics=True,
-                           quant_type="nf4", device="meta")  # fmt: skip
+                           quant_type="nf4", device="meta")
     quantized.weight = Params4bit(weight.contiguous(), requires_grad=False,
                                   blocksize=QLORA_BLOCKSIZE, compress_statistics=True,
-                                  quant_type="nf4", module=quantized)  # fmt: skip
+                                  quant_type="nf4", module=quantized)
     if layer.bias is not None:
         quantized.bias = nn.Parameter(layer.bias.detach().clone(), requires_grad=False)
     # On CPUs with AVX512-BF16, bitsandbytes repacks the weights for an inference kernel whenever
@@ -96,7 +96,7 @@ def qlora_model(
         parent = model.get_submodule(parent_name)
         setattr(parent, child, nf4_linear(getattr(parent, child), compute_dtype))
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=names,
-                        bias="none")  # fmt: skip
+                        bias="none")
     return get_peft_model(model, config)  # freezes every weight that is not an adapter
 
 
@@ -105,7 +105,7 @@ def nf4_layers(model: nn.Module) -> dict[str, nn.Module]:
     from bitsandbytes.nn import Linear4bit
 
     return {name: module for name, module in model.named_modules()
-            if isinstance(module, Linear4bit)}  # fmt: skip
+            if isinstance(module, Linear4bit)}
 
 
 def nf4_codes(model: nn.Module) -> dict[str, torch.Tensor]:

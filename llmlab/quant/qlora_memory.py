@@ -55,14 +55,14 @@ class QLoRAMemory:
             "activations kept for backward": (step.activations, items["block activations"]
                                               + items["head activations"]),
             "peak": (self.measured_peak, self.planned.peak),
-        }  # fmt: skip
+        }
 
     def table(self) -> str:
         """The rows as text, in MB (10^6 bytes), with measured / planned."""
         return markdown_table([
             {"": name, "measured MB": f"{measured / MB:.3f}", "planned MB": f"{planned / MB:.3f}",
              "ratio": f"{measured / planned:.3f}" if planned else "-"}
-            for name, (measured, planned) in self.rows().items()], aligned=True)  # fmt: skip
+            for name, (measured, planned) in self.rows().items()], aligned=True)
 
 
 def qlora_memory(

@@ -86,15 +86,15 @@ def quant_rows(
             bits_per_weight=float(bits),
             size_mb=size_bytes / (GB / 1000),  # MB: 10^6 bytes, as GB is 10^9
             latency_ms=eval_latency_seconds(model, timed, repeats) * 1000,
-        ))  # fmt: skip
+        ))
     return rows
 
 
 def quant_table(rows: Sequence[QuantRow]) -> str:
     """The rows as Markdown, numbers rounded for reading."""
     formats = {"perplexity": "{:.2f}", "bits_per_weight": "{:.3f}", "size_mb": "{:.2f}",
-               "latency_ms": "{:.2f}"}  # fmt: skip
+               "latency_ms": "{:.2f}"}
     return markdown_table([
         {key: formats.get(key, "{}").format(value) for key, value in asdict(row).items()}
         for row in rows
-    ])  # fmt: skip
+    ])

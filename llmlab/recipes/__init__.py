@@ -29,4 +29,4 @@ __all__ = [
     "MODEL_PRESET", "RATE_GPU", "RATE_MFU", "RECIPES", "TrainingBudget", "artifacts_dir",
     "full_budget", "hub_model", "hub_task", "hub_tokenizer", "lab03_config", "lab03_data",
     "lab03_shape", "published_references", "training_budget",
-]  # fmt: skip
+]

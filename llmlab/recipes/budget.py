@@ -28,7 +28,7 @@ class TrainingBudget:
         return (f"{self.steps:,} steps, {self.tokens / 1e6:,.1f}M tokens: about "
                 f"{self.minutes:,.1f} minutes on one {RATE_GPU} at "
                 f"~{self.tokens_per_s:,.0f} tokens/s ({RATE_MFU:.0%} MFU, as measured there); "
-                "llmlab gpu-check measures your GPU's rate")  # fmt: skip
+                "llmlab gpu-check measures your GPU's rate")
 
 
 def training_budget(

@@ -72,4 +72,4 @@ def hub_task(max_train: int, max_test: int) -> HubTask | None:
         return None
     model, tokenizer = hub_model()
     return HubTask(model, tokenizer, hub_docstring_pairs("train", max_train),
-                   hub_docstring_pairs("test", max_test))  # fmt: skip
+                   hub_docstring_pairs("test", max_test))

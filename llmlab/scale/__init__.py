@@ -20,4 +20,4 @@ __all__ = [
     "LINKS", "Cluster", "Link", "Parallel", "Prediction", "dp_bytes", "hardware_flops_per_token",
     "link", "plan_table", "ring_seconds", "scaling_curve", "search_layouts", "send_seconds",
     "simulate", "tp_bytes", "tree_all_reduce_seconds",
-]  # fmt: skip
+]

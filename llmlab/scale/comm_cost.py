@@ -103,7 +103,7 @@ def tp_bytes(shape: ModelShape, p: Parallel, seq: int) -> float:
     backward of the stage's blocks (`tensor_parallel_bytes`), per micro-batch."""
     layers = math.ceil(shape.n_layer / p.pp)
     one_pass = tensor_parallel_bytes(p.micro_batch, seq, shape.d_model, layers, p.tp,
-                                     DTYPE_BYTES[DTYPE])["sent"]  # fmt: skip
+                                     DTYPE_BYTES[DTYPE])["sent"]
     recomputed = 1.5 if p.checkpointing else 1.0  # the recomputed forward all-reduces 2 more
     return one_pass * recomputed * p.accumulation
 

@@ -70,7 +70,7 @@ class Parallel:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not isinstance(self.seq, int) or self.seq < 0:
             raise ValueError(f"seq must be 0 (the model's context) or a positive integer, "
-                             f"got {self.seq!r}")  # fmt: skip
+                             f"got {self.seq!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero must be a ZeRO stage 0-3, got {self.zero!r}")
 
@@ -79,7 +79,7 @@ class Parallel:
                   zero: int = 0) -> "Parallel":
         """These degrees with `setup`'s micro-batching: `stage_setup`'s way back."""
         return cls(dp, tp, pp, zero, setup.batch, setup.grad_accumulation, setup.checkpointing,
-                   setup.seq)  # fmt: skip
+                   setup.seq)
 
     @property
     def gpus(self) -> int:
@@ -106,12 +106,12 @@ class Parallel:
         """Everything, degrees of 1 included: "DP 8 x TP 1 x PP 1, micro-batch 1 x 1"."""
         chunks = f" ({self.virtual_stages} chunks)" if self.virtual_stages > 1 else ""
         return (f"{self._data_parallel()} x TP {self.tp} x PP {self.pp}{chunks}, micro-batch "
-                f"{self.micro_batch} x {self.accumulation}")  # fmt: skip
+                f"{self.micro_batch} x {self.accumulation}")
 
     def degrees(self) -> str:
         """The degrees alone, those of 1 left out: "DP 8 ZeRO-1 x TP 2"."""
         splits = [f"{name} {degree}" for name, degree in (("TP", self.tp), ("PP", self.pp))
-                  if degree > 1]  # fmt: skip
+                  if degree > 1]
         return " x ".join([self._data_parallel(), *splits])
 
     def _data_parallel(self) -> str:
@@ -216,7 +216,7 @@ def stage_setup(setup: TrainingSetup, parallel: Parallel) -> TrainingSetup:
     p = parallel
     return setup.replace(batch=p.micro_batch, seq=p.seq, checkpointing=p.checkpointing,
                          grad_accumulation=p.accumulation, zero=p.zero, gpus=p.dp * p.tp,
-                         tensor_parallel=p.tp)  # fmt: skip
+                         tensor_parallel=p.tp)
 
 
 def stage_estimate(shape, setup: TrainingSetup, parallel: Parallel) -> MemoryEstimate:
@@ -227,7 +227,7 @@ def stage_estimate(shape, setup: TrainingSetup, parallel: Parallel) -> MemoryEst
     # A middle stage holds as many blocks as the first, fewer micro-batches and no embeddings
     # or head: the most loaded stage is the first or the last.
     stages = [estimate_memory(shape, setup, pipeline_stage=i, pipeline_stages=pp)
-              for i in sorted({0, pp - 1})]  # fmt: skip
+              for i in sorted({0, pp - 1})]
     return max(stages, key=lambda estimate: estimate.total)
 
 
@@ -247,7 +247,7 @@ def _tier(layout: Layout, nodes: int, between: str) -> int:
 def _rank(layout: Layout, nodes: int, between: str) -> tuple:
     p = layout.parallel
     return (layout.fit != "yes", _tier(layout, nodes, between), p.tp * p.pp, p.zero,
-            layout.estimate.total)  # fmt: skip
+            layout.estimate.total)
 
 
 def _reason(parallel: Parallel, dp_crosses: bool, between: str) -> str:
@@ -273,5 +273,5 @@ def layout_table(layouts: list[Layout], limit: int = 8) -> str:
         return "nothing fits: more GPUs, LoRA, checkpointing or a smaller micro-batch"
     rows = [{"#": i, "layout": layout.describe(), "GB/GPU": f"{layout.estimate.total / GB:.1f}",
              "fit": layout.fit, "why": layout.reason}
-            for i, layout in enumerate(layouts[:limit], 1)]  # fmt: skip
+            for i, layout in enumerate(layouts[:limit], 1)]
     return markdown_table(rows, aligned=True)

@@ -32,7 +32,7 @@ class Link:
     def __post_init__(self) -> None:
         if not self.bandwidth > 0 or not self.latency >= 0:
             raise ValueError(f"link {self.name!r} needs a positive bandwidth and a latency >= 0, "
-                             f"got {self.bandwidth} B/s and {self.latency} s")  # fmt: skip
+                             f"got {self.bandwidth} B/s and {self.latency} s")
 
     def seconds(self, nbytes: float, messages: int = 1) -> float:
         """alpha-beta time of `messages` sends that carry `nbytes` in all."""
@@ -55,7 +55,7 @@ LINKS: dict[str, Link] = {
                    "DGX H100: eight 400 Gb/s NDR adapters, one per GPU"),
     "roce-400": Link("RoCE, 400 Gb/s per GPU", gbit_to_bytes(400), 10e-6,
                      "Llama 3 (Meta 2024), section 3.3.1: 400 Gbps RoCE between GPUs"),
-}  # fmt: skip
+}
 
 
 def link(name: str | Link) -> Link:

@@ -23,7 +23,7 @@ GPT_1T = ModelShape("gpt2", 128, 25600, 160, 51200, 2048, source=_MEGATRON)
 LLAMA3_405B = ModelShape(
     "llama", 126, 16384, 128, 128256, 8192, d_ff=53248, n_kv_head=8, tied_embeddings=False,
     source="Llama 3 (Meta 2024), Table 3: 126 layers, width 16,384, FFN 53,248, 8 KV heads",
-)  # fmt: skip
+)
 
 
 def narayanan_days(tokens: float, parameters: float, gpus: int, tflops_per_gpu: float) -> float:
@@ -58,7 +58,7 @@ NARAYANAN_RUNS = (
     PublishedRun("GPT 1T", GPT_1T, "a100", 3072, 8, 64, 1, 3072, 163, 450e9, days=84),
 )
 MEGATRON_TABLE2_175B = PublishedRun("GPT-3 175B (Table 2)", GPT3_175B, "a100", 1536, 8, 12, 1,
-                                    1536, 141, 300e9, days=23)  # fmt: skip
+                                    1536, 141, 300e9, days=23)
 
 # Llama 3 405B, Table 4, the 16K-GPU 8K-sequence stage: 16 sequences of 8192 per DP group,
 # 400 TFLOP/s per GPU, 41% MFU. What the simulator needs to land there
@@ -73,4 +73,4 @@ MEGATRON_TABLE2_175B = PublishedRun("GPT-3 175B (Table 2)", GPT3_175B, "a100", 1
 #   balanced by hand). Nor does it model stragglers, congestion, or the 1:7 oversubscribed
 #   links between pods that Meta's job placement works around.
 LLAMA3_405B_RUN = PublishedRun("Llama 3 405B", LLAMA3_405B, "h100", 16384, 8, 16, 1, 2048, 400,
-                               15.6e12, mfu=0.41)  # fmt: skip
+                               15.6e12, mfu=0.41)

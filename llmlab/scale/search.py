@@ -41,7 +41,7 @@ def search_layouts(
     batch = round(batch_tokens / seq)
     if batch < 1:
         raise ValueError(f"a batch of {batch_tokens:g} tokens is less than one {seq}-token "
-                         "sequence: give a larger batch_tokens")  # fmt: skip
+                         "sequence: give a larger batch_tokens")
     inside, between = _layout_links(cluster)
     extra = {} if efficiency is None else {"efficiency": efficiency}
     predictions, replicas = [], set()
@@ -49,7 +49,7 @@ def search_layouts(
         for micro in MICRO_BATCHES:
             setup = TrainingSetup(batch=micro, seq=seq, checkpointing=checkpointing)
             layouts = choose_layouts(shape, cluster.gpu, cluster.gpus_per_node, cluster.nodes,
-                                     inside, between, setup)  # fmt: skip
+                                     inside, between, setup)
             for layout in layouts:
                 dp = layout.parallel.dp
                 replicas.add(dp)
@@ -64,7 +64,7 @@ def search_layouts(
         raise ValueError(f"a batch of {batch} sequences is too small for {cluster.gpus} GPUs: "
                          f"every layout that fits has {min(replicas)} or more data-parallel "
                          "replicas, each needing a sequence; give a larger batch_tokens or fewer "
-                         "GPUs")  # fmt: skip
+                         "GPUs")
     # A tight fit (the last 10% of memory) ranks after every comfortable one.
     return sorted(predictions, key=lambda p: (p.fit != "yes", p.cost, p.memory.total))
 
@@ -79,7 +79,7 @@ def plan_table(predictions: list[Prediction], limit: int = 5) -> str:
              "bubble": f"{p.bubble:.0%}", "TP s": f"{p.tp_s:.2f}", "PP s": f"{p.pp_s:.2f}",
              "DP s": f"{p.dp_s:.2f}", "MFU": f"{p.mfu:.0%}", "days": f"{p.days:.1f}",
              "cost $": f"{p.cost:,.0f}"}
-            for i, p in enumerate(predictions[:limit], 1)]  # fmt: skip
+            for i, p in enumerate(predictions[:limit], 1)]
     return markdown_table(rows, aligned=True)
 
 
@@ -104,10 +104,10 @@ def scaling_curve(
             raise ValueError(f"{gpus} GPUs are not whole nodes of {cluster.gpus_per_node}")
         scaled = batch_tokens * (gpus / max(gpu_counts) if mode == "weak" else 1)
         found = search_layouts(model, replace(cluster, nodes=gpus // cluster.gpus_per_node),
-                               tokens, scaled)  # fmt: skip
+                               tokens, scaled)
         if found:
             best = found[0]
             rows.append({"gpus": gpus, "layout": best.parallel.describe(), "mfu": best.mfu,
                          "tokens_per_s": best.tokens_per_s, "days": best.days,
-                         "cost": best.cost, "batch_tokens": best.tokens_per_step})  # fmt: skip
+                         "cost": best.cost, "batch_tokens": best.tokens_per_step})
     return rows

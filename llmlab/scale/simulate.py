@@ -167,7 +167,7 @@ def simulate(
 def _check(shape, cluster, p, tokens, efficiency, overlap, achieved_tflops) -> None:
     if p.gpus != cluster.gpus:
         raise ValueError(f"dp x tp x pp = {p.dp} x {p.tp} x {p.pp} = {p.gpus} GPUs, but the "
-                         f"cluster has {cluster.gpus}: make the product equal")  # fmt: skip
+                         f"cluster has {cluster.gpus}: make the product equal")
     check_tensor_parallel(shape, p.tp)
     if p.pp > shape.n_layer:
         raise ValueError(f"pp={p.pp} stages for {shape.n_layer} layers: at most one per layer")
@@ -204,4 +204,4 @@ def _dp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel) -> float:
     stage = count_parameters(shape.replace(n_layer=math.ceil(shape.n_layer / p.pp))).total
     over = cluster.link_for("dp", p)
     return sum(ring_seconds(kind, n, p.dp, over)
-               for kind, n in dp_collectives(stage / p.tp, p.zero, p.accumulation))  # fmt: skip
+               for kind, n in dp_collectives(stage / p.tp, p.zero, p.accumulation))

@@ -233,7 +233,7 @@ def newest_verified_checkpoint(
         if differences:
             more = f"; {len(differences) - 1} more differences" if len(differences) > 1 else ""
             skipped.append(f"skipped checkpoint {path.name}: saved from a different model "
-                           f"({differences[0]}{more})")  # fmt: skip
+                           f"({differences[0]}{more})")
             continue
         return path, skipped
     return None, skipped

@@ -48,7 +48,7 @@ class Checkpointer:
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, train_data,
-                 strategy: str, dist_info: DistInfo):  # fmt: skip
+                 strategy: str, dist_info: DistInfo):
         self.config, self.model, self.optimizer, self.scaler = config, model, optimizer, scaler
         self.train_data, self.strategy, self.dist = train_data, strategy, dist_info
         out_dir = config.out_dir
@@ -153,7 +153,7 @@ class Checkpointer:
         state = self._sharded_state()
         dcp.load(state, checkpoint_id=checkpoint / SHARDED_DIR)  # fills the tensors in place
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"])  # fmt: skip
+                       optim_state_dict=state["optimizer"])
 
     def newest_verified(self) -> Path | None:
         """The newest checkpoint whose files match their checksums and that was saved from a model
@@ -215,7 +215,7 @@ class Checkpointer:
             raise EarlierRun(self._start_problem(resume))
         if (self.config.out_dir / "metrics.jsonl").exists():
             print(f"no checkpoint in {self.config.out_dir}: starting at step 1 (the metrics so "
-                  "far are kept, then a restart record)", flush=True)  # fmt: skip
+                  "far are kept, then a restart record)", flush=True)
         return None
 
     def _start_problem(self, resume: bool) -> str:

@@ -46,14 +46,14 @@ class TaskExample:
 
 
 def encode_example(encode: Callable[[str], list[int]], prompt: str, target: str,
-                   max_target_tokens: int = 32) -> TaskExample:  # fmt: skip
+                   max_target_tokens: int = 32) -> TaskExample:
     """Prompt and target tokenized apart (so the prompt's tokens are exactly those generation
     starts from) and joined; the target cut to `max_target_tokens`."""
     prompt_ids = list(encode(prompt))
     target_ids = list(encode(target))[:max_target_tokens]
     if not prompt_ids or not target_ids:
         raise ValueError(f"an empty prompt or target cannot be trained on: {prompt[:60]!r} -> "
-                         f"{target[:60]!r}")  # fmt: skip
+                         f"{target[:60]!r}")
     return TaskExample(tuple(prompt_ids + target_ids), len(prompt_ids))
 
 
@@ -102,7 +102,7 @@ def finetune_copy(model: nn.Module, part: str, rank: int = 8, alpha: float = 16)
     """A copy of `model` (the original is left as it was) whose `part` alone is trainable."""
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}: use one of {PARTS} (QLoRA: "
-                         "llmlab.quant.qlora_model)")  # fmt: skip
+                         "llmlab.quant.qlora_model)")
     model = copy.deepcopy(model)
     if part == "full":
         model.requires_grad_(True)
@@ -188,5 +188,5 @@ def finetune_memory(
         optimizer = optimizer_by_name(trainable, setup.optimizer, setup.fused_optimizer)
     measured = measure_training_step(built, optimizer, input_ids, autocast_dtype)
     planned = {"full": plain, "lora": plain.replace(lora_rank=setup.lora_rank),
-               "head": plain.replace(head_only=True)}[part]  # fmt: skip
+               "head": plain.replace(head_only=True)}[part]
     return measured, estimate_memory(model, planned)

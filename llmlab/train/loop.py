@@ -179,7 +179,7 @@ class Trainer:
         # Loss scaling keeps small fp16 gradients from underflowing; a no-op otherwise.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.use_grad_scaler)
         self.checkpointer = Checkpointer(config, self.model, self.optimizer, self.scaler,
-                                         self.train_data, self.strategy, self.dist)  # fmt: skip
+                                         self.train_data, self.strategy, self.dist)
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops or datasheet_peak_flops(self.device, self.precision.name)
         if self.peak_flops is None and measure_peak:
@@ -350,7 +350,7 @@ class Trainer:
         if self.dist.is_main:
             print(f"the run in {self.config.out_dir} is already complete (step {self.step}, "
                   f"max_steps {self.config.max_steps}): nothing to train. Ask for more steps to "
-                  "continue it.", flush=True)  # fmt: skip
+                  "continue it.", flush=True)
         return TrainResult([], self.step, self.evaluate(), checkpoint)
 
     def _timed_step(self) -> StepMetrics:
@@ -393,7 +393,7 @@ class Trainer:
             metrics.stragglers = flag_stragglers(
                 metrics.ranks["data_seconds"], metrics.step_seconds,
                 self.config.straggler_threshold,
-            )  # fmt: skip
+            )
 
     def _handle_non_finite(self, loss_value: float) -> None:
         self.skipped_in_a_row += 1

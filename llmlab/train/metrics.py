@@ -114,7 +114,7 @@ class DeviceMonitor:
 # moving them to its device (Trainer.train_step says why that and not the step's time).
 RANK_READINGS = (
     "data_seconds", "memory_gb", "gpu_util", "gpu_memory_gb", "gpu_power_w", "gpu_temperature_c",
-)  # fmt: skip
+)
 
 
 def gather_rank_readings(
@@ -172,7 +172,7 @@ def _set_aside_other_columns(csv_path: Path, columns: list[str]) -> None:
         number += 1
     csv_path.rename(aside)
     print(f"{csv_path.name} had other columns (an earlier llmlab version): kept as {aside.name}, "
-          f"new rows go to a new {csv_path.name}", flush=True)  # fmt: skip
+          f"new rows go to a new {csv_path.name}", flush=True)
 
 
 RESTART = "restart"  # the event of a restart record
@@ -207,14 +207,14 @@ class MetricsWriter:
         # A CSV cell holds one value: the per-rank lists go in as JSON text (json.loads reads
         # them back), so both files keep one column per StepMetrics field.
         self._append(row, {key: json.dumps(value) if isinstance(value, dict | list) else value
-                           for key, value in row.items()})  # fmt: skip
+                           for key, value in row.items()})
 
     def write_restart(self, step: int, checkpoint: Path | None) -> None:
         """The restart record: this run goes on after `step`, from `checkpoint` (0 and None: from
         the start). Write it before the run's first step."""
         record = {"event": RESTART, "step": step,
                   "checkpoint": checkpoint.name if checkpoint else None,
-                  "time": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
+                  "time": datetime.now(UTC).isoformat(timespec="seconds")}
         self._append(record, {"step": step, "event": RESTART})
 
     def _append(self, record: dict, csv_row: dict) -> None:
@@ -246,7 +246,7 @@ def read_metrics(out_dir: Path) -> list[dict]:
                 record = json.loads(line)
             except ValueError as error:
                 raise ValueError(f"{path} line {number} is not a JSON record ({error}): "
-                                 "remove or repair that line") from None  # fmt: skip
+                                 "remove or repair that line") from None
             if record.get("event") == RESTART:
                 kept = [earlier for earlier in kept if earlier["step"] <= record["step"]]
             else:

@@ -58,7 +58,7 @@ def quick_runs(
                        dataclasses.replace(base, log_interval=1, progress=False, **changes),
                        timing_warmup, memory)
             for name, changes in variants.items()
-        ])  # fmt: skip
+        ])
     return merge_rounds(all_rounds)
 
 
@@ -134,4 +134,4 @@ def runs_table(runs: list[QuickRun], baseline: str | None = None) -> str:
         "speed": f"{base.step_ms / run.step_ms:.2f}x",
         "peak MB": "-" if run.peak_memory_mb is None else f"{run.peak_memory_mb:.0f}",
         "last loss": f"{run.final_loss:.3f}",
-    } for run in runs], aligned=True)  # fmt: skip
+    } for run in runs], aligned=True)

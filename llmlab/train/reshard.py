@@ -106,5 +106,5 @@ def _by_name(saved: dict, model, optimizer) -> dict:
         groups.append({**saved_group, "params": fqns})
         state.update({fqn: saved["state"][i] for i, fqn in zip(saved_group["params"], fqns,
                                                                  strict=True)
-                      if i in saved["state"]})  # fmt: skip
+                      if i in saved["state"]})
     return {"state": state, "param_groups": groups}

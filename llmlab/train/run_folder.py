@@ -53,7 +53,7 @@ class RunLock:
             ) from error
         file.truncate(0)
         holder = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "since": datetime.now(UTC).isoformat(timespec="seconds")}  # fmt: skip
+                  "since": datetime.now(UTC).isoformat(timespec="seconds")}
         file.write(json.dumps(holder) + "\n")
         file.flush()
         self._file = file

@@ -56,7 +56,7 @@ class StallRun:
                 "median stall s": f"{self.median_stall:.3f}",
                 "max stall s": f"{max(self.stalls):.3f}",
                 "median step s": f"{statistics.median(self.step_seconds):.3f}",
-                "wall s": f"{self.wall_seconds:.1f}", "checkpoints exact": self.exact}  # fmt: skip
+                "wall s": f"{self.wall_seconds:.1f}", "checkpoints exact": self.exact}
 
 
 def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
@@ -82,7 +82,7 @@ def measure_stall(
         raise ValueError(f"mode {mode!r}: use one of {MODES}")
     if not 1 <= every <= steps:
         raise ValueError(f"every={every} with steps={steps}: save at least once (1 <= every <= "
-                         "steps)")  # fmt: skip
+                         "steps)")
     folder = Path(folder)
     stalls, waits, step_seconds, saved, pending = [], [], [], [], None
     wait_for_gpu = _synchronizer(model)
@@ -145,12 +145,12 @@ def stall_parts(
         for index in range(repeats):
             spent = {serialise: 0.0, flush: 0.0}
             with _timed(torch, "save", spent, serialise, clock), \
-                    _timed(os, "fsync", spent, flush, clock):  # fmt: skip
+                    _timed(os, "fsync", spent, flush, clock):
                 begin = clock()
                 _save("sync", state, Path(folder) / f"parts-{index}")
                 whole = clock() - begin
             rows.append({**spent, "the rest: plan, copies, metadata, files": whole - sum(
-                spent.values()), "dcp.save in all": whole})  # fmt: skip
+                spent.values()), "dcp.save in all": whole})
     return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
 
 

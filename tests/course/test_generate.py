@@ -47,7 +47,7 @@ def test_unbalanced_markers_are_an_error(source, problem):
 def test_make_lab_clears_outputs_keeps_tags_and_markdown_and_leaves_the_input_alone():
     parameters = new_code_cell('PROFILE = "auto"', metadata={"tags": ["parameters"]})
     exercise = new_code_cell(SOLUTION, execution_count=3,
-                             outputs=[new_output("stream", name="stdout", text="6\n")])  # fmt: skip
+                             outputs=[new_output("stream", name="stdout", text="6\n")])
     solution = new_notebook(cells=[new_markdown_cell("# Title"), parameters, exercise])
     lab = make_lab(solution)
     assert lab.cells[0].source == "# Title"

@@ -79,7 +79,7 @@ def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, capsys
         raise Skip("needs two GPUs")
 
     sections = [_section("first", works("first")), _section("broken", breaks),
-                _section("two-gpu", skips), _section("last", works("last"))]  # fmt: skip
+                _section("two-gpu", skips), _section("last", works("last"))]
     out = tmp_path / "gpu_check.json"
     assert gpu_check.gpu_check(out, sections=sections) == 1  # an error makes the exit status 1
     assert ran == ["first", "last"]
@@ -114,7 +114,7 @@ def test_each_section_gets_its_budget_and_the_overall_budget_stops_the_rest():
 
     sections = [_section("slow", takes("slow", 70), budget_s=60),
                 _section("cut", takes("cut", 40), budget_s=60),
-                _section("late", takes("late", 1), budget_s=60)]  # fmt: skip
+                _section("late", takes("late", 1), budget_s=60)]
     results = run_sections(sections, budget_s=100, clock=clock)
     assert seen == {"slow": 60, "cut": 30}  # "cut" gets what is left of the 100 s, not its 60
     assert [(r["status"], r["reason"], r["seconds"]) for r in results] == [
@@ -166,7 +166,7 @@ def test_the_gpu_sections_run_on_the_cpu_at_a_tiny_scale(monkeypatch):
     wrong call is found here and not in the GPU's short time."""
     monkeypatch.setattr(gpu_check, "require_cuda", lambda *args: torch.device("cpu"))
     for name, value in {"MODEL": "tiny", "SEQ": 16, "TRAIN_BATCH": 2, "MEMORY_BATCH": 2,
-                        "TRAIN_STEPS": 4, "FP16_STEPS": 2}.items():  # fmt: skip
+                        "TRAIN_STEPS": 4, "FP16_STEPS": 2}.items():
         monkeypatch.setattr(gpu_check, name, value)
     memory = gpu_check.check_memory(Budget(math.inf))
     assert len(memory) == 6 and all(r["unit"] == "GB peak (tracked tensors)" for r in memory)
@@ -175,7 +175,7 @@ def test_the_gpu_sections_run_on_the_cpu_at_a_tiny_scale(monkeypatch):
     assert [r["what"] for r in training] == [
         "bf16 + SDPA", "fp16 + GradScaler, final loss",
         "checkpoint written on the GPU, loaded on the CPU",
-    ]  # fmt: skip
+    ]
     assert training[0]["value"] > 0 and training[2]["value"] == 2  # resumed at the last step
     stall = gpu_check._stall_rows(torch.device("cpu"))
     assert [r["what"].split(",")[1] for r in stall] == [" sync", " async"]

@@ -66,7 +66,7 @@ def test_lab_03s_full_recipe_fits_the_memory_its_rule_asks_for():
     config = lab03_config("full")
     shape = preset(MODEL_PRESET["full"], vocab_size=PROFILE_SPECS["full"].vocab_size)
     setup = TrainingSetup(batch=config.micro_batch_size, seq=config.seq_len, dtype="bf16",
-                          optimizer="adamw", fused_optimizer=True)  # fmt: skip
+                          optimizer="adamw", fused_optimizer=True)
     needed = estimate_memory(shape, setup).total
     assert needed <= 0.9 * TRAINING_GPU_GB * GB
     assert needed > T4.total_memory_bytes * 0.8  # a T4 would run at its edge
@@ -76,11 +76,11 @@ def test_the_labs_follow_the_course_plan():
     planned = [(lab.number, lab.slug, lab.ready) for lab in LABS if lab.number >= 4]
     assert planned == [(4, "multi_gpu", True), (5, "at_scale", True), (6, "pruning", True),
                        (7, "quantization", True), (8, "finetuning", True),
-                       (9, "kernels", True)]  # fmt: skip
+                       (9, "kernels", True)]
     assert [lab.title for lab in LABS[4:]] == [
         "Multi-GPU training", "Training at scale", "Pruning", "4-bit quantization",
         "Fine-tuning and evaluation", "Kernels and profiling",
-    ]  # fmt: skip
+    ]
 
 
 def test_every_lab_gives_a_reason_and_notebook_names_follow_the_numbering():

@@ -91,7 +91,7 @@ def test_auto_for_a_lab_gives_the_doctors_answer(machine, capsys, name):
     ("name", "lab_03"),
     [("cpu", "smoke"), ("T4", "smoke"), ("L4", "full"), ("A100-40GB", "full"),
      ("A100-80GB", "full"), ("H100", "full")],
-)  # fmt: skip
+)
 def test_lab_03_trains_at_full_scale_only_where_it_fits(machine, name, lab_03):
     machine(MACHINES[name])
     chosen = profile("auto", lab=3)

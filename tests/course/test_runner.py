@@ -81,7 +81,7 @@ class StandInClient:
 @pytest.mark.parametrize(("source", "says"), [
     ("hang", "a cell ran past the 1800 s limit"),
     ("die", "the kernel died (out of memory?): Kernel died"),
-])  # fmt: skip
+])
 def test_a_lab_that_times_out_or_loses_its_kernel_fails_and_the_next_labs_run(
     tmp_path, monkeypatch, source, says
 ):
@@ -90,6 +90,6 @@ def test_a_lab_that_times_out_or_loses_its_kernel_fails_and_the_next_labs_run(
         write(tmp_path / f"{name}.ipynb", cell)
     runs = run_course(tmp_path, tmp_path / "out", profile_name="smoke")
     assert [(run.notebook, run.ok) for run in runs] == [
-        ("00_a.ipynb", True), ("01_b.ipynb", False), ("02_c.ipynb", True)]  # fmt: skip
+        ("00_a.ipynb", True), ("01_b.ipynb", False), ("02_c.ipynb", True)]
     assert runs[1].headline == f"FAILED: {says}"
     assert (tmp_path / "out" / "01_b.ipynb").exists()  # what ran before it stopped is kept

@@ -23,7 +23,7 @@ from llmlab.data.errors import DataError
         ("b.parquet", None, "b.parquet, row 1: 'text' is int 7, not a string"),
         ("b.parquet", b"PAR1 and then no Parquet", "b.parquet, the file cannot be read as Parq"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_row_is_an_error_naming_the_file_and_the_row(tmp_path, name, content, message):
     good = tmp_path / f"a{name[1:]}"  # a good file first: datasets would cast the next to its types
     if name.endswith(".parquet"):
@@ -33,7 +33,7 @@ def test_a_bad_row_is_an_error_naming_the_file_and_the_row(tmp_path, name, conte
             (tmp_path / name).write_bytes(content)
     else:
         good.write_text(json.dumps([{"text": "a good row"}]) if name.endswith(".json")
-                        else json.dumps({"text": "a good row"}) + "\n")  # fmt: skip
+                        else json.dumps({"text": "a good row"}) + "\n")
         (tmp_path / name).write_bytes(content)
     with pytest.raises(DataError, match=message):
         corpus.local_documents([good, tmp_path / name], cache_dir=tmp_path / "cache")

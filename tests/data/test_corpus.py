@@ -32,7 +32,7 @@ def test_builtin_corpus_is_sorted_filtered_and_deterministic():
 def test_local_text_jsonl_and_parquet_files_through_datasets(tmp_path):
     (tmp_path / "a.txt").write_text("first file\nwith two lines\n")
     (tmp_path / "b.jsonl").write_text(json.dumps({"text": "a row"}) + "\n"
-                                      + json.dumps({"text": "another row"}) + "\n")  # fmt: skip
+                                      + json.dumps({"text": "another row"}) + "\n")
     pq.write_table(pa.table({"text": ["from parquet"]}), tmp_path / "c.parquet")
     docs = corpus.load_corpus(tmp_path)
     texts = sorted(d.text for d in docs)
@@ -68,7 +68,7 @@ def test_hub_path_with_a_local_stand_in_and_the_hub_offline(tmp_path, monkeypatc
     stories = tmp_path / "tinystories"
     stories.mkdir()
     pq.write_table(pa.table({"text": ["Once upon a time.", "", "The end."]}),
-                   stories / "train.parquet")  # fmt: skip
+                   stories / "train.parquet")
     monkeypatch.setitem(corpus.HUB_DATASETS, "tinystories", (str(stories), None, "text"))
     monkeypatch.setenv("LLMLAB_ONLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -96,7 +96,7 @@ def test_a_byte_budget_stops_the_hub_stream_there(monkeypatch):
 
 def test_wikitext_lines_are_joined_into_articles():
     lines = [" = First = \n", "\n", " text one \n", " = = Section = = \n", " more \n",
-             " = Second = \n", " text two \n"]  # fmt: skip
+             " = Second = \n", " text two \n"]
     articles = corpus.wikitext_articles(lines)
     assert len(articles) == 2
     assert articles[0].startswith(" = First = ") and "Section" in articles[0]
@@ -112,5 +112,5 @@ def test_blank_lines_missing_texts_and_json_arrays_are_read(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"text": "one"}\n\n{"text": null}\n{"id": 3}\n')
     (tmp_path / "b.json").write_text(json.dumps([{"text": "two"}, {"text": "three"}], indent=1))
     texts = [d.text for d in corpus.local_documents(sorted(tmp_path.iterdir()),
-                                                    cache_dir=tmp_path / "cache")]  # fmt: skip
+                                                    cache_dir=tmp_path / "cache")]
     assert sorted(texts) == ["one", "three", "two"]

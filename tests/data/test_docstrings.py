@@ -114,7 +114,7 @@ def test_standard_library_splits_share_no_module_and_repeat_exactly(smoke_splits
     # The mistake: a split by function scatters a module's functions over the splits.
     pairs = [p for split in smoke_splits.values() for p in split]
     by_function = {name: [p for p in pairs if split_of(f"{p.module}:{p.name}") == name]
-                   for name in SPLITS}  # fmt: skip
+                   for name in SPLITS}
     assert shared_modules(by_function)
 
 
@@ -157,7 +157,7 @@ def test_the_hub_task_needs_the_online_switch(monkeypatch):
 def test_the_hub_task_with_a_local_stand_in(tmp_path, monkeypatch):
     method = SOURCE.split("class Store:\n")[1].split("    def half")[0]  # indented, decorated
     rows = {"repo": ["me/a", "me/b", "me/c"], "path": ["x.py", "y.py", "z.py"],
-            "code": [SOURCE.split("\n\n\n")[1], method, "print 'python 2'"]}  # fmt: skip
+            "code": [SOURCE.split("\n\n\n")[1], method, "print 'python 2'"]}
     folder = tmp_path / "codexglue"
     folder.mkdir()
     pq.write_table(pa.table(rows), folder / "test.parquet")
@@ -177,7 +177,7 @@ def test_copies_between_modules_leave_validation_and_test(monkeypatch):
     test_module = next(m for m in names if split_of(m) == "test")
     store = "class Store:" + SOURCE.split("class Store:")[1]
     documents = [Document("stdlib", train_module, function),
-                 Document("stdlib", test_module, function + "\n\n" + store)]  # fmt: skip
+                 Document("stdlib", test_module, function + "\n\n" + store)]
     monkeypatch.setattr(docstrings, "builtin_corpus", lambda subset: documents)
     assert [p.name for p in docstring_splits()["test"]] == ["Store.size"]
     everything = docstring_splits(drop_leaked=False)

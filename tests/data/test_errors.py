@@ -23,6 +23,6 @@ def test_it_is_the_only_exception_class_in_the_data_package():
 
     folder = Path(llmlab.data.__file__).parent
     defined = {f"{path.stem}.{node.name}" for path in folder.rglob("*.py")
-               for node in ast.walk(ast.parse(path.read_text())) if is_exception(node)}  # fmt: skip
+               for node in ast.walk(ast.parse(path.read_text())) if is_exception(node)}
     assert defined == {"errors.DataError"}
     assert llmlab.data.DataError is DataError

@@ -63,7 +63,7 @@ def test_ranks_and_workers_read_every_window_exactly_once(shards, world_size, nu
     seen = Counter()
     for rank in range(world_size):
         stream = TokenStream(shards, SEQ_LEN, batch_size=1, rank=rank, world_size=world_size,
-                             tokenizer="t")  # fmt: skip
+                             tokenizer="t")
         for x, y in ResumableLoader(stream, num_workers=num_workers):
             assert x.shape == y.shape == (1, SEQ_LEN) and x.dtype == torch.int64
             assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one

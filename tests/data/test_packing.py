@@ -38,7 +38,7 @@ def test_pack_restarts_positions_at_each_document_and_row_and_pads_the_last_row(
     packed = pack([[1, 2, 3, 4, 5, 6], [7]], block_size=4, eos_id=0)
     np.testing.assert_array_equal(packed["input_ids"], [[1, 2, 3, 4], [5, 6, 0, 7], [0, 0, 0, 0]])
     np.testing.assert_array_equal(packed["position_ids"], [[0, 1, 2, 3], [0, 1, 2, 0],
-                                                           [0, 0, 1, 2]])  # fmt: skip
+                                                           [0, 0, 1, 2]])
     np.testing.assert_array_equal(packed["labels"], [[-100, 2, 3, 4], [5, 6, 0, -100],
-                                                     [0, -100, -100, -100]])  # fmt: skip
+                                                     [0, -100, -100, -100]])
     assert pack([], block_size=4, eos_id=0)["input_ids"].shape == (0, 4)

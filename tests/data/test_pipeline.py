@@ -60,7 +60,7 @@ def test_build_round_trip_from_documents_to_shards_and_back(tmp_path):
     assert len(paths.train) % SPEC.readers == 0 and len(paths.val) % SPEC.readers == 0
     tokenizer = paths.load_tokenizer()
     stream = np.concatenate([open_shard(p, tokenizer=paths.fingerprint)[1]
-                             for p in paths.train])  # fmt: skip
+                             for p in paths.train])
     assert len(stream) == report.tokens["train"] == paths.info["tokens"]["train"]
     cuts = np.flatnonzero(stream == tokenizer.eos_token_id)
     assert cuts[-1] == len(stream) - 1  # every document ends with the end-of-document token
@@ -141,7 +141,7 @@ def test_two_processes_at_once_build_once(tmp_path, monkeypatch):
     context = multiprocessing.get_context("fork")  # children inherit the patched functions
     queue = context.Queue()
     workers = [context.Process(target=_prepare_and_report, args=(tmp_path / "out", queue))
-               for _ in range(2)]  # fmt: skip
+               for _ in range(2)]
     for worker in workers:
         worker.start()
     for worker in workers:

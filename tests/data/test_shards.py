@@ -22,7 +22,7 @@ from llmlab.data.shards import (
     "vocab_size, dtype",
     [(256, np.uint16), (50257, np.uint16), (65536, np.uint16), (65537, np.uint32),
      (151936, np.uint32), (2**32, np.uint32)],
-)  # fmt: skip
+)
 def test_token_dtype_is_the_smallest_that_holds_every_id(vocab_size, dtype):
     assert token_dtype(vocab_size) == dtype
 
@@ -63,7 +63,7 @@ def test_ids_outside_the_vocabulary_are_never_truncated(tmp_path):
 def test_a_vocabulary_too_large_for_the_dtype_is_an_error(tmp_path):
     with pytest.raises(DataError, match="s.bin: a vocabulary of 100,000 ids needs uint32"):
         write_shard(tmp_path / "s.bin", np.array([1]), vocab_size=100_000, tokenizer="x",
-                    dtype="uint16")  # fmt: skip
+                    dtype="uint16")
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ def test_a_changed_vocab_size_fails_the_checksum(shard):
     "fields, message",
     [(dict(dtype="uint1X"), "dtype 'uint1X' is not one of"), (dict(dtype=16), "dtype 16"),
      (dict(tokens="500"), "tokens '500' is not a count"), (dict(format=1), "format 1")],
-)  # fmt: skip
+)
 def test_a_damaged_header_field_is_a_clear_error(shard, fields, message):
     edit_header(shard, **fields)
     with pytest.raises(DataError, match=f"train_000.bin has a damaged or outdated.*{message}"):

@@ -31,7 +31,7 @@ def test_strategy_matches_one_process(strategy):
     ("strategy", "drop"),
     [("ddp", "all_reduce"), ("zero1", "all_reduce"), ("zero1", "broadcast"),
      ("fsdp", "reduce_scatter")],
-)  # fmt: skip
+)
 def test_check_fails_without_the_communication(strategy, drop):
     """The same check, with the strategy's gradient averaging (or ZeRO-1's parameter broadcast)
     removed: each rank trains on its half alone and the parameters drift far from one process."""

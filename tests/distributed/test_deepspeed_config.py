@@ -43,7 +43,7 @@ def test_stage_precision_optimizer_and_clipping_come_from_the_setup():
     [({"dtype": "fp32"}, (False, False)), ({"dtype": "fp16"}, (False, True)),
      ({"dtype": "bf16"}, (True, False))],
     ids=["fp32", "fp16", "bf16"],
-)  # fmt: skip
+)
 def test_precision_blocks(changes, expected):
     config = deepspeed_config(ZERO2_ON_8.replace(**changes))
     assert (config["bf16"]["enabled"], config["fp16"]["enabled"]) == expected
@@ -63,7 +63,7 @@ def test_zero3_offloads_nothing_and_buckets_follow_the_model_width():
     "optimizer, kind, extra",
     [("adam", "Adam", {"adam_w_mode": False}), ("sgd-momentum", "SGD", {"momentum": 0.9}),
      ("sgd", "SGD", {"momentum": 0.0})],
-)  # fmt: skip
+)
 def test_other_optimizers(optimizer, kind, extra):
     config = deepspeed_config(ZERO2_ON_8.replace(optimizer=optimizer))
     assert config["optimizer"]["type"] == kind
@@ -106,7 +106,7 @@ def test_written_json_reads_back(tmp_path):
     ],
     ids=["fp16-on-cpu", "pure-bf16", "fp32-grads", "8bit-adam", "tensor-parallel", "device",
          "lr"],
-)  # fmt: skip
+)
 def test_bad_setups_are_refused_with_the_way_out(changes, kwargs, message):
     with pytest.raises(ValueError, match=message):
         deepspeed_config(ZERO2_ON_8.replace(**changes), **kwargs)
@@ -138,6 +138,6 @@ def test_importing_deepspeed_after_llmlab_prints_nothing():
     env = {**os.environ, "PYTHONPATH": root, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("DS_ACCELERATOR", None)
     done = subprocess.run([sys.executable, "-c", "import llmlab, deepspeed"], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout + done.stderr == ""

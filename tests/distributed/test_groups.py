@@ -63,12 +63,12 @@ def _srun_task(rank: int, out: str, port: int) -> None:
     for name in LAUNCHER_NAMES:
         os.environ.pop(name, None)
     os.environ.update(SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank), SLURM_NTASKS="2",
-                      SLURM_NODEID="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+                      SLURM_NODEID="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     with process_group("gloo") as info:
         value = torch.tensor([rank + 1.0])
         dist.all_reduce(value)
         seen = {"info": list(vars(info).values()), "sum": value.item(),
-                "local rank": os.environ["LOCAL_RANK"]}  # fmt: skip
+                "local rank": os.environ["LOCAL_RANK"]}
     seen["left"] = not dist.is_initialized()
     with open(f"{out}/rank_{rank}.json", "w") as file:
         json.dump(seen, file)
@@ -76,7 +76,7 @@ def _srun_task(rank: int, out: str, port: int) -> None:
 
 def test_two_srun_tasks_join_one_group_and_leave_it(tmp_path):
     ranks = mp.start_processes(_srun_task, args=(str(tmp_path), free_port()), nprocs=2,
-                               join=False, start_method="fork")  # fmt: skip
+                               join=False, start_method="fork")
     deadline = time.monotonic() + 60  # a rank that never arrives fails the test, not hangs it
     while not ranks.join(timeout=1):
         if time.monotonic() > deadline:
@@ -85,7 +85,7 @@ def test_two_srun_tasks_join_one_group_and_leave_it(tmp_path):
             pytest.fail("the two tasks did not finish within 60 s")
     seen = [json.loads((tmp_path / f"rank_{rank}.json").read_text()) for rank in (0, 1)]
     assert seen == [{"info": [rank, rank, 2], "sum": 3.0, "local rank": str(rank), "left": True}
-                    for rank in (0, 1)]  # fmt: skip
+                    for rank in (0, 1)]
 
 
 def test_only_a_restarted_attempt_gets_a_store_of_its_own(monkeypatch):

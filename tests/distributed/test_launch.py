@@ -133,7 +133,7 @@ KERNEL_RANKS_WITH_CHILDREN = KERNEL.replace(
 @needs_linux
 def test_what_the_ranks_started_goes_with_them_when_the_launching_process_is_killed(tmp_path):
     kernel = subprocess.Popen([sys.executable, "-c", KERNEL_RANKS_WITH_CHILDREN, str(tmp_path)],
-                              env=job_env())  # fmt: skip
+                              env=job_env())
     try:
         pids = written_pids(tmp_path, 4)  # two ranks, two children
     finally:

@@ -5,10 +5,10 @@ import pytest
 from llmlab.distributed.launcher_env import DEFAULT_PORT, LauncherEnv, first_host, launcher_env
 
 TORCHRUN = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "GROUP_RANK": "2",
-            "MASTER_ADDR": "gpu07", "MASTER_PORT": "29400"}  # fmt: skip
+            "MASTER_ADDR": "gpu07", "MASTER_PORT": "29400"}
 SRUN = {"SLURM_PROCID": "6", "SLURM_LOCALID": "2", "SLURM_NTASKS": "8", "SLURM_NODEID": "1",
         "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]",
-        "SLURM_JOB_ID": "123456"}  # fmt: skip
+        "SLURM_JOB_ID": "123456"}
 
 
 def test_no_launcher_means_none():
@@ -52,7 +52,7 @@ def test_the_steps_node_list_comes_before_the_jobs():
 
 def test_one_process_needs_no_address():
     assert launcher_env({"WORLD_SIZE": "1"}) == LauncherEnv("torchrun", 0, 0, 1, 0, "127.0.0.1",
-                                                            DEFAULT_PORT)  # fmt: skip
+                                                            DEFAULT_PORT)
 
 
 @pytest.mark.parametrize(
@@ -60,7 +60,7 @@ def test_one_process_needs_no_address():
     [("localhost,127.0.0.1", "localhost"), ("gpu[03-05,9],cpu1", "gpu03"),
      ("node007", "node007"), ("rack[2-3]-gpu[08-16]", "rack2-gpu08"),
      ("a[10,2]", "a10"), (" n[1-4] ", "n1")],
-)  # fmt: skip
+)
 def test_first_host_of_a_slurm_host_list(nodelist, first):
     assert first_host(nodelist) == first
 
@@ -81,7 +81,7 @@ def test_an_unreadable_host_list_is_an_error(nodelist):
      ({"MASTER_PORT": "70000"}, r"port 70000 is not a TCP port"),
      ({"MASTER_ADDR": None}, r"MASTER_ADDR missing"),
      ({"WORLD_SIZE": None}, r"RANK set but WORLD_SIZE missing")],
-)  # fmt: skip
+)
 def test_inconsistent_torchrun_variables_are_errors(change, message):
     environ = {k: v for k, v in {**TORCHRUN, **change}.items() if v is not None}
     with pytest.raises(ValueError, match=message):
@@ -96,7 +96,7 @@ def test_inconsistent_torchrun_variables_are_errors(change, message):
      ({"SLURM_LOCALID": None}, r"SLURM_LOCALID.* missing: srun sets all"),
      ({"SLURM_JOB_NODELIST": None}, r"no SLURM_JOB_NODELIST.*set MASTER_ADDR"),
      ({"SLURM_JOB_ID": "x1"}, r"SLURM_JOB_ID='x1' is not a whole number")],
-)  # fmt: skip
+)
 def test_inconsistent_srun_variables_are_errors(change, message):
     environ = {k: v for k, v in {**SRUN, **change}.items() if v is not None}
     with pytest.raises(ValueError, match=message):

@@ -140,7 +140,7 @@ def test_over_steps_a_rank_is_its_median_step_so_one_disturbed_step_flags_nobody
     [([], "no step times"), ([[]], "no step times"),
      ([[1.0, 1.0], [1.0]], r"one time per rank \(2 in step 0\); got \{1: 1\}"),
      ([[1.0, 1.0], [1.0, math.nan]], r"step 1: .*\{1: nan\}")],
-)  # fmt: skip
+)
 def test_over_steps_bad_input_names_the_step(steps, message):
     with pytest.raises(ValueError, match=message):
         find_stragglers_over_steps(steps)

@@ -84,7 +84,7 @@ def test_prepared_gpt2_computes_the_same_and_maps_back_to_its_layout():
 
 def _tiny_llama():
     return preset("llama-1b", n_layer=2, d_model=64, n_head=4, n_kv_head=2, d_ff=128,
-                  vocab_size=256, context=32)  # fmt: skip
+                  vocab_size=256, context=32)
 
 
 def _forward_backward_against_unsplit(family: str, sequence_parallel: bool):
@@ -103,7 +103,7 @@ def _forward_backward_against_unsplit(family: str, sequence_parallel: bool):
                 or n.endswith("0.input_layernorm")).weight  # a DTensor under sequence parallel
     norm_grad = norm.grad.full_tensor() if isinstance(norm.grad, DTensor) else norm.grad
     reference_norm = next(m for n, m in reference.named_modules() if n.endswith("0.ln_1")
-                          or n.endswith("0.input_layernorm")).weight  # fmt: skip
+                          or n.endswith("0.input_layernorm")).weight
     return {
         "logits": (out.logits - expected.logits).abs().max().item(),
         "embedding grad": (embedding.grad - reference.get_input_embeddings().weight.grad)
@@ -118,7 +118,7 @@ def _forward_backward_against_unsplit(family: str, sequence_parallel: bool):
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_parallelized_model_matches_and_all_reduces_four_activations_per_block(family):
     result = launch(_forward_backward_against_unsplit, nprocs=2, args=(family, False),
-                    timeout_s=60)[0]  # fmt: skip
+                    timeout_s=60)[0]
     assert max(result[k] for k in ("logits", "embedding grad", "norm grad")) < 1e-5, result
     shape = result["shape"]
     assert result["counts"] == {"all_reduce": 4 * shape.n_layer}  # 2 forward + 2 backward
@@ -130,13 +130,13 @@ def test_parallelized_model_matches_and_all_reduces_four_activations_per_block(f
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_sequence_parallel_turns_each_all_reduce_into_reduce_scatter_and_all_gather(family):
     result = launch(_forward_backward_against_unsplit, nprocs=2, args=(family, True),
-                    timeout_s=60)[0]  # fmt: skip
+                    timeout_s=60)[0]
     assert max(result[k] for k in ("logits", "embedding grad", "norm grad")) < 1e-5, result
     shape = result["shape"]
     # Per block, 4 all-gathers and 4 reduce-scatters; 2 more all-gathers where the slices
     # begin (the first block's input gradient) and end (the final norm's input).
     assert result["counts"] == {"reduce_scatter_tensor": 4 * shape.n_layer,
-                                "all_gather_into_tensor": 4 * shape.n_layer + 2}  # fmt: skip
+                                "all_gather_into_tensor": 4 * shape.n_layer + 2}
     whole = tensor_parallel_bytes(2, 16, shape.d_model, shape.n_layer, tp=2)["all_reduce"]
     one = whole // (4 * shape.n_layer)  # one activation, batch x seq x width, in bytes
     assert result["bytes"]["reduce_scatter_tensor"] == whole  # each takes a whole activation
@@ -153,7 +153,7 @@ def test_bad_input_is_named():
 def _forward_of_an_odd_length(family: str) -> str:
     shape = preset("tiny", vocab_size=256, context=32) if family == "gpt2" else _tiny_llama()
     model = apply_tensor_parallel(build_model(shape), device_mesh(Parallel(dp=1, tp=2))["tp"],
-                                  sequence_parallel=True)  # fmt: skip
+                                  sequence_parallel=True)
     with pytest.raises(ValueError) as error:
         model(torch.zeros(2, 15, dtype=torch.long))
     return str(error.value)
@@ -165,10 +165,10 @@ def test_sequence_parallel_refuses_a_length_the_ranks_do_not_divide_before_commu
     messages = launch(_forward_of_an_odd_length, nprocs=2, args=(family,), timeout_s=60)
     assert messages == ["sequence parallelism splits the 15 positions of each sequence over 2 "
                         "tensor-parallel ranks: use a sequence length that 2 divides (e.g. 14 "
-                        "or 16), or sequence_parallel=False"] * 2  # fmt: skip
+                        "or 16), or sequence_parallel=False"] * 2
     with pytest.raises(LaunchError, match=r"(?s)rank \d raised.*ValueError: .* the 31 positions"):
         launch(partial(train_tensor_parallel, steps=1, seq=31, tp=2, sequence_parallel=True),
-               nprocs=2, timeout_s=60)  # fmt: skip
+               nprocs=2, timeout_s=60)
 
 
 def _local_weight_bytes():

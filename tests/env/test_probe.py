@@ -20,12 +20,12 @@ def write_files(folder, files: dict[str, str]):
 
 
 CGROUP_V2 = {"memory.max": "2000000000\n", "memory.current": "900000000\n",
-             "memory.stat": "anon 700000000\ninactive_file 100000000\nactive_file 5\n"}  # fmt: skip
+             "memory.stat": "anon 700000000\ninactive_file 100000000\nactive_file 5\n"}
 
 
 CGROUP_V1 = {"memory/memory.limit_in_bytes": "1500000000\n",
              "memory/memory.usage_in_bytes": "600000000\n",
-             "memory/memory.stat": "cache 1\ntotal_inactive_file 200000000\n"}  # fmt: skip
+             "memory/memory.stat": "cache 1\ntotal_inactive_file 200000000\n"}
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ CGROUP_V1 = {"memory/memory.limit_in_bytes": "1500000000\n",
     [(CGROUP_V2, "memory.max", 2 * GB, 0.8 * GB),
      (CGROUP_V1, "memory/memory.limit_in_bytes", 1.5 * GB, 0.4 * GB)],
     ids=["v2", "v1"],
-)  # fmt: skip
+)
 def test_a_containers_limit_is_read_from_its_cgroup(tmp_path, files, limit_file, limit, used):
     found = probe.container_memory_limit(write_files(tmp_path, files))
     # used: usage less the page cache the kernel can drop (inactive_file)
@@ -45,7 +45,7 @@ def test_a_containers_limit_is_read_from_its_cgroup(tmp_path, files, limit_file,
     [{}, {"memory.max": "max\n", "memory.current": "5\n"},
      {"memory/memory.limit_in_bytes": "garbage"}],
     ids=["no-cgroup", "v2-without-limit", "unreadable"],
-)  # fmt: skip
+)
 def test_no_container_limit_when_none_is_set(tmp_path, files):
     assert probe.container_memory_limit(write_files(tmp_path, files)) is None
 
@@ -54,7 +54,7 @@ def test_the_smaller_of_host_ram_and_container_limit_is_reported():
     limit = probe.MemoryLimit(Path("/sys/fs/cgroup/memory.max"), 2 * GB, int(0.8 * GB))
     assert probe.usable_ram(64 * GB, 50 * GB, limit) == (
         2 * GB, int(1.2 * GB), "/sys/fs/cgroup/memory.max"
-    )  # fmt: skip
+    )
     assert probe.usable_ram(64 * GB, GB, limit) == (2 * GB, GB, "/sys/fs/cgroup/memory.max")
     unlimited = probe.MemoryLimit(Path("memory.limit_in_bytes"), 2**63 - 4096, 0)  # v1's "no limit"
     assert probe.usable_ram(64 * GB, 50 * GB, unlimited) == (64 * GB, 50 * GB, None)
@@ -95,7 +95,7 @@ def test_cpu_fast_bf16_needs_bf16_instructions(features, fast):
 
 
 @pytest.mark.parametrize(("cap", "fast"), [("AVX2", False), ("avx512_core", False),
-                                           ("AVX512_CORE_BF16", True), ("ALL", True)])  # fmt: skip
+                                           ("AVX512_CORE_BF16", True), ("ALL", True)])
 def test_oneDNN_capped_below_bf16_makes_bf16_slow(cap, fast):
     # ONEDNN_MAX_CPU_ISA=AVX2 on a CPU with AVX512-BF16: its matmuls emulate bf16, as a laptop's
     assert CpuInfo("cpu", 4, 2, ("avx512_bf16",), "AVX512", cap).fast_bf16 is fast

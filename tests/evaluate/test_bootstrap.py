@@ -68,7 +68,7 @@ def test_pairing_cancels_the_luck_both_systems_share():
     draws_b = resample_indices(len(refs), 1000, seed=1)
     unpaired = [accuracy([b[i] for i in jb], [refs[i] for i in jb])
                 - accuracy([a[i] for i in ja], [refs[i] for i in ja])
-                for ja, jb in zip(draws_a, draws_b, strict=True)]  # fmt: skip
+                for ja, jb in zip(draws_a, draws_b, strict=True)]
     unpaired_width = np.percentile(unpaired, 97.5) - np.percentile(unpaired, 2.5)
     assert unpaired_width > 1.2 * (result.a.high - result.a.low)
 
@@ -83,9 +83,9 @@ def test_p_value_separates_a_real_difference_from_none():
     # The mistake: unshifted differences are compared with the observed one; a real
     # improvement then looks like chance about half of the time.
     a_draws = np.array([accuracy([a[i] for i in j], [refs[i] for i in j])
-                        for j in resample_indices(len(refs), 500, 0)])  # fmt: skip
+                        for j in resample_indices(len(refs), 500, 0)])
     b_draws = np.array([accuracy([b[i] for i in j], [refs[i] for i in j])
-                        for j in resample_indices(len(refs), 500, 0)])  # fmt: skip
+                        for j in resample_indices(len(refs), 500, 0)])
     observed = better.difference.score
     unshifted_p = (np.sum(np.abs(b_draws - a_draws) >= observed) + 1) / 501
     assert unshifted_p > 0.3

@@ -34,7 +34,7 @@ def test_greedy_is_the_argmax_loop_and_one_beam_is_greedy(model, tokenizer):
     greedy = complete(model, tokenizer, prompts, "greedy", max_new_tokens=6, stop=None)
     assert greedy == [argmax_loop(model, tokenizer, p, 6) for p in prompts]
     one_beam = complete(model, tokenizer, prompts, {"do_sample": False, "num_beams": 1},
-                        max_new_tokens=6, stop=None)  # fmt: skip
+                        max_new_tokens=6, stop=None)
     assert one_beam == greedy
     assert not any(text.startswith(p) for text, p in zip(greedy, prompts, strict=True))
 
@@ -51,10 +51,10 @@ def test_sampling_is_seeded_per_prompt(model, tokenizer):
 
 def test_text_is_cut_at_the_stop(model, tokenizer):
     whole = complete(model, tokenizer, ["def add"], "sample-t1.0", max_new_tokens=30, stop=None,
-                     seed=1)[0]  # fmt: skip
+                     seed=1)[0]
     stop = whole.strip()[len(whole.strip()) // 2]  # a character from the middle of the text
     cut = complete(model, tokenizer, ["def add"], "sample-t1.0", max_new_tokens=30, stop=stop,
-                   seed=1)[0]  # fmt: skip
+                   seed=1)[0]
     assert cut == whole[: whole.index(stop)] and len(cut) < len(whole)
 
 
@@ -64,13 +64,13 @@ def test_generation_stops_at_the_stop(model, tokenizer):
     hook = model.register_forward_hook(lambda *args: calls.append(1))
     try:
         whole = complete(model, tokenizer, ["def add"], "sample-t1.0", max_new_tokens=30,
-                         stop=None, seed=1)[0]  # fmt: skip
+                         stop=None, seed=1)[0]
         steps_whole = len(calls)
         # A letter from the second half (a lone byte of a character could not be matched).
         stop = next(c for c in whole[len(whole) // 2 :] if c.isascii() and c.isalnum())
         calls.clear()
         cut = complete(model, tokenizer, ["def add"], "sample-t1.0", max_new_tokens=30, stop=stop,
-                       seed=1)[0]  # fmt: skip
+                       seed=1)[0]
     finally:
         hook.remove()
     assert cut == whole[: whole.index(stop)]

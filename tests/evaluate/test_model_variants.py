@@ -23,7 +23,7 @@ def test_ten_variants_compare_in_one_table(uneven_windows):
     parameters = sum(p.numel() for p in variants["seed 0"].parameters())
     assert rows[0].parameters == parameters
     assert rows[0].perplexity == pytest.approx(score_tokens(variants["seed 0"],
-                                                            uneven_windows).perplexity)  # fmt: skip
+                                                            uneven_windows).perplexity)
     # float32 weights: 4 bytes each, plus a small safetensors header.
     assert 4 * parameters <= size_on_disk(variants["seed 0"]) < 4 * parameters + 20_000
     header = comparison_table(rows).splitlines()[0]
@@ -38,4 +38,4 @@ def test_a_masked_model_must_be_made_permanent_before_comparing(uneven_windows):
     row = compare_variants({"pruned": make_permanent(model)}, uneven_windows, repeats=1)[0]
     assert row.parameters - row.nonzero >= 0.5 * sum(
         p.numel() for n, p in model.named_parameters() if ".h." in n and n.endswith(".weight")
-        and p.dim() == 2)  # fmt: skip
+        and p.dim() == 2)

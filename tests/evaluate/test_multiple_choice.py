@@ -31,7 +31,7 @@ def encode(text):
 def model():
     torch.manual_seed(0)
     return build_model(preset("tiny", vocab_size=VOCAB, context=64, n_layer=1, d_model=32,
-                              n_head=2))  # fmt: skip
+                              n_head=2))
 
 
 def reference_logprob(model, context, continuation):
@@ -63,7 +63,7 @@ def test_continuation_logprob_matches_token_by_token(model):
     generator = torch.Generator().manual_seed(1)
     cases = [(torch.randint(0, VOCAB, (a,), generator=generator).tolist(),
               torch.randint(0, VOCAB, (b,), generator=generator).tolist())
-             for a, b in [(1, 1), (3, 4), (7, 2), (5, 9)]]  # fmt: skip
+             for a, b in [(1, 1), (3, 4), (7, 2), (5, 9)]]
     for context, continuation in cases:
         expected = reference_logprob(model, context, continuation)
         found = continuation_logprob(model, context, continuation)
@@ -128,7 +128,7 @@ def test_answers_follow_the_scores_and_normalization():
     table[y, y] = -2.0  # after y, y again is possible
     model = TableModel(table)
     questions = [Question("x", ("y", "z"), 0), Question("x", ("z", "y"), 1),
-                 Question("x", ("yyyy", "z"), 0)]  # fmt: skip
+                 Question("x", ("yyyy", "z"), 0)]
     summed = multiple_choice(model, encode, questions)
     assert summed.predictions == (0, 1, 1)  # the long right answer loses on the sum...
     per_char = multiple_choice(model, encode, questions, normalize="characters")

@@ -47,7 +47,7 @@ def model():
 def test_loss_agrees_with_transformers_on_one_window(model, uneven_windows):
     window = uneven_windows[:1]
     assert score_tokens(model, window).loss == pytest.approx(transformers_loss(model, window),
-                                                             abs=ATOL)  # fmt: skip
+                                                             abs=ATOL)
 
 
 def test_perplexity_is_token_weighted_over_uneven_windows(model, uneven_windows):
@@ -71,7 +71,7 @@ class NextIdModel(nn.Module):
 
     def forward(self, ids):
         return SimpleNamespace(logits=nn.functional.one_hot((ids + 1) % self.vocab, self.vocab)
-                               .float())  # fmt: skip
+                               .float())
 
 
 def test_accuracy_compares_each_prediction_with_the_next_token():
@@ -97,7 +97,7 @@ def test_a_model_with_a_nan_weight_is_refused_by_name(uneven_windows, score):
         model.transformer.h[1].mlp.c_fc.weight[2, 3] = math.nan
     with pytest.raises(ValueError, match=r"the model's loss is nan on these windows: "
                        r"transformer.h.1.mlp.c_fc.weight holds 1 NaN or inf value\(s\), the first "
-                       r"at index \(2, 3\)"):  # fmt: skip
+                       r"at index \(2, 3\)"):
         score(model, uneven_windows)
     assert model.training  # left in the mode it was in
 
@@ -112,7 +112,7 @@ class Overflowing(NextIdModel):
 def test_a_non_finite_loss_from_finite_weights_says_so():
     windows = held_out_windows(torch.arange(50) % 7, seq_len=8)
     with pytest.raises(ValueError, match="the model's loss is nan on these windows, though "
-                       "every weight is finite: .*overflow"):  # fmt: skip
+                       "every weight is finite: .*overflow"):
         score_tokens(Overflowing(7), windows)
 
 
@@ -129,7 +129,7 @@ def test_perplexity_of_is_the_only_exponential_of_a_loss_in_llmlab():
 
 
 @pytest.mark.parametrize("source", ["math.exp(loss.item())", "torch.exp(mean_nll)",
-                                    "val_loss.exp()", "np.exp(self.cross_entropy)"])  # fmt: skip
+                                    "val_loss.exp()", "np.exp(self.cross_entropy)"])
 def test_a_second_perplexity_is_caught(tmp_path, source):
     path = tmp_path / "llmlab" / "inference" / "engines.py"
     path.parent.mkdir(parents=True)

@@ -97,7 +97,7 @@ def unclipped_counts(hypothesis, references, max_order=4):
     counts = sentence_counts(hypothesis, references, max_order)
     allowed = set().union(*(map(tuple, ref) for ref in references))
     return replace(counts, matches=(sum(w in {g[0] for g in allowed} for w in hypothesis),
-                                    *counts.matches[1:]))  # fmt: skip
+                                    *counts.matches[1:]))
 
 
 def without_brevity_penalty(counts, smooth="exp", smooth_value=None):
@@ -161,9 +161,9 @@ def test_codexglue_splits_words_at_underscores():
     """CodeXGLUE's script normalises its tokens once more and splits `_` off: 90.2 there on this
     pair, where keeping `__dict__` and `self_obj` whole (a regex word does) gives 75.2."""
     assert split_punctuation("__init__ of self_obj") == [
-        "_", "_", "init", "_", "_", "of", "self", "_", "obj"]  # fmt: skip
+        "_", "_", "init", "_", "_", "of", "self", "_", "obj"]
     score = smoothed_bleu4(["returns the __dict__ of self_obj"],
-                           ["return the __dict__ of self_obj"])  # fmt: skip
+                           ["return the __dict__ of self_obj"])
     assert round(score, 1) == 90.2
 
 
@@ -177,7 +177,7 @@ def test_smoothed_bleu4_is_not_sacrebleu_and_each_shortcut_shows():
                                                ** 0.25) / 2,
         "corpus counts, not a sentence mean": corpus_bleu(hyps, refs, "add-k",
                                                           tokenize=split_punctuation),
-    }  # fmt: skip
+    }
     for name, wrong in shortcuts.items():
         assert wrong != pytest.approx(ours_score, abs=0.5), name
 

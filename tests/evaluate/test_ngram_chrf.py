@@ -57,7 +57,7 @@ def with_spaces(hypothesis, reference, order=6):
     counts = []
     for n in range(1, order + 1):
         grams = [[text[i : i + n] for i in range(len(text) - n + 1)]
-                 for text in (hypothesis, reference)]  # fmt: skip
+                 for text in (hypothesis, reference)]
         guessed, wanted = map(ngram_chrf.Counter, grams)
         matched = sum(min(c, wanted[g]) for g, c in guessed.items())
         counts += [sum(guessed.values()) if wanted else 0, sum(wanted.values()), matched]
@@ -77,7 +77,7 @@ def unclipped(hypothesis, reference, order=6):
     "mistake, name, wrong",
     [("spaces kept", "chrf_counts", with_spaces),
      ("no clipping", "chrf_counts", unclipped),
-     ("beta = 1", "BETA", 1)],  # fmt: skip
+     ("beta = 1", "BETA", 1)],
 )
 def test_each_mistake_disagrees_with_sacrebleu(monkeypatch, mistake, name, wrong):
     monkeypatch.setattr(ngram_chrf, name, wrong)

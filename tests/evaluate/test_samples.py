@@ -20,7 +20,7 @@ def test_samples_use_the_same_seed_for_every_variant(tokenizer):
     same_a, same_b, other = (build_model(TINY, seed=s) for s in (0, 0, 1))
     prompts = ["the cat", "a dog"]
     rows = generate_samples({"a": same_a, "b": same_b, "other": other}, tokenizer, prompts,
-                            max_new_tokens=8, seed=3)  # fmt: skip
+                            max_new_tokens=8, seed=3)
     assert [row["prompt"] for row in rows] == prompts
     assert all(row["a"] == row["b"] for row in rows)  # equal models, equal text
     assert any(row["a"] != row["other"] for row in rows)

@@ -25,7 +25,7 @@ def main(out_dir: Path, kill_at: int) -> None:
         config = TrainConfig(max_steps=8, micro_batch_size=4, seq_len=16, dtype="fp32",
                              device="cpu", warmup_steps=2, lr=3e-3, log_interval=1,
                              eval_interval=100, checkpoint_interval=4, out_dir=out_dir,
-                             progress=False)  # fmt: skip
+                             progress=False)
         data = RandomWindows(token_stream(), 4, seed=info.rank)  # each rank its own windows
         trainer = Trainer(tiny_gpt2(dropout=0.1), config, data, callbacks=[kill])
         trainer.fit(resume=True)

@@ -63,7 +63,7 @@ def main(out_dir: Path) -> None:
         config = TrainConfig(max_steps=8, micro_batch_size=4, seq_len=16, dtype="fp32",
                              device="cpu", warmup_steps=2, lr=3e-3, log_interval=1,
                              eval_interval=100, checkpoint_interval=4, out_dir=out_dir,
-                             progress=False)  # fmt: skip
+                             progress=False)
         die_at = int(os.environ.get("KILL_AFTER_STEP", -1)) + 1 if doomed else 0
         data = DyingWindows(token_stream(), 4, seed=info.rank, die_at=die_at)
         if doomed and "KILL_IN_SAVE" in os.environ:

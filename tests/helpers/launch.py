@@ -23,17 +23,17 @@ def job_env(**slurm) -> dict[str, str]:
     """This environment without any launcher's variables, the stand-in srun and scontrol first
     on PATH, and the variables given (those sbatch would set)."""
     env = {k: v for k, v in os.environ.items()
-           if k not in LAUNCHER_NAMES and not k.startswith("SLURM")}  # fmt: skip
+           if k not in LAUNCHER_NAMES and not k.startswith("SLURM")}
     env.update(PATH=f"{SLURM_STAND_INS}{os.pathsep}{env['PATH']}", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(HERE.parents[1]),
-                                                        env.get("PYTHONPATH")])))  # fmt: skip
+                                                        env.get("PYTHONPATH")])))
     return {**env, **slurm}
 
 
 def run(command: list[str], env: dict[str, str], timeout_s: float = 120) -> str:
     """Run to the end and return the output; fail with it on an error or past the time."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env=env)  # fmt: skip
+                               text=True, env=env)
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

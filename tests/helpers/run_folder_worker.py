@@ -39,7 +39,7 @@ def main(out_dir: Path) -> None:
     pause_inside_save(2, out_dir)
     config = TrainConfig(max_steps=3, micro_batch_size=4, seq_len=16, dtype="fp32", device="cpu",
                          warmup_steps=1, log_interval=1, eval_interval=100, checkpoint_interval=1,
-                         out_dir=out_dir, progress=False)  # fmt: skip
+                         out_dir=out_dir, progress=False)
     Trainer(tiny_gpt2(), config, RandomWindows(token_stream(), 4)).fit(resume=True)
 
 

@@ -6,4 +6,4 @@ def table_rows(text: str) -> list[dict[str, str]]:
     header, _rule, *lines = text.splitlines()
     columns = [cell.strip() for cell in header.split("|")]
     return [dict(zip(columns, (cell.strip() for cell in line.split("|")), strict=True))
-            for line in lines]  # fmt: skip
+            for line in lines]

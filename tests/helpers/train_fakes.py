@@ -17,7 +17,7 @@ def tiny_gpt2(
         n_layer=2, n_embd=width, n_head=2, n_positions=context, vocab_size=VOCAB,
         resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
         bos_token_id=0, eos_token_id=0,
-    )  # fmt: skip
+    )
     return GPT2LMHeadModel(config)
 
 
@@ -39,7 +39,7 @@ class RandomWindows:
 
     def next_batch(self):
         starts = torch.randint(0, len(self.tokens) - self.seq_len - 1, (self.batch_size,),
-                               generator=self.generator)  # fmt: skip
+                               generator=self.generator)
         rows = torch.stack([self.tokens[s : s + self.seq_len + 1] for s in starts.tolist()])
         return rows[:, :-1], rows[:, 1:]
 
@@ -81,7 +81,7 @@ def config(**overrides) -> TrainConfig:
     """Small, fp32, quiet: the settings every test starts from."""
     base = dict(max_steps=6, micro_batch_size=4, seq_len=16, dtype="fp32", device="cpu",
                 eval_interval=3, eval_batches=2, log_interval=1, warmup_steps=2, lr=3e-3,
-                progress=False)  # fmt: skip
+                progress=False)
     return TrainConfig(**{**base, **overrides})
 
 
@@ -103,7 +103,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     tokenizer = Tokenizer(models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(["def add(a, b):\n    return a + b\n"] * 20, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>",
-                                   pad_token="<|endoftext|>")  # fmt: skip
+                                   pad_token="<|endoftext|>")

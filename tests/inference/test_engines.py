@@ -27,14 +27,14 @@ def test_the_reference_row_the_others_and_the_table():
 
     rows = engine_rows({"reference": (reference, 2_000_000),
                         "uniform": (lambda x: torch.zeros(*x.shape, VOCAB), 1_000_000),
-                        "one moved": (one_moved, 0)}, ids, repeats=1)  # fmt: skip
+                        "one moved": (one_moved, 0)}, ids, repeats=1)
     first, uniform, moved = rows
     assert (first.max_abs_diff, first.same_argmax, first.size_mb) == (0, 1, 2.0)
     assert uniform.perplexity == pytest.approx(VOCAB) and uniform.max_abs_diff == 3
     assert moved.same_argmax == pytest.approx(11 / 12) and moved.max_abs_diff == 9
     table = engine_table(rows).splitlines()
     assert table[0] == ("engine | size_mb | latency_ms | speedup_in_rounds | max_abs_diff | "
-                        "same_argmax | perplexity")  # fmt: skip
+                        "same_argmax | perplexity")
     assert table[3].startswith("uniform | 1.00 |") and table[3].endswith("| 8.000")
 
 

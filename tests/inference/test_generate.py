@@ -29,7 +29,7 @@ def test_the_cache_generates_what_recomputation_generates(model, prompt):
 
 def test_greedy_generation_matches_transformers_generate(model, prompt):
     expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                              max_new_tokens=20, pad_token_id=0)  # fmt: skip
+                              max_new_tokens=20, pad_token_id=0)
     assert torch.equal(greedy_generate(model, prompt, 20, KVCache).tokens, expected[:, 7:])
 
 
@@ -51,7 +51,7 @@ def test_timing_gives_a_rate_and_one_time_per_step(model, prompt):
     (torch.zeros(1, 7, dtype=torch.long), 0, "new_tokens must be at least 1, got 0"),
     (torch.zeros(1, 40, dtype=torch.long), 9, "40 tokens plus 9 new ones exceeds the model's "
                                                "context of 48"),
-])  # fmt: skip
+])
 def test_bad_requests_are_refused_with_what_to_do(model, ids, new_tokens, match):
     with pytest.raises(ValueError, match=match):
         greedy_generate(model, ids, new_tokens)

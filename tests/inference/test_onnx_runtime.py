@@ -59,7 +59,7 @@ def test_int8_is_smaller_and_close(exported, tmp_path, caplog):
     rows = engine_rows({
         "fp32": (lambda x: ort_logits(ort_session(exported), x), folder_bytes(exported)),
         "int8": (lambda x: ort_logits(ort_session(int8), x), folder_bytes(int8)),
-    }, tokens, repeats=1)  # fmt: skip
+    }, tokens, repeats=1)
     assert rows[0].max_abs_diff == 0 and rows[0].same_argmax == 1
     assert 0 < rows[1].max_abs_diff < 1 and rows[1].same_argmax > 0.8
     assert "engine | size_mb | latency_ms" in engine_table(rows)

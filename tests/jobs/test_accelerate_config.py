@@ -26,7 +26,7 @@ def test_the_config_launches_through_torchrun():
     [((1,), {}, "num_processes must be 2 or more"), ((2.0,), {}, "num_processes must be 2"),
      ((2,), {"mixed_precision": "fp8"}, "mixed_precision 'fp8'"),
      ((2,), {"port": -1}, "port -1 is not a TCP port")],
-)  # fmt: skip
+)
 def test_wrong_options_are_errors(args, options, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         accelerate_config(*args, **options)
@@ -43,6 +43,6 @@ def test_accelerate_launch_with_the_config_starts_two_processes_in_one_group(tmp
     config = write_accelerate_config(tmp_path / "accelerate.json", 2)
     assert json.loads(config.read_text())["num_processes"] == 2
     output = run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                  str(config), str(WORKER)], job_env())  # fmt: skip
+                  str(config), str(WORKER)], job_env())
     lines = sorted(re.findall(r"accelerate rank=(\d) world=(\d) type=(\w+) sum=(\d+)", output))
     assert lines == [("0", "2", "MULTI_CPU", "3"), ("1", "2", "MULTI_CPU", "3")], output

@@ -46,7 +46,7 @@ def train(cpu: bool = True) -> dict:
         optimizer.zero_grad()
     weight = accelerator.unwrap_model(model).weight.detach().clone()
     place = {"rank": rank, "world": world, "backend": dist.get_backend() if world > 1 else None,
-             "threads": torch.get_num_threads(), "weight": weight}  # fmt: skip
+             "threads": torch.get_num_threads(), "weight": weight}
     accelerator.end_training()  # destroys the process group
     return place
 
@@ -54,7 +54,7 @@ def train(cpu: bool = True) -> dict:
 def test_a_notebook_function_trains_on_two_ranks_of_one_group(capfd):
     ranks = fresh(notebook_launch, train, nprocs=2)
     assert [(r["rank"], r["world"], r["backend"]) for r in ranks] == [(0, 2, "gloo"),
-                                                                     (1, 2, "gloo")]  # fmt: skip
+                                                                     (1, 2, "gloo")]
     assert [r["threads"] for r in ranks] == [1, 1]  # two ranks on two cores: one thread each
     # Invariant: the ranks trained on different batches yet hold the same weights, so DDP
     # averaged their gradients (alone, each would have followed its own batch).
@@ -104,7 +104,7 @@ def hangs_on_rank_1():
 def test_ranks_that_hang_are_stopped_after_the_timeout():
     # the outcome does not depend on speed: the rank hangs forever, however fast it starts
     with pytest.raises(LaunchError, match=r"(?s)the ranks did not finish within 2 s and were "
-                       r"stopped.*rank\(s\) \[0, 1\] ended without a result"):  # fmt: skip
+                       r"stopped.*rank\(s\) \[0, 1\] ended without a result"):
         fresh(notebook_launch, hangs_on_rank_1, nprocs=2, timeout_s=2)
 
 
@@ -112,7 +112,7 @@ def test_ranks_that_hang_are_stopped_after_the_timeout():
     ({"nprocs": 1}, "nprocs must be 2 or more"),
     ({"threads": 0}, "threads must be a positive"),
     ({"timeout_s": 0}, "timeout_s must be a positive"),
-])  # fmt: skip
+])
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         notebook_launch(train, **kwargs)

@@ -28,9 +28,9 @@ def test_one_node_of_several_is_started_without_ssh(tmp_path):
     hostfile = write_hostfile(tmp_path / "hostfile", ["node-a", "node-b"], slots=2)
     assert hostfile.read_text() == "node-a slots=2\nnode-b slots=2\n"
     command = deepspeed_command("train.py", 2, hostfile=hostfile, node_rank=1,
-                                master_addr="10.0.0.1")  # fmt: skip
+                                master_addr="10.0.0.1")
     assert command[3:] == ["--num_gpus=2", f"--hostfile={hostfile}", "--no_ssh", "--node_rank=1",
-                           "--master_addr=10.0.0.1", "train.py"]  # fmt: skip
+                           "--master_addr=10.0.0.1", "train.py"]
     # Without node_rank, DeepSpeed starts every node itself over ssh (pdsh).
     assert "--no_ssh" not in deepspeed_command("train.py", 2, hostfile=hostfile)
 
@@ -51,7 +51,7 @@ def test_deepspeed_reads_the_hostfile_as_written(tmp_path):
      ({"hostfile": "HOSTS", "node_rank": 2, "master_addr": "a"}, ValueError, "numbered 0 to 1"),
      ({"hostfile": "missing", "node_rank": 0, "master_addr": "a"}, FileNotFoundError,
       "no hostfile")],
-)  # fmt: skip
+)
 def test_wrong_commands_are_refused(tmp_path, kwargs, error, message):
     hosts = write_hostfile(tmp_path / "hostfile", ["a", "b"], slots=1)
     if kwargs.get("hostfile") == "HOSTS":
@@ -64,7 +64,7 @@ def test_wrong_commands_are_refused(tmp_path, kwargs, error, message):
     ("hosts", "slots", "message"),
     [("node-a", 1, "a list of host names"), (["a", "a"], 1, "name a node twice"),
      (["a b"], 1, "without spaces"), (["a"], 0, "slots must be a positive integer")],
-)  # fmt: skip
+)
 def test_wrong_hostfiles_are_refused(tmp_path, hosts, slots, message):
     with pytest.raises(ValueError, match=message):
         write_hostfile(tmp_path / "hostfile", hosts, slots)
@@ -87,10 +87,10 @@ def test_two_nodes_started_without_ssh_form_one_world(tmp_path):
 
     def node(rank: int) -> list[str]:
         return deepspeed_command(WORKER, 1, hostfile=hostfile, node_rank=rank,
-                                 master_addr="127.0.0.1", master_port=port)  # fmt: skip
+                                 master_addr="127.0.0.1", master_port=port)
 
     other = subprocess.Popen(node(1), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)  # fmt: skip
+                             text=True)
     try:
         output = run(node(0), env)
         more, _ = other.communicate(timeout=60)
@@ -108,7 +108,7 @@ def test_a_failing_rank_fails_the_run(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text("import os, sys\n"
                       "if os.environ['RANK'] == '1':\n"
-                      "    sys.exit('rank 1 gives up')\n")  # fmt: skip
+                      "    sys.exit('rank 1 gives up')\n")
     with pytest.raises(LaunchError, match="(?s)deepspeed exited with code 1.*rank 1 gives up"):
         run_script(script, nprocs=2, launcher="deepspeed", env=ds_env(), timeout_s=60)
 

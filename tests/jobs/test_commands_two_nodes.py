@@ -20,7 +20,7 @@ def node_command(nnodes: str, node_rank: int, port: int, last_call_s: int) -> li
             "--node_rank", str(node_rank), "--nproc_per_node", "1",
             "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
             "--rdzv_id", "two-nodes", "--rdzv_conf", f"last_call_timeout={last_call_s}",
-            str(WORKER)]  # fmt: skip
+            str(WORKER)]
 
 
 def run_nodes(nnodes: str, count: int, last_call_s: int = 30) -> str:
@@ -28,7 +28,7 @@ def run_nodes(nnodes: str, count: int, last_call_s: int = 30) -> str:
     port, env = free_port(), job_env()
     others = [subprocess.Popen(node_command(nnodes, i, port, last_call_s), env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-              for i in range(1, count)]  # fmt: skip
+              for i in range(1, count)]
     try:
         output = run(node_command(nnodes, 0, port, last_call_s), env)
         for node in others:

@@ -38,7 +38,7 @@ def test_the_missing_rank_and_the_collective_are_named():
 
 def test_a_different_call_is_named_with_the_ranks_on_each_side():
     message = explain_hang({0: calls("all_reduce", "barrier"), 1: calls("all_reduce", "all_gather"),
-                            2: calls("all_reduce", "barrier")})  # fmt: skip
+                            2: calls("all_reduce", "barrier")})
     assert message == (
         "the ranks called different collectives at #2: ranks 0, 2 called barrier; "
         "rank 1 called all_gather"
@@ -53,13 +53,13 @@ def test_a_wrapped_ring_buffer_is_compared_where_every_record_reaches():
 
 def test_each_group_is_compared_on_its_own():
     records = {0: calls("all_reduce", group="0") + calls("barrier", "barrier", group="2"),
-               1: calls("all_reduce", group="0") + calls("barrier", group="2")}  # fmt: skip
+               1: calls("all_reduce", group="0") + calls("barrier", group="2")}
     assert explain_hang(records).startswith("rank 1 never reached barrier #2 of process group 2")
 
 
 def test_a_torch_dump_is_parsed_without_its_backend_prefix_or_p2p_calls():
     entry = {"process_group": ("1", "undefined"), "profiling_name": "gloo:all_reduce",
-             "timeout_ms": 2000}  # fmt: skip
+             "timeout_ms": 2000}
     dump = pickle.dumps(
         {
             "entries": [
@@ -138,7 +138,7 @@ DETAIL_MISMATCH = (
         ("[../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv "
          "operation to complete", None),
     ],
-)  # fmt: skip
+)
 def test_torch_reports_that_name_ranks_are_summed_up_in_one_line(message, summary):
     assert summarize_collective_error(message) == summary
 
@@ -169,9 +169,9 @@ def test_detail_names_a_different_call_at_once(odd_rank):
 
 
 @pytest.mark.parametrize("backend, recorder", [("nccl", "_dump_nccl_trace"),
-                                               ("gloo", "_dump_fr_trace")])  # fmt: skip
+                                               ("gloo", "_dump_fr_trace")])
 def test_the_dump_reads_the_recorder_of_the_groups_backend(backend, recorder, tmp_path,
-                                                           monkeypatch):  # fmt: skip
+                                                           monkeypatch):
     # NCCL keeps its own recorder: dumping the generic one under NCCL gave 0 collectives on an
     # H200 (the GPU check). A CPU build of torch has no NCCL dump, so both are stand-ins here.
     from torch._C import _distributed_c10d as c10d
@@ -179,7 +179,7 @@ def test_the_dump_reads_the_recorder_of_the_groups_backend(backend, recorder, tm
     from llmlab.jobs import hangs
 
     entry = {"process_group": ("0", "default_pg"), "profiling_name": f"{backend}:all_reduce",
-             "timeout_ms": 1000, "collective_seq_id": 1}  # fmt: skip
+             "timeout_ms": 1000, "collective_seq_id": 1}
     for name in ("_dump_nccl_trace", "_dump_fr_trace"):
         dump = pickle.dumps({"entries": [entry] if name == recorder else []})
         monkeypatch.setattr(c10d, name, lambda dump=dump: dump, raising=False)
@@ -187,4 +187,4 @@ def test_the_dump_reads_the_recorder_of_the_groups_backend(backend, recorder, tm
     monkeypatch.setattr(hangs.dist, "get_rank", lambda: 0)
     hangs.dump_flight_record(tmp_path / "rank_")
     assert load_flight_records(tmp_path / "rank_") == {0: [CollectiveCall("0", 1, "all_reduce",
-                                                                          1.0)]}  # fmt: skip
+                                                                          1.0)]}

@@ -25,7 +25,7 @@ def test_llama_70b_on_64_gpus_with_tp_8_and_pp_4():
     assert flags["--num-query-groups"] == "8" and "--group-query-attention" in flags
     assert flags["--ffn-hidden-size"] == "28672" and flags["--normalization"] == "RMSNorm"
     for flag in ("--sequence-parallel", "--use-distributed-optimizer", "--bf16", "--swiglu",
-                 "--untie-embeddings-and-output-weights"):  # fmt: skip
+                 "--untie-embeddings-and-output-weights"):
         assert flag in flags
     assert not any("data-parallel" in arg for arg in flags)  # implied by the world size
 
@@ -57,7 +57,7 @@ def test_the_table_names_every_flag_the_command_can_use():
     table = megatron_table()
     assert len(table.splitlines()) == 2 + len(MEGATRON_NAMES)  # a header, its rule, the rows
     for flag in ("--tensor-model-parallel-size", "--sequence-parallel", "--micro-batch-size",
-                 "--use-distributed-optimizer", "--seq-length"):  # fmt: skip
+                 "--use-distributed-optimizer", "--seq-length"):
         assert flag in table
 
 

@@ -51,11 +51,11 @@ def test_every_variable_is_explained_once():
 
 def test_explain_lists_the_set_variables_in_table_order_with_their_meaning():
     environ = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN", "HOME": "/root",
-               "NCCL_ASYNC_ERROR_HANDLING": "1"}  # fmt: skip
+               "NCCL_ASYNC_ERROR_HANDLING": "1"}
     found = explain(environ)
     assert [setting for _, setting in found] == [
         "NCCL_DEBUG=WARN", "NCCL_ASYNC_ERROR_HANDLING=1", "GLOO_SOCKET_IFNAME=eth0",
-    ]  # fmt: skip
+    ]
     assert found[1][0].name == "TORCH_NCCL_ASYNC_ERROR_HANDLING"  # the old name, explained
     assert "GLOO_SOCKET_IFNAME=eth0: which interfaces gloo uses" in format_explanation(environ)
     assert format_explanation({"HOME": "/root"}).startswith("none set")
@@ -127,7 +127,7 @@ def test_p2p_settings_that_keep_nvlink_are_fine(environ, report):
 
 def test_a_typical_h100_node_job_environment_is_fine_and_its_debug_switches_are_not():
     job = {"NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0",
-           "NCCL_IB_HCA": "mlx5", "MASTER_ADDR": "node-1", "MASTER_PORT": "29500"}  # fmt: skip
+           "NCCL_IB_HCA": "mlx5", "MASTER_ADDR": "node-1", "MASTER_PORT": "29500"}
     assert problems(job, h100_box()) == []
     debugging = {**job, "NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"}
     messages = [message for _, message in problems(debugging, h100_box())]
@@ -153,7 +153,7 @@ def test_ib_hca_must_name_an_adapter_of_this_machine():
 
 def test_log_levels():
     assert problems({"NCCL_DEBUG": "WARN", "GLOO_LOG_LEVEL": "INFO",
-                     "TORCH_DISTRIBUTED_DEBUG": "detail"}) == []  # fmt: skip
+                     "TORCH_DISTRIBUTED_DEBUG": "detail"}) == []
     (note,) = comm_problems({"NCCL_DEBUG": "info"}, NODE)
     assert note.severity == "info" and "NCCL_DEBUG=INFO" in note.message
     assert "is not a level NCCL knows" in only_warning({"NCCL_DEBUG": "VERBOSE"})
@@ -255,7 +255,7 @@ def test_gloo_fails_exactly_where_the_check_warns(good):
     result = subprocess.run(
         [sys.executable, "-c", GLOO_INIT, name, str(_free_port())], capture_output=True,
         text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     assert warned == (not good)
     assert result.stdout.startswith("started" if good else "failed:"), result.stdout

@@ -126,7 +126,7 @@ def test_run_scripts_ranks_go_when_the_launching_process_is_killed(tmp_path):
     script = tmp_path / "waits.py"
     script.write_text(RANK_SCRIPT.format(body=WAITS))
     kernel = subprocess.Popen([sys.executable, "-c", SCRIPT_KERNEL, str(script), str(tmp_path)],
-                              env=job_env())  # fmt: skip
+                              env=job_env())
     try:
         ranks = written_pids(tmp_path, 2)
     finally:

@@ -19,7 +19,7 @@ TORCHRUN = f"{sys.executable} -m torch.distributed.run"  # this Python's torchru
 
 def test_the_script_asks_for_the_layout_and_starts_one_torchrun_per_node():
     text = sbatch_script("train.py", nodes=4, gpus_per_node=8, script_args=["--lr", "3e-4"],
-                         job_name="gpt-350m", time="1-00:00:00")  # fmt: skip
+                         job_name="gpt-350m", time="1-00:00:00")
     for line in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
                  "#SBATCH --cpus-per-task=64", "#SBATCH --time=1-00:00:00",
                  "#SBATCH --job-name=gpt-350m", "#SBATCH --output=%x-%j.out",
@@ -49,7 +49,7 @@ def test_arguments_are_quoted_and_the_jobs_variables_expand_in_them():
      ({"time": "2h"}, "time '2h' is not a SLURM time"),
      ({"job_name": "my job"}, "job name 'my job'"),
      ({"port": 70000}, "port 70000 is not a TCP port")],
-)  # fmt: skip
+)
 def test_a_wrong_layout_or_option_is_an_error(options, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         sbatch_script("train.py", **{"nodes": 2, "gpus_per_node": 8, **options})
@@ -58,10 +58,10 @@ def test_a_wrong_layout_or_option_is_an_error(options, message):
 @pytest.mark.slow
 def test_the_sbatch_script_runs_two_nodes_that_meet_at_the_first(tmp_path):
     job = write_sbatch(tmp_path / "job.sbatch", WORKER, nodes=2, gpus_per_node=1,
-                       cpus_per_task=1, port=free_port(), torchrun=TORCHRUN)  # fmt: skip
+                       cpus_per_task=1, port=free_port(), torchrun=TORCHRUN)
     # What sbatch would set for a two-node job (SLURM_NNODES, the node list, a job id).
     env = job_env(SLURM_JOB_NODELIST="localhost,127.0.0.1", SLURM_NNODES="2",
-                  SLURM_JOB_ID="4242", SLURM_NTASKS_PER_NODE="1")  # fmt: skip
+                  SLURM_JOB_ID="4242", SLURM_NTASKS_PER_NODE="1")
     output = run(["bash", str(job)], env)
     assert "job 4242: 2 nodes x 1 processes, rendezvous at localhost:" in output
     # Both torchruns joined one world of 2; the rendezvous gave each node its own rank.
@@ -77,5 +77,5 @@ def test_srun_alone_starts_the_ranks_and_process_group_reads_slurms_variables():
     output = run(["srun", sys.executable, str(WORKER)], env)
     # 2 nodes x 2 tasks: local ranks 0,1 on each node; rank 0 listened on the first host.
     assert joined(output) == [(0, 0, 0, 4, 10), (1, 1, 0, 4, 10), (2, 0, 1, 4, 10),
-                              (3, 1, 1, 4, 10)], output  # fmt: skip
+                              (3, 1, 1, 4, 10)], output
     assert output.count("launcher=slurm") == 4

@@ -17,7 +17,7 @@ TOLERANCE = {} if interpreted() else {"rtol": 3e-3, "atol": 3e-3}
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("batch, heads, seq_len, head_dim", [(1, 1, 1, 16), (2, 3, 37, 16),
-                                                             (1, 2, 50, 32)])  # fmt: skip
+                                                             (1, 2, 50, 32)])
 def test_matches_sdpa(batch, heads, seq_len, head_dim, causal):
     generator = torch.Generator().manual_seed(seq_len)
     q, k, v = torch.randn(3, batch, heads, seq_len, head_dim, generator=generator).to(DEVICE)

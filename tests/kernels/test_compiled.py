@@ -50,7 +50,7 @@ def test_graph_breaks_are_counted_with_their_reasons_and_fixing_them_leaves_one_
     assert any("print" in reason for reason in found.reasons)
     assert any("item()" in reason for reason in found.reasons)
     assert any(reason.startswith("a Python branch on a tensor's value (line")
-               and "y.sum() > 0" in reason for reason in found.reasons)  # fmt: skip
+               and "y.sum() > 0" in reason for reason in found.reasons)
     fixed = Fixed()
     fixed.load_state_dict(model.state_dict())
     clean = graph_breaks(fixed, x)
@@ -98,7 +98,7 @@ def test_the_speedup_is_the_median_of_the_rounds_and_shows_their_range():
         return Timing(median, median, median, (median,), 0)
 
     result = CompileTiming(1.0, 0, tuple(map(timing, (0.3, 0.3, 0.3))),
-                           tuple(map(timing, (0.2, 0.3, 0.1))))  # fmt: skip
+                           tuple(map(timing, (0.2, 0.3, 0.1))))
     assert result.round_speedups == pytest.approx((1.5, 1.0, 3.0))
     assert result.speedup == pytest.approx(1.5)  # the median round, not a mean of the times
     assert (result.eager_s, result.compiled_s) == (0.3, 0.2)

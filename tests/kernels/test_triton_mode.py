@@ -36,7 +36,7 @@ def test_llmlab_start_up_imports_neither_torch_nor_triton():
     # The switch must come before Triton's import, so llmlab's start-up must not import it.
     code = "import sys, llmlab; print('torch' in sys.modules, 'triton' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)  # fmt: skip
+                            check=True)
     assert result.stdout.split() == ["False", "False"]
 
 
@@ -52,7 +52,7 @@ def test_an_interpreter_switched_on_after_triton_was_imported_is_named():
     # What a notebook that imports triton before llmlab gets, in a fresh process.
     code = ("import triton, torch, llmlab\n"
             "from llmlab.kernels.softmax import softmax_forward\n"
-            "softmax_forward(torch.zeros(2, 3))")  # fmt: skip
+            "softmax_forward(torch.zeros(2, 3))")
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert "Triton was imported before its interpreter was switched on" in result.stderr

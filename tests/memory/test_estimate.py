@@ -45,7 +45,7 @@ def test_zero_paper_gpt2_1_5b_example():
 
 @pytest.mark.parametrize(
     "stage, published_gb", [(0, 120), (1, 31.4), (2, 16.6), (3, 1.9)]
-)  # fmt: skip
+)
 def test_zero_paper_7_5b_on_64_gpus_per_stage(stage, published_gb):
     """Figure 1: 7.5B parameters, 64 data-parallel GPUs; baseline, Pos, Pos+g, Pos+g+p."""
     states = model_states(7.5e9, MIXED_ADAM.replace(zero=stage, gpus=64))
@@ -123,7 +123,7 @@ def test_lora_and_qlora():
 def test_head_only_trains_the_head_and_keeps_no_block_activations():
     full = estimate_memory("gpt2-124m", batch=4, seq=512, dtype="fp32", attention="eager")
     head = estimate_memory("gpt2-124m", batch=4, seq=512, dtype="fp32", attention="eager",
-                           head_only=True)  # fmt: skip
+                           head_only=True)
     matrix = 50257 * 768  # GPT-2 ties its head to the embedding: training it makes a copy
     assert head.items["gradients"] == matrix * 4
     assert head.items["optimizer states"] == matrix * 8
@@ -235,7 +235,7 @@ SMALL_STEP = TrainingSetup(batch=1, seq=128, checkpointing=True, grad_accumulati
 
 def test_each_pipeline_stage_holds_its_own_parameters_and_micro_batches():
     first, last = (estimate_memory(SMALL, SMALL_STEP, pipeline_stage=i, pipeline_stages=2)
-                   for i in (0, 1))  # fmt: skip
+                   for i in (0, 1))
     bf16 = 2
     # The first stage: 2 blocks, the token and position embeddings; 1F1B keeps 2 micro-batches
     # in flight, each 128 tokens x 2 blocks x their 64-wide input (activation checkpointing).
@@ -267,7 +267,7 @@ def test_one_pipeline_stage_is_the_whole_model():
     (0, 5, "pipeline_stages must be 1 to the model's 4 layers"),
     (0, 0, "pipeline_stages must be 1"),
     (2, 2, "pipeline_stage must be 0 to 1"), (-1, 2, "pipeline_stage must be 0 to 1"),
-])  # fmt: skip
+])
 def test_a_stage_outside_the_pipeline_is_refused(stage, stages, words):
     with pytest.raises(ValueError, match=words):
         estimate_memory(SMALL, SMALL_STEP, pipeline_stage=stage, pipeline_stages=stages)
@@ -277,7 +277,7 @@ def test_a_stage_outside_the_pipeline_is_refused(stage, stages, words):
     ({"tensor_parallel": 8, "gpus": 8}, "more than the model's 4 attention heads"),
     ({"tensor_parallel": 3, "gpus": 3}, "does not divide the model's 4 attention heads"),
     ({"lora_rank": 65}, "lora_rank=65 is more than 64, the smallest side"),
-])  # fmt: skip
+])
 def test_numbers_the_model_cannot_take_are_refused(changes, words):
     with pytest.raises(ValueError, match=words):
         estimate_memory(SMALL, SMALL_STEP.replace(**changes))

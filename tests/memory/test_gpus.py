@@ -14,7 +14,7 @@ from llmlab.models import preset
 def needing(gb: float) -> MemoryEstimate:
     """An estimate whose total is `gb` GB."""
     return MemoryEstimate(preset("tiny"), TrainingSetup(), {"weights": gb * GB}, "forward",
-                          ("weights",), overhead=0)  # fmt: skip
+                          ("weights",), overhead=0)
 
 
 def test_fits_says_yes_tight_or_no():

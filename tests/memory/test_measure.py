@@ -47,7 +47,7 @@ def test_other_setups_are_predicted_within_10_percent(changes):
 
 
 SMALL_LLAMA = dataclasses.replace(preset("llama-1b"), n_layer=2, d_model=256, n_head=4,
-                                  n_kv_head=2, d_ff=688, vocab_size=2048, context=256)  # fmt: skip
+                                  n_kv_head=2, d_ff=688, vocab_size=2048, context=256)
 
 
 @pytest.mark.parametrize("model", ["tiny", SMALL_LLAMA], ids=["gpt2", "llama"])
@@ -59,7 +59,7 @@ def test_autocast_keeps_an_fp32_residual_stream_and_a_16_bit_input_per_matmul(mo
     input (Llama's q, k and v three of the same one). Counted at 2 bytes and one copy, the plan
     fell 7-13% short of these activations."""
     setup = CPU_STEP.replace(dtype="bf16", fp32_grads=True, attention="sdpa",
-                             checkpointing=checkpointing)  # fmt: skip
+                             checkpointing=checkpointing)
     measured, predicted = memory.measure(model, setup), estimate_memory(model, setup)
     # the tracker files autocast's 16-bit weight copies with the activations; checkpointing
     # drops the blocks' copies, not the head's (Llama's rotary tables, unplanned, add 1% here)

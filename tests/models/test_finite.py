@@ -21,7 +21,7 @@ def test_nan_and_both_infinities_are_refused_with_the_count_and_the_first_index(
     tensor = torch.zeros(3, 4)
     tensor[1, 2] = tensor[2, 0] = bad
     with pytest.raises(ValueError, match=rf"the scores holds 2 NaN or inf value\(s\), the first at "
-                       rf"index \(1, 2\) \({bad}\): find where it came from"):  # fmt: skip
+                       rf"index \(1, 2\) \({bad}\): find where it came from"):
         require_finite(tensor, "the scores")
 
 
@@ -31,5 +31,5 @@ def test_every_parameter_is_checked_by_its_name():
     with torch.no_grad():
         model[1].bias[1] = math.inf
     with pytest.raises(ValueError, match=r"^1\.bias holds 1 NaN or inf value\(s\), the first at "
-                       r"index \(1,\) \(inf\)"):  # fmt: skip
+                       r"index \(1,\) \(inf\)"):
         require_finite_parameters(model)

@@ -59,7 +59,7 @@ def test_the_next_token_loss_is_the_only_cross_entropy_in_llmlab():
     "F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())",
     "torch.nn.functional.nll_loss(logits.log_softmax(-1), targets)",
     "nn.CrossEntropyLoss()(logits, targets)",
-])  # fmt: skip
+])
 def test_a_second_cross_entropy_is_caught(tmp_path, source):
     path = tmp_path / "llmlab" / "distributed" / "pipeline.py"
     path.parent.mkdir(parents=True)

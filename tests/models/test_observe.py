@@ -16,7 +16,7 @@ SHAPE = ModelShape("gpt2", 2, 32, 4, 64, 16)
 def batches(count=2, rows=2, seq=12):
     generator = torch.Generator().manual_seed(0)
     return [torch.randint(0, SHAPE.vocab_size, (rows, seq), generator=generator)
-            for _ in range(count)]  # fmt: skip
+            for _ in range(count)]
 
 
 def observed(model, names, data, window=None):
@@ -55,7 +55,7 @@ def test_a_nan_input_is_refused_with_the_layer_and_the_batch():
     with torch.no_grad():  # a token of batch 1 only, so batch 0 goes through
         model.transformer.wte.weight[data[1][0, 3]] = torch.nan
     with pytest.raises(ValueError, match=r"the input of transformer.h.1.attn.c_attn on calibration "
-                       r"batch 1 holds \d+ NaN or inf"):  # fmt: skip
+                       r"batch 1 holds \d+ NaN or inf"):
         observed(model, ["transformer.h.1.attn.c_attn"], data)
 
 
@@ -64,7 +64,7 @@ def test_a_nan_input_is_refused_with_the_layer_and_the_batch():
                                   r"of 64 \(ids 0 to 63\)"),
     (torch.tensor([[5, -1, 2]]), "batch 3 holds token id -1"),
     (torch.tensor([[1.0, 2.0]]), "batch 3 holds torch.float32 values: token ids are integers"),
-], ids=["beyond", "negative", "float"])  # fmt: skip
+], ids=["beyond", "negative", "float"])
 def test_token_ids_outside_the_vocabulary_or_not_integers_are_refused(ids, message):
     with pytest.raises(ValueError, match=message):
         check_token_ids(ids, 64, batch=3)

@@ -87,7 +87,7 @@ def test_the_kept_heads_score_highest_and_gqa_keeps_whole_groups():
     v_proj = model.transformer.h[0].attn.c_attn.weight[:, 128:].detach()
     o_proj = model.transformer.h[0].attn.c_proj.weight.detach()
     expected = torch.stack([v_proj[:, 16 * h : 16 * (h + 1)].norm() * o_proj[16 * h : 16 * (h + 1)]
-                            .norm() for h in range(4)])  # fmt: skip
+                            .norm() for h in range(4)])
     torch.testing.assert_close(head_scores(model)[0], expected)
 
 
@@ -96,7 +96,7 @@ def test_kept_heads_refuses_non_finite_scores_by_block():
     scores = head_scores(model)
     scores[1][2] = math.nan  # topk would rank its group above every other and keep it
     with pytest.raises(ValueError, match=r"the head-score tensor of block 1 holds 1 NaN or inf "
-                       r"value\(s\), the first at index \(2,\)"):  # fmt: skip
+                       r"value\(s\), the first at index \(2,\)"):
         kept_heads(model, 2, scores)
     with torch.no_grad():
         model.model.layers[0].self_attn.o_proj.weight[0, 3] = math.nan

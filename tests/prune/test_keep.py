@@ -32,7 +32,7 @@ def adamw_steps(model, steps=5):
 
 def pruned_entries_are_zero(model, masks):
     return all((current_weight(model.get_submodule(n.rpartition(".")[0]))[~mask] == 0).all()
-               for n, mask in masks.items())  # fmt: skip
+               for n, mask in masks.items())
 
 
 @pytest.mark.parametrize("family", SHAPES)
@@ -113,4 +113,4 @@ def test_masks_in_any_array_form_apply():
     apply_masks(reference, masks)
     assert all(torch.equal(current_weight(model.get_submodule(n.rpartition(".")[0])),
                            current_weight(reference.get_submodule(n.rpartition(".")[0])))
-               for n in masks)  # fmt: skip
+               for n in masks)

@@ -33,7 +33,7 @@ def library_masks(model, sparsity):
     """torch.nn.utils.prune's global L1 pruning of the same matrices, in the same order."""
     modules = prunable_weights(model)
     torch_prune.global_unstructured([(m, "weight") for m in modules.values()],
-                                    torch_prune.L1Unstructured, amount=sparsity)  # fmt: skip
+                                    torch_prune.L1Unstructured, amount=sparsity)
     return {name: module.weight_mask.bool() for name, module in modules.items()}
 
 
@@ -113,13 +113,13 @@ def test_nm_masks_refuse_a_non_finite_weight_by_name(bad):
     weight = torch.randn(4, 8)
     weight[2, 6] = bad
     with pytest.raises(ValueError, match=r"the weight holds 1 NaN or inf value\(s\), the first "
-                       r"at index \(2, 6\)"):  # fmt: skip
+                       r"at index \(2, 6\)"):
         nm_mask(weight)
     model = build_model(GPT2)
     with torch.no_grad():
         model.transformer.h[1].mlp.c_fc.weight[3, 5] = bad
     with pytest.raises(ValueError, match=r"transformer.h.1.mlp.c_fc.weight: the weight holds 1 "
-                       r"NaN or inf value\(s\), the first at index \(3, 5\)"):  # fmt: skip
+                       r"NaN or inf value\(s\), the first at index \(3, 5\)"):
         nm_masks(model)
 
 
@@ -140,5 +140,5 @@ def test_magnitude_masks_refuse_a_non_finite_weight_by_name(bad):
         model.transformer.h[1].mlp.c_fc.weight[3, 5] = bad
     for masks in (layerwise_masks, global_masks):
         with pytest.raises(ValueError, match=r"transformer.h.1.mlp.c_fc.weight holds 1 NaN or "
-                           r"inf value\(s\), the first at index \(3, 5\)"):  # fmt: skip
+                           r"inf value\(s\), the first at index \(3, 5\)"):
             masks(model, 0.5)

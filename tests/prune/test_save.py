@@ -48,7 +48,7 @@ def test_a_damaged_pruned_model_is_refused(tmp_path):
     folder = save_pruned(model, tmp_path / "pruned")
     flip_byte(folder / "model.safetensors")
     with pytest.raises(ValueError, match="pruned model .* is damaged: model.safetensors differs "
-                       "from the sha256 .*llmlab.prune.save_pruned$"):  # fmt: skip
+                       "from the sha256 .*llmlab.prune.save_pruned$"):
         load_pruned(folder)
 
 
@@ -57,7 +57,7 @@ def test_a_pruned_model_with_pickled_weights_is_refused(tmp_path):
     folder = save_pruned(model, tmp_path / "pruned")
     pickle_the_weights(folder, model)  # from_pretrained alone would unpickle it
     with pytest.raises(ValueError, match=r"pruned model .*: .*no file named model.safetensors.* "
-                       r"Only safetensors weights .*llmlab.prune.save_pruned$"):  # fmt: skip
+                       r"Only safetensors weights .*llmlab.prune.save_pruned$"):
         load_pruned(folder)
 
 
@@ -66,7 +66,7 @@ def test_a_damaged_mask_file_is_refused(tmp_path):
     path = save_masks(masks, tmp_path / "masks.safetensors")
     flip_byte(path, at=0.9)  # a 0/1 byte of a mask: one weight pruned or kept the other way
     with pytest.raises(ValueError, match="mask file .* is damaged: masks.safetensors differs "
-                       "from the sha256 .*llmlab.prune.save_masks$"):  # fmt: skip
+                       "from the sha256 .*llmlab.prune.save_masks$"):
         load_masks(path, build_model(GPT2))
     (tmp_path / "masks.safetensors.sha256").unlink()
     with pytest.raises(ValueError, match="masks.safetensors.sha256 is missing"):

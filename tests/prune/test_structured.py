@@ -37,7 +37,7 @@ def test_removing_neurons_gives_the_masked_models_output_and_reloads(tmp_path, f
     # ...and differs from the dense model, so the comparison above is not vacuous.
     assert not torch.allclose(logits(smaller, ids), logits(model, ids), atol=1e-3)
     removed = GPT2.n_layer * (width - width // 2) * (2 * GPT2.d_model if family == "gpt2"
-                                                     else 3 * GPT2.d_model)  # fmt: skip
+                                                     else 3 * GPT2.d_model)
     if family == "gpt2":
         removed += GPT2.n_layer * (width - width // 2)  # c_fc's bias of each removed neuron
     dense = sum(p.numel() for p in model.parameters())
@@ -74,7 +74,7 @@ def test_kept_neurons_refuses_non_finite_scores_by_block():
     scores = neuron_scores(model)
     scores[1][7] = math.nan  # topk would rank it above every neuron and keep it
     with pytest.raises(ValueError, match=r"the neuron-score tensor of block 1 holds 1 NaN or inf "
-                       r"value\(s\), the first at index \(7,\)"):  # fmt: skip
+                       r"value\(s\), the first at index \(7,\)"):
         kept_neurons(model, 0.5, scores)
     with torch.no_grad():
         model.transformer.h[0].mlp.c_proj.weight[4, 0] = math.inf  # the default scores follow it

@@ -34,7 +34,7 @@ def test_wanda_mask_weighs_magnitude_by_the_input_norm():
     assert not wanda_mask(weight, torch.ones(8), dim=1, sparsity=0.5)[:, 3].any()
     # GPT-2's Conv1D holds (inputs, outputs): the same weights transposed, the same mask.
     assert torch.equal(wanda_mask(weight.T, norms, dim=0, sparsity=0.5),
-                       wanda_mask(weight, norms, dim=1, sparsity=0.5).T)  # fmt: skip
+                       wanda_mask(weight, norms, dim=1, sparsity=0.5).T)
 
 
 def test_input_norms_are_the_norms_of_what_each_layer_reads():
@@ -60,7 +60,7 @@ def test_wanda_prunes_as_many_per_output_as_the_papers_code():
         scores = w.abs() * n
         papers = torch.ones_like(w, dtype=torch.bool)
         papers.scatter_(1, torch.sort(scores, dim=-1, stable=True)[1][:, : int(columns * sparsity)],
-                        False)  # fmt: skip
+                        False)
         assert torch.equal(wanda_mask(w, n, dim=1, sparsity=sparsity), papers), sparsity
     assert (~wanda_mask(weight, norms, dim=1, sparsity=0.6)).sum(1).tolist() == [76] * 8
 
@@ -78,18 +78,18 @@ def test_wanda_refuses_non_finite_numbers_and_ids_beyond_the_vocabulary():
     with torch.no_grad():  # finite, but its LayerNorm overflows: block 0 reads NaN
         model.transformer.wte.weight[batches[1][0, 3]] = 3e38
     with pytest.raises(ValueError, match="the input of transformer.h.0.attn.c_attn.weight on "
-                       "calibration batch 1 holds"):  # fmt: skip
+                       "calibration batch 1 holds"):
         wanda_prune(model, 0.5, batches)
     model = build_model(GPT2)
     with pytest.raises(ValueError, match=r"calibration batch 1 holds token id 256, outside this "
-                       r"model's vocabulary of 256 \(ids 0 to 255\)"):  # fmt: skip
+                       r"model's vocabulary of 256 \(ids 0 to 255\)"):
         wanda_prune(model, 0.5, [batches[0], torch.full((2, 16), GPT2.vocab_size)])
     weight = torch.randn(4, 8)
     with pytest.raises(ValueError, match="the input norms holds 1 NaN"):
         wanda_mask(weight, torch.tensor([1.0] * 7 + [torch.nan]), dim=1, sparsity=0.5)
     weight[2, 2] = -torch.inf
     with pytest.raises(ValueError, match=r"the weight holds 1 NaN or inf value\(s\), the first at "
-                       r"index \(2, 2\) \(-inf\)"):  # fmt: skip
+                       r"index \(2, 2\) \(-inf\)"):
         wanda_mask(weight, torch.ones(8), dim=1, sparsity=0.5)
 
 

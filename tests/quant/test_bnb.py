@@ -61,7 +61,7 @@ def test_llama_linear_layers_are_quantized_by_both_libraries():
     llama = build_model(ModelShape("llama", 1, 64, 4, VOCAB, SEQ, d_ff=128, n_kv_head=2)).eval()
     int8 = int8_model(llama)
     assert sum(isinstance(getattr(m, "weight", None), TorchAOBaseTensor)
-               for m in int8.modules()) == 7  # q, k, v, o, gate, up, down  # fmt: skip
+               for m in int8.modules()) == 7  # q, k, v, o, gate, up, down
     nf4 = nf4_model(llama)
     assert sum(isinstance(m, bnb.nn.Linear4bit) for m in nf4.modules()) == 7
     assert relative_logit_error(llama, int8) < 0.05 and relative_logit_error(llama, nf4) < 0.2

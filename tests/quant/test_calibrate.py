@@ -40,7 +40,7 @@ def test_record_inputs_refuses_bad_input():
         record_inputs(model, name, [])
     with pytest.raises(ValueError, match="fewer than one window of 32"):
         record_inputs(model, name, [torch.zeros(2, 64, dtype=torch.long),
-                                    torch.zeros(2, 16, dtype=torch.long)], window=32)  # fmt: skip
+                                    torch.zeros(2, 16, dtype=torch.long)], window=32)
     with pytest.raises(ValueError, match=r"expected token ids shaped \(batch, seq\)"):
         record_inputs(model, name, [torch.zeros(64, dtype=torch.long)])
     with pytest.raises(KeyError, match="no module named 'transformer.h.9.attn'"):

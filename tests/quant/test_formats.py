@@ -55,7 +55,7 @@ def test_finer_grids_err_less():
     torch.manual_seed(0)
     weight = torch.randn(16, 128) * torch.logspace(-2, 0, 16)[:, None]  # rows of unequal size
     errors = [quant_error(weight, fake_quantize(weight, 4, False, g)).relative
-              for g in ("tensor", "channel", 32)]  # fmt: skip
+              for g in ("tensor", "channel", 32)]
     assert errors[0] > 1.5 * errors[1] and errors[1] > 1.1 * errors[2], errors
     assert quant_error(weight, fake_quantize(weight, 8, True, "channel")).relative < 0.01
 
@@ -84,7 +84,7 @@ def test_a_non_finite_weight_is_refused_naming_where_it_is(quantizer, bad):
     weight = torch.randn(4, 64)
     weight[2, 17] = bad
     with pytest.raises(ValueError, match=r"holds 1 NaN or inf value\(s\), the first at index "
-                       rf"\(2, 17\) \({bad}\)"):  # fmt: skip
+                       rf"\(2, 17\) \({bad}\)"):
         quantizer(weight)
 
 

@@ -115,7 +115,7 @@ def test_non_finite_numbers_and_bad_damping_get_a_clear_error(layer):
     poisoned = inputs.clone()
     poisoned[5, 7] = torch.nan
     with pytest.raises(ValueError, match=r"calibration input 1 holds 1 NaN or inf value\(s\), "
-                       r"the first at index \(5, 7\)"):  # fmt: skip
+                       r"the first at index \(5, 7\)"):
         gptq_linear(linear, [inputs, poisoned])
     h = hessian([inputs])
     overflowed = h.clone()

@@ -151,7 +151,7 @@ def flip_byte(path):
 def test_a_damaged_checkpoint_saved_by_llmlab_is_refused(gptq_folder, tmp_path, damage):
     listed = (gptq_folder / "checksums.sha256").read_text()
     assert all(f"  {name}\n" in listed for name in ("model.safetensors", "config.json",
-                                                    "quantize_config.json"))  # fmt: skip
+                                                    "quantize_config.json"))
     folder = damaged_copy(gptq_folder, tmp_path)
     weights = folder / "model.safetensors"
     if damage == "flipped byte":
@@ -202,7 +202,7 @@ DAMAGES = {
     "truncated": (lambda f: (f / "model.safetensors").write_bytes(
                       (f / "model.safetensors").read_bytes()[:-1000]),
                   "model.safetensors cannot be read .*incomplete metadata"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.slow
@@ -219,7 +219,7 @@ def test_a_damaged_checkpoint_made_elsewhere_gets_llmlabs_message(gptq_folder, t
     apply, message = DAMAGES[damage]
     apply(folder)
     with pytest.raises(ValueError, match=f"GPTQ checkpoint .* is damaged: .*{message}.*Quantize "
-                       "the float model again"):  # fmt: skip
+                       "the float model again"):
         load_gptq_checkpoint(folder)
 
 

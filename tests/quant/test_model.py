@@ -41,7 +41,7 @@ def test_non_finite_weights_are_refused_before_anything_changes(method):
         model.transformer.h[1].mlp.c_fc.weight[7, 3] = torch.nan
     before = {name: value.clone() for name, value in model.state_dict().items()}
     with pytest.raises(ValueError, match=r"transformer.h.1.mlp.c_fc.weight holds 1 NaN or inf "
-                       r"value\(s\), the first at index \(7, 3\)"):  # fmt: skip
+                       r"value\(s\), the first at index \(7, 3\)"):
         quantize_model(model, method, calibration(), group_size=32)
     # unchanged: block 0 was not quantized before the refusal
     torch.testing.assert_close(dict(model.state_dict()), before, rtol=0, atol=0, equal_nan=True)
@@ -53,7 +53,7 @@ def test_calibration_ids_beyond_the_vocabulary_or_activations_that_overflow_are_
     batches[1][2, 5] = VOCAB
     with pytest.raises(ValueError, match=r"calibration batch 1 holds token id 512, outside this "
                        r"model's vocabulary of 512 \(ids 0 to 511\): were the batches made with "
-                       "another tokenizer"):  # fmt: skip
+                       "another tokenizer"):
         quantize_model(model, "gptq", batches, group_size=32)
     batches[1][2, 5] = -1
     with pytest.raises(ValueError, match="holds token id -1"):
@@ -64,7 +64,7 @@ def test_calibration_ids_beyond_the_vocabulary_or_activations_that_overflow_are_
     with torch.no_grad():  # finite, but the LayerNorm of this token overflows to NaN
         model.transformer.wte.weight[batches[0][0, 0]] = 3e38
     with pytest.raises(ValueError, match="the input of transformer.h.0.attn.c_attn on calibration "
-                       "batch 0 holds"):  # fmt: skip
+                       "batch 0 holds"):
         quantize_model(model, "gptq", batches, group_size=32)
 
 
@@ -135,7 +135,7 @@ def test_per_channel_is_one_grid_per_row_of_every_matrix_whatever_its_width(meth
     grid (a fixed group size of 64 would split the 256-wide rows into four)."""
     model = build_model(SHAPES["gpt2"])
     report = quantize_model(model, method, calibration(), bits=4, group_size="channel",
-                            progress=False)  # fmt: skip
+                            progress=False)
     for name, q in report.layers.items():
         assert q.scales.shape[-1] == 1, name  # one scale per output row
     down = next(q for name, q in report.layers.items() if name.endswith("mlp.c_proj"))

@@ -49,7 +49,7 @@ def test_the_shipped_file_holds_the_model_and_weighs_what_is_counted(tmp_path):
         module = model.get_submodule(name)
         torch.testing.assert_close(q.dequantize(), matrix(module), rtol=2e-3, atol=1e-5)
     assert set(rest) == {n for n, _ in model.named_parameters()} - {
-        f"{name}.weight" for name in layers}  # fmt: skip
+        f"{name}.weight" for name in layers}
     counted_bytes = (report.quantized_bits + report.float_bits) / 8
     # beyond the counted bits only safetensors' JSON header: about 100 bytes per tensor here
     assert 0 < path.stat().st_size - counted_bytes < 10_000  # measured: 5.0 KB for 40 tensors
@@ -72,7 +72,7 @@ def test_bad_input_is_refused(tmp_path):
 def packed_file(tmp_path):
     model = build_model(SHAPE).eval()
     return save_packed(model, quantize_model(model, "rtn", bits=4, group_size=32),
-                       tmp_path / "model.safetensors")  # fmt: skip
+                       tmp_path / "model.safetensors")
 
 
 def test_a_nan_in_a_float_parameter_is_refused_on_save_and_on_load(tmp_path):
@@ -82,7 +82,7 @@ def test_a_nan_in_a_float_parameter_is_refused_on_save_and_on_load(tmp_path):
         model.transformer.ln_f.weight[3] = math.nan  # not quantized: shipped as it is, in fp16
     path = tmp_path / "model.safetensors"
     with pytest.raises(ValueError, match=r"parameter transformer.ln_f.weight holds 1 NaN or inf "
-                       r"value\(s\), the first at index \(3,\)"):  # fmt: skip
+                       r"value\(s\), the first at index \(3,\)"):
         save_packed(model, report, path)
     assert not path.exists()  # nothing written
     path = packed_file(tmp_path)  # a file from elsewhere, consistent with its checksum
@@ -93,7 +93,7 @@ def test_a_nan_in_a_float_parameter_is_refused_on_save_and_on_load(tmp_path):
     save_file(tensors, path, metadata=metadata)
     write_checksums(checksums_beside(path), [path.name])
     with pytest.raises(ValueError, match=r"tensor transformer.h.0.ln_1.bias of packed model "
-                       r".*model.safetensors holds 1 NaN or inf value\(s\)"):  # fmt: skip
+                       r".*model.safetensors holds 1 NaN or inf value\(s\)"):
         load_packed(path)
 
 
@@ -110,7 +110,7 @@ def test_a_damaged_packed_file_is_refused(tmp_path, damage):
         checksums_beside(path).unlink()
     problem = "sha256 is missing" if damage == "checksum lost" else "differs from the sha256"
     with pytest.raises(ValueError, match=f"packed model .* is damaged: model.safetensors.*{problem}"
-                       ".*llmlab.quant.save_packed$"):  # fmt: skip
+                       ".*llmlab.quant.save_packed$"):
         load_packed(path)
 
 
@@ -127,5 +127,5 @@ def test_an_edited_bit_width_is_refused_by_the_tensor_shapes(tmp_path, bits):
     write_checksums(checksums_beside(path), [path.name])
     need = rf"need \(192, {64 * bits // 8}\)"  # c_attn: 192 rows of 64 columns
     with pytest.raises(ValueError, match=rf"c_attn.qweight of shape \(192, 32\), where {bits}-bit "
-                       f"codes of 64 columns in groups of 32 {need}"):  # fmt: skip
+                       f"codes of 64 columns in groups of 32 {need}"):
         load_packed(path)

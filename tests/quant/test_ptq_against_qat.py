@@ -25,7 +25,7 @@ def chain_stream(count: int, seed: int, lag: int = LAG) -> torch.Tensor:
     would hardly matter."""
     successors = torch.randint(0, VOCAB, (VOCAB, 4), generator=torch.Generator().manual_seed(0))
     draws = torch.multinomial(torch.tensor([0.55, 0.25, 0.15, 0.05]), count, replacement=True,
-                              generator=torch.Generator().manual_seed(seed))  # fmt: skip
+                              generator=torch.Generator().manual_seed(seed))
     ids = list(range(lag))
     for choice in draws[lag:].tolist():
         ids.append(successors[ids[-lag], choice].item())
@@ -41,7 +41,7 @@ class Windows:
 
     def next_batch(self):
         starts = torch.randint(0, len(self.stream) - SEQ - 1, (self.batch,),
-                               generator=self.generator)  # fmt: skip
+                               generator=self.generator)
         ids = torch.stack([self.stream[s : s + SEQ + 1] for s in starts])
         return ids[:, :-1], ids[:, 1:]
 
@@ -55,7 +55,7 @@ class Windows:
 def train_config(steps: int, lr: float) -> TrainConfig:
     return TrainConfig(max_steps=steps, micro_batch_size=8, seq_len=SEQ, lr=lr, warmup_steps=0,
                        schedule="constant", dtype="fp32", device="cpu", eval_interval=10**6,
-                       progress=False)  # fmt: skip
+                       progress=False)
 
 
 def trained_tiny(steps: int = 600) -> nn.Module:
@@ -102,7 +102,7 @@ def test_qat_beats_rtn_and_a_frozen_block_fine_tune(chain_model, bits):
     wins back most of the cost; at 4 bits (a 1 % cost) GPTQ is as good as QAT here."""
     found = ptq_against_qat(chain_model, lambda: Windows(seed=3), held_out(),
                             calibration_batches(), train_config(60, 3e-4), bits=bits,
-                            group_size=GROUP)  # fmt: skip
+                            group_size=GROUP)
     found[f"frozen-{bits}"] = frozen_blocks_fine_tune(chain_model, bits)
     # Measured: 2 bits: float tuned 6.263, rtn 7.487, gptq 6.629, qat 6.404, frozen 6.700;
     # 4 bits: float tuned 6.263, rtn 6.325, gptq 6.268, qat 6.294, frozen 6.317.

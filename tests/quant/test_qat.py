@@ -69,7 +69,7 @@ def test_training_moves_the_float_weights_and_finish_puts_them_on_the_grid(famil
     model = build_model(SHAPES[family])
     names = prepare_qat(model, bits=4, group_size=GROUP)
     floats = {n: model.get_submodule(n).parametrizations.weight.original.detach().clone()
-              for n in names}  # fmt: skip
+              for n in names}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for step in range(3):
         ids = tokens(step)
@@ -77,7 +77,7 @@ def test_training_moves_the_float_weights_and_finish_puts_them_on_the_grid(famil
         optimizer.step()
         optimizer.zero_grad()
     assert all(not torch.equal(floats[n], model.get_submodule(n).parametrizations.weight.original)
-               for n in names)  # fmt: skip
+               for n in names)
     model.eval()
     with torch.no_grad():
         before = model(tokens()).logits

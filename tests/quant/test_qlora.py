@@ -44,7 +44,7 @@ def test_block_weights_become_frozen_nf4_and_only_adapters_train():
     assert isinstance(original.transformer.h[0].attn.c_proj, Conv1D)
     for name, layer in layers.items():
         conv = original.get_submodule(name.removeprefix("base_model.model.").removesuffix(
-            ".base_layer"))  # fmt: skip
+            ".base_layer"))
         weight = dequantize_4bit(layer.weight.data, layer.weight.quant_state)
         error = (weight - conv.weight.t()).norm() / conv.weight.norm()
         assert 0 < error < 0.15, name
@@ -58,7 +58,7 @@ def test_fine_tuning_through_the_trainer_changes_only_the_adapters():
     rows = token_stream(8 * 17).view(8, 17)  # one fixed batch: its loss can only go down
     config = TrainConfig(max_steps=60, micro_batch_size=8, seq_len=16, lr=5e-3, warmup_steps=0,
                          dtype="fp32", device="cpu", progress=False, eval_interval=20,
-                         eval_batches=1, log_interval=1)  # fmt: skip
+                         eval_batches=1, log_interval=1)
     # Validation runs the layers in eval mode without gradients, which is where bitsandbytes
     # would repack the weights on some CPUs: the codes must survive it too.
     result = Trainer(model, config, FixedRows(rows, 8), FixedRows(rows, 8)).fit()

@@ -26,7 +26,7 @@ pytest.importorskip("peft")
 
 # Lab 03's model shape, fp32 on the CPU with the fused AdamW that llmlab.train's Trainer uses.
 QLORA_STEP = TrainingSetup(batch=4, seq=128, dtype="fp32", optimizer="adamw",
-                           fused_optimizer=True, lora_rank=8, weights_4bit="nf4")  # fmt: skip
+                           fused_optimizer=True, lora_rank=8, weights_4bit="nf4")
 
 
 # bitsandbytes keeps a small quant state per NF4 matrix (its codebook and the nested absmax

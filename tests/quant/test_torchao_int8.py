@@ -32,7 +32,7 @@ def test_torchao_int8_quantizes_every_block_matrix(kind):
     model = tiny()
     quantized = int8_model(model, kind)
     weights = [m.weight for m in quantized.modules() if isinstance(
-        getattr(m, "weight", None), TorchAOBaseTensor)]  # fmt: skip
+        getattr(m, "weight", None), TorchAOBaseTensor)]
     assert len(weights) == 2 * 4
     assert not isinstance(quantized.lm_head.weight, TorchAOBaseTensor)  # tied to the embedding
     assert isinstance(model.transformer.h[0].attn.c_attn, Conv1D)

@@ -39,7 +39,7 @@ def test_float_variants_read_their_dtype_and_files():
 def test_the_fake_quant_row_ships_packed_codes():
     model = build_model(SHAPE)
     blocks = sum(p.numel() for n, p in model.named_parameters() if ".h." in n and "weight" in n
-                 and p.dim() == 2)  # fmt: skip
+                 and p.dim() == 2)
     fp16_bytes = float_variant("fp32", model).size_bytes / 2
     report = quantize_model(model, "rtn", bits=4, group_size=32)
     variant = fake_quant_variant("RTN-4", model, report)

@@ -40,7 +40,7 @@ def test_the_hub_task_online_pairs_the_hub_model_with_codexglue(monkeypatch):
     monkeypatch.setattr(hub, "hub_model", lambda: (model, "tokenizer"))
     asked = []
     monkeypatch.setattr(hub, "hub_docstring_pairs",
-                        lambda split, n: asked.append((split, n)) or [split] * n)  # fmt: skip
+                        lambda split, n: asked.append((split, n)) or [split] * n)
     task = hub.hub_task(max_train=3, max_test=2)
     assert (task.model, task.tokenizer) == (model, "tokenizer")
     assert (task.train, task.test) == (["train"] * 3, ["test"] * 2)

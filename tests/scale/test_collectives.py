@@ -54,7 +54,7 @@ def test_the_bandwidth_term_is_the_ring_bytes(ranks):
     (lambda: ring_seconds("all_reduce", -1, 2, "ib-ndr"), ">= 0 bytes"),
     (lambda: ring_seconds("all_reduce", 1, 0, "ib-ndr"), "positive integer"),
     (lambda: ring_seconds("all_reduce", 1, 2, "infiniband"), "unknown link"),
-])  # fmt: skip
+])
 def test_bad_input_is_refused(call, message):
     with pytest.raises(ValueError, match=message):
         call()

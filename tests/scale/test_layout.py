@@ -47,7 +47,7 @@ def test_every_kept_layout_fits_and_uses_every_gpu():
 @pytest.mark.parametrize("inside, between", [("pcie", "infiniband"), ("pcie", "ethernet")])
 def test_tensor_parallel_only_inside_an_nvlink_node(inside, between):
     layouts = choose_layouts("llama-70b", "H100 SXM", nodes=8, inside_node=inside,
-                             between_nodes=between, setup=LLAMA_STEP)  # fmt: skip
+                             between_nodes=between, setup=LLAMA_STEP)
     assert layouts and all(layout.parallel.tp == 1 for layout in layouts)
 
 
@@ -60,7 +60,7 @@ def test_over_ethernet_pipeline_ranks_before_zero3_across_nodes():
     setup = LLAMA_STEP
     infiniband = choose_layouts("llama-70b", "H100 SXM", nodes=8, setup=setup)
     ethernet = choose_layouts("llama-70b", "H100 SXM", nodes=8, between_nodes="ethernet",
-                              setup=setup)  # fmt: skip
+                              setup=setup)
     assert (infiniband[0].parallel.pp, infiniband[0].parallel.zero) == (1, 3)
     assert ethernet[0].parallel.pp > 1 and ethernet[0].parallel.tp == 1
     assert "Ethernet" in ethernet[0].reason
@@ -123,7 +123,7 @@ def test_a_pipeline_is_planned_by_its_most_loaded_stage_each_with_its_own_items(
     (Parallel(dp=8, zero=1, tp=2), "DP 8 ZeRO-1 x TP 2"),
     (Parallel(dp=2, tp=8, pp=2, zero=1, micro_batch=4), "DP 2 ZeRO-1 x TP 8 x PP 2"),
     (Parallel(dp=1, pp=4), "DP 1 x PP 4"),
-])  # fmt: skip
+])
 def test_the_short_form_names_the_degrees_above_one(parallel, degrees):
     assert parallel.degrees() == degrees
     layout = Layout(parallel, estimate_memory("tiny", TrainingSetup()), "yes", "")
@@ -133,7 +133,7 @@ def test_the_short_form_names_the_degrees_above_one(parallel, degrees):
 def test_the_long_form_names_everything():
     assert Parallel(dp=8).describe() == "DP 8 x TP 1 x PP 1, micro-batch 1 x 1"
     assert (Parallel(dp=2, tp=8, pp=2, zero=1, accumulation=16, virtual_stages=2).describe()
-            == "DP 2 ZeRO-1 x TP 8 x PP 2 (2 chunks), micro-batch 1 x 16")  # fmt: skip
+            == "DP 2 ZeRO-1 x TP 8 x PP 2 (2 chunks), micro-batch 1 x 16")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -146,7 +146,7 @@ def test_the_long_form_names_everything():
     ({"virtual_stages": 0}, "virtual_stages must be a positive integer"),
     ({"seq": -1}, "seq must be 0 .* or a positive integer, got -1"),
     ({"zero": 4}, "zero must be a ZeRO stage 0-3, got 4"),
-])  # fmt: skip
+])
 def test_a_layout_rejects_degrees_below_one(kwargs, message):
     # So a layout's GPUs, dp * tp * pp, are always a whole multiple of tp and of pp.
     with pytest.raises(ValueError, match=message):
@@ -159,7 +159,7 @@ def test_a_layout_rejects_degrees_below_one(kwargs, message):
     (1, 8, 2, 8, {"tp": False, "dp": False, "pp": True}),
     (3, 4, 1, 6, {"tp": True, "dp": True, "pp": False}),  # ranks 4-7 straddle nodes 0 and 1
     (8, 1, 1, 8, {"tp": False, "dp": False, "pp": False}),  # one node
-])  # fmt: skip
+])
 def test_which_groups_cross_nodes(dp, tp, pp, gpus_per_node, crossing):
     parallel = Parallel(dp, tp, pp)
     assert {dim: parallel.crosses_nodes(dim, gpus_per_node) for dim in crossing} == crossing
@@ -180,6 +180,6 @@ def test_the_memory_models_view_of_a_layout_round_trips():
 def test_no_middle_stage_is_more_loaded_than_the_first_or_the_last(model, pp):
     setup = LLAMA_STEP.replace(seq=1024, grad_accumulation=32)
     every = [estimate_memory(model, setup.replace(gpus=8, tensor_parallel=8), pipeline_stage=i,
-                             pipeline_stages=pp).total for i in range(pp)]  # fmt: skip
+                             pipeline_stages=pp).total for i in range(pp)]
     parallel = Parallel.for_setup(setup, dp=1, tp=8, pp=pp)
     assert stage_estimate(model, setup, parallel).total == max(every)

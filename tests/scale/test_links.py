@@ -35,14 +35,14 @@ def test_a_preset_is_found_by_name_and_a_link_passes_as_it_is():
     assert link(own) is own
     assert link("roce-400") is LINKS["roce-400"]
     with pytest.raises(ValueError, match="unknown link 'infiniband': use one of nvlink4, nvlink3, "
-                       r"pcie4, pcie5, ib-hdr, ib-ndr, roce-400, or a Link\(...\)"):  # fmt: skip
+                       r"pcie4, pcie5, ib-hdr, ib-ndr, roce-400, or a Link\(...\)"):
         link("infiniband")
 
 
 @pytest.mark.parametrize("bandwidth, latency", [
     (0, 0), (-1e9, 0), (math.nan, 0), (1e9, -1e-6), (1e9, math.nan),
-])  # fmt: skip
+])
 def test_a_bandwidth_or_latency_out_of_range_is_refused(bandwidth, latency):
     with pytest.raises(ValueError, match=f"link 'bad' needs a positive bandwidth and a latency "
-                       f">= 0, got {bandwidth} B/s and {latency} s"):  # fmt: skip
+                       f">= 0, got {bandwidth} B/s and {latency} s"):
         Link("bad", bandwidth=bandwidth, latency=latency)

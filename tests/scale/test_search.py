@@ -75,7 +75,7 @@ def test_cli_plan_prints_the_best_layouts(capsys):
     (["--limit", "0"], "argument --limit: must be a positive integer"),
     # Not "more GPUs": 977 sequences cannot feed the thousands of replicas of a million GPUs.
     (["--gpus", "1000000"], "a batch of 977 sequences is too small for 1000000 GPUs"),
-])  # fmt: skip
+])
 def test_cli_plan_bad_input(change, message, capsys):
     argv = [*PLAN, *change] if change[0] not in PLAN else PLAN.copy()
     argv[argv.index(change[0]) + 1] = change[1]

@@ -29,7 +29,7 @@ def megatron_layout(run: PublishedRun) -> Parallel:
 @pytest.mark.parametrize("run", [*NARAYANAN_RUNS, MEGATRON_TABLE2_175B], ids=lambda r: r.name)
 def test_end_to_end_days_match_the_paper(run):
     prediction = simulate(run.model, megatron_cluster(run), megatron_layout(run), run.tokens,
-                          achieved_tflops=run.tflops_per_gpu)  # fmt: skip
+                          achieved_tflops=run.tflops_per_gpu)
     assert prediction.days == pytest.approx(run.days, rel=0.03)  # 34.7, 85.0 and 23.0 days
 
 
@@ -67,7 +67,7 @@ def test_llama3_405b_needs_more_than_the_default_assumptions():
     run = LLAMA3_405B_RUN
     cluster = Cluster("h100", 8, run.gpus // 8, "nvlink4", "roce-400")
     layout = Parallel(run.dp, run.tp, run.pp, 3, 1, run.batch // run.dp, checkpointing=True,
-                      seq=8192)  # fmt: skip
+                      seq=8192)
     default = simulate(run.model, cluster, layout, run.tokens)
     assert default.fit != "no" and default.mfu < 0.25  # 1F1B, m=16 on 16 stages: 48% bubble
     tuned = Parallel(**{**vars(layout), "zero": 2, "checkpointing": False, "virtual_stages": 4})
@@ -102,7 +102,7 @@ def test_days_and_cost_follow_from_the_step():
     ({"efficiency": 1.5}, "efficiency"),
     ({"tokens": 0}, "tokens"),
     ({"achieved_tflops": -1}, "achieved_tflops"),
-])  # fmt: skip
+])
 def test_bad_input_is_refused(changes, message):
     args = {"model": "llama-7b", "cluster": Cluster("h100", 8, 1), "parallel": Parallel(dp=8)}
     args.update(changes)
@@ -113,7 +113,7 @@ def test_bad_input_is_refused(changes, message):
 @pytest.mark.parametrize("kwargs, message", [
     ({"gpu": "z80"}, "unknown GPU"), ({"between_nodes": "infiniband"}, "unknown link"),
     ({"nodes": 0}, "positive integer"),
-])  # fmt: skip
+])
 def test_a_bad_cluster_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Cluster(**kwargs)
@@ -131,7 +131,7 @@ def test_the_planner_prices_each_group_over_the_link_the_mesh_gives_it(gpus_per_
         grid = RankGrid(parallel)
         for dim in ("tp", "dp", "pp"):
             spans = any(len({rank // gpus_per_node for rank in group}) > 1
-                        for group in grid.groups(dim))  # fmt: skip
+                        for group in grid.groups(dim))
             want = cluster.between_nodes if spans else cluster.inside_node
             assert cluster.link_for(dim, parallel) == want, (dim, parallel)
 

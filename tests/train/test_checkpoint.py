@@ -113,11 +113,11 @@ def test_a_newest_checkpoint_of_another_model_is_passed_over_like_a_damaged_one(
     (reason,) = skipped
     assert re.fullmatch(r"skipped checkpoint step_0000004: saved from a different model "
                         r"\(config.n_embd: checkpoint 64, model 32; \d+ more differences\)",
-                        reason)  # fmt: skip
+                        reason)
     path, skipped = newest_verified_checkpoint(tmp_path, tiny_gpt2(width=16))  # fits neither
     assert path is None
     assert [reason.split(": saved")[0] for reason in skipped] == [
-        "skipped checkpoint step_0000004", "skipped checkpoint step_0000002"]  # fmt: skip
+        "skipped checkpoint step_0000004", "skipped checkpoint step_0000002"]
 
 
 def test_pruning_does_not_count_a_damaged_checkpoint_so_the_older_intact_one_stays(tmp_path):

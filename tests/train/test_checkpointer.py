@@ -23,7 +23,7 @@ def checkpointer(out_dir, seed=0) -> Checkpointer:
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**(10 + seed))
     data = RandomWindows(token_stream(), batch_size=2, seed=seed)
     return Checkpointer(TrainConfig(out_dir=out_dir), model, optimizer, scaler, data, "none",
-                        ONE_PROCESS)  # fmt: skip
+                        ONE_PROCESS)
 
 
 def take_a_step(parts: Checkpointer) -> None:

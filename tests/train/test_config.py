@@ -15,7 +15,7 @@ from llmlab.train import (
 @pytest.mark.parametrize(
     "bad", [dict(max_steps=0), dict(schedule="linear"), dict(dtype="fp8"), dict(lr=-1.0),
             dict(optimizer="lion"), dict(grad_clip=0.0), dict(nan_policy="ignore")],
-)  # fmt: skip
+)
 def test_bad_settings_are_refused_with_the_field_named(bad):
     field = next(iter(bad))
     with pytest.raises(ValueError, match=field):

@@ -42,7 +42,7 @@ def test_labels_hold_the_target_only_and_padding_is_ignored():
     ids, labels = task_batch([long, short], pad_id=0)
     assert ids.tolist() == [encode("abcdxyz"), encode("abq") + [0] * 4]
     assert labels.tolist() == [[IGNORE] * 4 + encode("xyz"), [IGNORE] * 2 + encode("q")
-                               + [IGNORE] * 4]  # fmt: skip
+                               + [IGNORE] * 4]
 
 
 def test_the_target_is_cut_and_empty_parts_are_refused():
@@ -77,7 +77,7 @@ def test_each_part_trains_what_it_names_and_leaves_the_original_alone(model):
     wrapped = [m for m in lora.modules() if isinstance(m, LoRALinear)]
     assert len(wrapped) == len(lora_targets(model)) == 2 * 4  # 4 matrices per GPT-2 block
     assert trainable_parameters(lora) == sum(4 * (m.lora_A.in_features + m.lora_B.out_features)
-                                             for m in wrapped)  # fmt: skip
+                                             for m in wrapped)
     head = finetune_copy(model, "head")
     assert head.get_output_embeddings().weight is not head.get_input_embeddings().weight
     assert trainable_parameters(head) == head.get_output_embeddings().weight.numel()
@@ -99,7 +99,7 @@ def test_finetune_lowers_the_loss_and_times_steps_with_the_clock_given(model):
     times = [t for i, d in enumerate(durations) for t in (100 * i, 100 * i + d)]
     ticks = iter(times)
     result = finetune(tuned, task_batches(examples, 2), steps=8, lr=3e-3, progress=False,
-                      clock=lambda: next(ticks))  # fmt: skip
+                      clock=lambda: next(ticks))
     assert result.losses[-1] < result.losses[0]
     assert result.seconds_per_step == 2  # the median of the steps after the first
     frozen = finetune_copy(model, "full").requires_grad_(False)

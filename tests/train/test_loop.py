@@ -58,7 +58,7 @@ def test_training_lowers_the_validation_loss():
     tokens = token_stream(2048)
     pattern = tokens[:64].repeat(32)  # a repeating stream: learnable in a few steps
     trainer = Trainer(tiny_gpt2(), config(max_steps=30, eval_interval=10),
-                      RandomWindows(pattern, 8), RandomWindows(pattern, 8, seed=1))  # fmt: skip
+                      RandomWindows(pattern, 8), RandomWindows(pattern, 8, seed=1))
     before = trainer.evaluate()
     result = trainer.fit()
     assert result.val_loss < before - 1.0
@@ -108,7 +108,7 @@ def test_a_killed_and_resumed_run_reproduces_the_uninterrupted_losses_bit_for_bi
 
 def test_a_save_killed_half_way_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
     trainer = Trainer(tiny_gpt2(), config(max_steps=2, out_dir=tmp_path),
-                      RandomWindows(token_stream(), 4))  # fmt: skip
+                      RandomWindows(token_stream(), 4))
     trainer.fit()
     root = tmp_path / "checkpoints"
     assert latest_checkpoint(root).name == "step_0000002"
@@ -130,7 +130,7 @@ def test_a_save_killed_half_way_leaves_the_previous_checkpoint_loadable(tmp_path
 
 def test_keep_last_prunes_old_checkpoints_but_keeps_the_best(tmp_path):
     trainer = Trainer(tiny_gpt2(), config(out_dir=tmp_path, keep_last=1),
-                      RandomWindows(token_stream(), 4))  # fmt: skip
+                      RandomWindows(token_stream(), 4))
     for step, val_loss in [(1, 3.0), (2, 2.0), (3, 2.5), (4, 2.6)]:
         trainer.step = step
         trainer.save(val_loss)
@@ -142,7 +142,7 @@ def test_keep_last_prunes_old_checkpoints_but_keeps_the_best(tmp_path):
 
 def test_a_checkpoint_from_another_model_is_refused_with_the_fields_that_differ(tmp_path):
     trainer = Trainer(tiny_gpt2(width=32), config(max_steps=1, out_dir=tmp_path),
-                      RandomWindows(token_stream(), 4))  # fmt: skip
+                      RandomWindows(token_stream(), 4))
     path = trainer.fit().checkpoint
     other = tiny_gpt2(width=64)
     before = other.transformer.wte.weight.clone()
@@ -157,7 +157,7 @@ def test_a_checkpoint_from_another_model_is_refused_with_the_fields_that_differ(
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
     model = NaNAt(tiny_gpt2(), bad_call=4)
     trainer = Trainer(model, config(max_steps=6, checkpoint_interval=2, out_dir=tmp_path,
-                      eval_interval=100), RandomWindows(token_stream(), 4))  # fmt: skip
+                      eval_interval=100), RandomWindows(token_stream(), 4))
     with pytest.raises(TrainingDiverged, match="step 4.*step_0000002"):
         trainer.fit()
     assert latest_checkpoint(tmp_path / "checkpoints").name == "step_0000002"
@@ -166,7 +166,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
 def test_nan_policy_skip_drops_the_bad_step_and_goes_on():
     model = NaNAt(tiny_gpt2(), bad_call=3, once=True)
     trainer = Trainer(model, config(max_steps=5, nan_policy="skip", eval_interval=100),
-                      RandomWindows(token_stream(), 4))  # fmt: skip
+                      RandomWindows(token_stream(), 4))
     history = trainer.fit().history
     assert [m.skipped for m in history] == [False, False, True, False, False]
     assert all(math.isfinite(p.sum().item()) for p in model.parameters())
@@ -178,7 +178,7 @@ def test_gradient_checkpointing_keeps_the_losses_and_stores_fewer_activations():
     runs = {}
     for checkpointing in (False, True):
         trainer = Trainer(tiny_gpt2(), config(gradient_checkpointing=checkpointing, max_steps=3),
-                          FixedRows(global_rows(8), 8))  # fmt: skip
+                          FixedRows(global_rows(8), 8))
         losses = [m.loss for m in trainer.fit().history]
         step = measure_training_step(trainer.model, trainer.optimizer, global_rows(8)[:, :-1])
         runs[checkpointing] = (losses, step.activations)
@@ -198,6 +198,6 @@ def test_tensorboard_without_the_package_says_how_to_get_it(monkeypatch, tmp_pat
 
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
     trainer = Trainer(tiny_gpt2(), config(tensorboard=True, out_dir=tmp_path),
-                      RandomWindows(token_stream(), 4))  # fmt: skip
+                      RandomWindows(token_stream(), 4))
     with pytest.raises(ImportError, match="pip install tensorboard"):
         trainer.fit()

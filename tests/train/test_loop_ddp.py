@@ -22,7 +22,7 @@ def settings(micro_batch_size: int, grad_accum_steps: int) -> TrainConfig:
     return TrainConfig(max_steps=STEPS, micro_batch_size=micro_batch_size, seq_len=16,
                        grad_accum_steps=grad_accum_steps, dtype="fp32", device="cpu",
                        warmup_steps=1, lr=3e-3, log_interval=1, eval_interval=100,
-                       progress=False)  # fmt: skip
+                       progress=False)
 
 
 def free_port() -> int:
@@ -34,7 +34,7 @@ def free_port() -> int:
 def train_on_rank(rank: int, world_size: int, port: int, micro: int, accum: int, out) -> None:
     torch.set_num_threads(1)  # two processes on two cores: one math thread each (as torchrun does)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size)  # fmt: skip
+                            world_size=world_size)
     try:
         source = FixedRows(global_rows(8), micro, rank=rank, world_size=world_size)
         history = Trainer(tiny_gpt2(), settings(micro, accum), source).fit().history

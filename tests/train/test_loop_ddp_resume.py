@@ -24,7 +24,7 @@ WORKER = WORKERS / "ddp_resume_worker.py"
 
 def torchrun_worker(out_dir: Path, kill_at: int = 0) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               str(WORKER), str(out_dir), str(kill_at)]  # fmt: skip
+               str(WORKER), str(out_dir), str(kill_at)]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
@@ -55,7 +55,7 @@ def test_a_killed_two_process_run_resumes_bit_for_bit(tmp_path):
     assert [(r["step"], r.get("event")) for r in records] == (
         [(step, None) for step in range(1, 8)] + [(4, "restart")]
         + [(step, None) for step in range(5, 9)]
-    )  # fmt: skip
+    )
     assert losses_by_step(killed) == expected  # every step exactly
     weights, reference = final_weights(killed), final_weights(straight)
     assert weights.keys() == reference.keys()
@@ -63,7 +63,7 @@ def test_a_killed_two_process_run_resumes_bit_for_bit(tmp_path):
 
     # One process cannot take over the two ranks' data positions: refused, not guessed.
     config = TrainConfig(max_steps=9, micro_batch_size=4, seq_len=16, dtype="fp32", device="cpu",
-                         out_dir=killed, progress=False)  # fmt: skip
+                         out_dir=killed, progress=False)
     alone = Trainer(tiny_gpt2(dropout=0.1), config, RandomWindows(token_stream(), 4))
     with pytest.raises(CheckpointMismatch, match=r"saved by 2 process\(es\) and this run has 1"):
         alone.fit(resume=True)

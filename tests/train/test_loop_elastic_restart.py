@@ -30,7 +30,7 @@ def elastic_run(out_dir: Path, **kill: int) -> str:
     the worker's KILL_* variables (see elastic_worker.py); its output, once it has succeeded."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", "2", "--max-restarts", "1", "--monitor-interval", "0.1",
-               str(WORKER), str(out_dir)]  # fmt: skip
+               str(WORKER), str(out_dir)]
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_NAMES}
     env.update(OMP_NUM_THREADS="1", **{k: str(v) for k, v in kill.items()})
     return run(command, env, timeout_s=300)  # past the time, the whole torchrun tree is killed
@@ -77,7 +77,7 @@ def assert_same_run(out_dir: Path, reference: Path, logged_before_kill: int, res
     ("kill_after", "resumed", "says"),
     [(6, 4, "resumed from step 4"), (2, 0, "starting at step 1")],
     ids=["after-a-checkpoint", "before-the-first-checkpoint"],
-)  # fmt: skip
+)
 def test_a_killed_worker_is_restarted_and_resumes_bit_for_bit(
     straight, tmp_path, kill_after, resumed, says
 ):

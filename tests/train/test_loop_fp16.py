@@ -11,14 +11,14 @@ from llmlab.train import Trainer, TrainingDiverged
 
 def fp16_trainer(model, **overrides) -> Trainer:
     trainer = Trainer(model, config(dtype="fp16", eval_interval=100, **overrides),
-                      RandomWindows(token_stream(), 4))  # fmt: skip
+                      RandomWindows(token_stream(), 4))
     assert trainer.scaler.is_enabled()  # torch.amp.GradScaler("cpu"), as on a T4 or V100
     return trainer
 
 
 def test_fp16_skip_drops_the_bad_step_lowers_the_scale_and_goes_on():
     trainer = fp16_trainer(NaNAt(tiny_gpt2(), bad_call=3, once=True), max_steps=5,
-                           nan_policy="skip")  # fmt: skip
+                           nan_policy="skip")
     scales = []
     trainer.callbacks.append(lambda metrics: scales.append(trainer.scaler.get_scale()))
     history = trainer.fit().history

@@ -18,7 +18,7 @@ from llmlab.train import TrainConfig, Trainer
 def test_trained_model_round_trips_through_hugging_face_format(tmp_path):
     model = tiny_gpt2()
     settings = TrainConfig(max_steps=2, micro_batch_size=4, seq_len=CONTEXT, dtype="fp32",
-                           device="cpu", eval_interval=100, progress=False)  # fmt: skip
+                           device="cpu", eval_interval=100, progress=False)
     Trainer(model, settings, RandomWindows(token_stream(), 4)).fit()
     tokenizer = tiny_tokenizer()
     model.save_pretrained(tmp_path)

@@ -27,7 +27,7 @@ STEPS = 4
 def settings(micro: int, accum: int = 1, **changes) -> TrainConfig:
     base = dict(max_steps=STEPS, micro_batch_size=micro, seq_len=16, grad_accum_steps=accum,
                 dtype="fp32", device="cpu", warmup_steps=1, lr=3e-3, log_interval=1,
-                eval_interval=100, progress=False)  # fmt: skip
+                eval_interval=100, progress=False)
     return TrainConfig(**{**base, **changes})
 
 
@@ -44,7 +44,7 @@ def test_sharded_strategies_match_one_process(parallel):
     """Invariant: with gradient accumulation (no sync on the first micro-step) and sharded
     optimizer states, the losses equal one process's on the global batch of 8."""
     expected = [m.loss for m in Trainer(tiny_gpt2(), settings(8), FixedRows(global_rows(8), 8))
-                .fit().history]  # fmt: skip
+                .fit().history]
     losses = launch(train_losses, 2, args=(parallel, 2, 2))
     assert losses[0] == pytest.approx(expected, rel=1e-5)  # rank 0 keeps the history
     assert losses[0][-1] < losses[0][0]
@@ -54,7 +54,7 @@ def run(parallel: str, out_dir: str, max_steps: int, resume: bool) -> list[float
     rank, world = dist.get_rank(), dist.get_world_size()
     source = FixedRows(global_rows(8), 4, rank=rank, world_size=world)
     config = settings(4, parallel=parallel, max_steps=max_steps, out_dir=out_dir,
-                      checkpoint_interval=2)  # fmt: skip
+                      checkpoint_interval=2)
     return [m.loss for m in Trainer(tiny_gpt2(), config, source).fit(resume=resume).history]
 
 
@@ -114,9 +114,9 @@ def test_cli_trains_with_fsdp_under_torchrun(tmp_path):
     trainer test above covers resuming from them)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
                "llmlab", "train", "--profile", "smoke", "--parallel", "fsdp", "--steps", "2",
-               "--checkpoint-every", "1", "--out", str(tmp_path)]  # fmt: skip
+               "--checkpoint-every", "1", "--out", str(tmp_path)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-2000:]
     assert "2 steps on 2 process(es)" in run.stdout
     for step in (1, 2):

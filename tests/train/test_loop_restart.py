@@ -17,7 +17,7 @@ def trainer(out_dir, callbacks=(), **overrides) -> Trainer:
     settings = dict(max_steps=4, checkpoint_interval=2, out_dir=out_dir, eval_interval=2)
     data = RandomWindows(token_stream(), 4)
     return Trainer(tiny_gpt2(), config(**{**settings, **overrides}), data,
-                   RandomWindows(token_stream(), 4, seed=1), callbacks=callbacks)  # fmt: skip
+                   RandomWindows(token_stream(), 4, seed=1), callbacks=callbacks)
 
 
 def logged_steps(out_dir) -> list[int | str]:
@@ -55,7 +55,7 @@ def test_an_earlier_runs_checkpoints_are_never_restarted_silently(tmp_path, caps
     for checkpoint in (tmp_path / "checkpoints").glob("step_*"):  # both damaged
         (checkpoint / "state.pt").write_bytes(b"damaged")
     with pytest.raises(EarlierRun, match=r"holds checkpoints but none this run can resume from"
-                                         r".*fresh=True"):  # fmt: skip
+                                         r".*fresh=True"):
         trainer(tmp_path).fit(resume=True)
     assert "skipped checkpoint step_0000002: state.pt differs" in capsys.readouterr().out
     assert logged_steps(tmp_path) == [1, 2, 3, 4]  # nothing appended, nothing truncated
@@ -128,7 +128,7 @@ def test_a_newest_checkpoint_of_another_model_is_skipped_and_nothing_set_aside(t
     trainer(tmp_path, max_steps=3).fit(resume=True)
     out = capsys.readouterr().out
     assert ("skipped checkpoint step_0000004: saved from a different model "
-            "(config.n_embd: checkpoint 64, model 32") in out  # fmt: skip
+            "(config.n_embd: checkpoint 64, model 32") in out
     assert "resumed from step 2 (checkpoint " in out
     assert not list(tmp_path.glob("checkpoints-before-*"))
     assert logged_steps(tmp_path) == [1, 2, "restart 2", 3]

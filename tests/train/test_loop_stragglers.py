@@ -38,13 +38,13 @@ def train_rank(out_dir: str, slow_rank: int | None, parallel: str = "ddp") -> No
     loop.time = SimpleNamespace(perf_counter=clock)
     sleep_s = SLEEP_S if rank == slow_rank else 0.0
     source = SlowRows(global_rows(12), 4, rank=rank, world_size=NPROCS, clock=clock,
-                      sleep_s=sleep_s)  # fmt: skip
+                      sleep_s=sleep_s)
     # 1.0: flag a rank that made the step twice as long as the others' pace. Every 2nd step is
     # logged: not the first, whose one-off costs would dilute a slowdown on a real clock.
     config = TrainConfig(max_steps=STEPS, micro_batch_size=4, seq_len=16, dtype="fp32",
                          device="cpu", warmup_steps=1, log_interval=2, eval_interval=100,
                          progress=False, out_dir=out_dir, straggler_threshold=1.0,
-                         parallel=parallel)  # fmt: skip
+                         parallel=parallel)
     Trainer(tiny_gpt2(), config, source).fit()
 
 

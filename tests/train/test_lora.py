@@ -24,7 +24,7 @@ RANK, ALPHA = 4, 8
 def tiny_gpt2():
     torch.manual_seed(0)
     return build_model(preset("tiny", vocab_size=VOCAB, context=32, n_layer=2, d_model=32,
-                              n_head=2))  # fmt: skip
+                              n_head=2))
 
 
 def ours_and_peft(base, targets=TARGETS):
@@ -61,7 +61,7 @@ def assert_like_peft(base, targets=TARGETS):
     ids = batches(1)[0]
     for name in targets:
         assert torch.equal(ours.get_submodule(name).lora_A.weight,
-                           peft_layer(theirs, name).lora_A["default"].weight)  # fmt: skip
+                           peft_layer(theirs, name).lora_A["default"].weight)
     trainable = [sum(p.numel() for p in m.parameters() if p.requires_grad) for m in (ours, theirs)]
     assert trainable[0] == trainable[1]
     with torch.no_grad():
@@ -74,7 +74,7 @@ def assert_like_peft(base, targets=TARGETS):
         merged = theirs.merge_and_unload()
         for name in targets:
             torch.testing.assert_close(ours.get_submodule(name).base.weight,
-                                       merged.get_submodule(name).weight)  # fmt: skip
+                                       merged.get_submodule(name).weight)
         torch.testing.assert_close(ours(ids).logits, merged(ids).logits)
 
 
@@ -164,7 +164,7 @@ original_init = LoRALinear.__init__
 @pytest.mark.parametrize(
     "attribute, mistake",
     [("__init__", b_random_a_zero), ("__init__", alpha_not_over_rank),
-     ("__init__", base_trainable), ("delta_weight", untransposed_delta)],  # fmt: skip
+     ("__init__", base_trainable), ("delta_weight", untransposed_delta)],
     ids=["B random, A zero", "scaling alpha", "base trainable", "Conv1D untransposed"],
 )
 def test_each_mistake_fails_the_comparison(monkeypatch, attribute, mistake):

@@ -35,7 +35,7 @@ GPU_FIELDS = ("gpu_util", "gpu_memory_gb", "gpu_power_w", "gpu_temperature_c")
 
 def test_a_cpu_run_logs_memory_in_gb_and_cpu_utilisation(tmp_path):
     history = Trainer(tiny_gpt2(), config(max_steps=3, out_dir=tmp_path),
-                      RandomWindows(token_stream(), 4)).fit().history  # fmt: skip
+                      RandomWindows(token_stream(), 4)).fit().history
     rss = psutil.Process().memory_info().rss
     assert history[-1].memory_gb == pytest.approx(rss / 1e9, rel=0.03)  # not GiB: 7% less
     assert all(0 <= m.cpu_util <= 100 for m in history)
@@ -69,7 +69,7 @@ def test_on_a_gpu_nvml_gives_utilisation_memory_and_power(fake_gpu):
     assert reading["memory_gb"] == 3.0  # PyTorch's peak during the step, GB = 10^9 bytes
     assert {name: reading[name] for name in GPU_FIELDS} == {
         "gpu_util": 87.0, "gpu_memory_gb": 12.5, "gpu_power_w": 250.0, "gpu_temperature_c": 64.0,
-    }  # fmt: skip
+    }
 
 
 def test_without_nvml_or_a_reading_the_gpu_fields_are_none(fake_gpu, monkeypatch):
@@ -90,7 +90,7 @@ def test_measure_peak_shows_the_mfu_of_a_cpu_run():
     runs = {}
     for measure in (False, True):
         trainer = Trainer(tiny_gpt2(), config(max_steps=2), RandomWindows(token_stream(), 4),
-                          flops_per_token=1e3, measure_peak=measure)  # fmt: skip
+                          flops_per_token=1e3, measure_peak=measure)
         runs[measure] = [m.mfu for m in trainer.fit().history]
     assert runs[False] == [None, None]  # a CPU has no datasheet peak
     assert all(0 < mfu < 1 for mfu in runs[True])
@@ -115,7 +115,7 @@ def test_every_rank_reading_becomes_one_list_in_rank_order():
         "data_seconds": [4.2, 9.9, 4.2], "memory_gb": [3.0, 3.1, 3.0],
         "gpu_util": [87.0, None, 87.0], "gpu_memory_gb": [12.5, None, 12.5],
         "gpu_power_w": [250.0, None, 250.0], "gpu_temperature_c": [64.0, None, 64.0],
-    }  # fmt: skip
+    }
 
 
 def test_alone_there_are_no_rank_readings():
@@ -141,7 +141,7 @@ def _metrics(step: int) -> StepMetrics:
     return StepMetrics(step=step, loss=1.0, lr=0.1, grad_norm=None, tokens_per_s=1.0,
                        tokens_seen=step, step_seconds=0.1, mfu=None, memory_gb=0.1, cpu_util=1.0,
                        gpu_util=None, gpu_memory_gb=None, gpu_power_w=None,
-                       data_seconds=0.0)  # fmt: skip
+                       data_seconds=0.0)
 
 
 def test_a_metrics_csv_with_other_columns_is_kept_whole_and_a_new_one_started(tmp_path, capsys):
@@ -192,7 +192,7 @@ def test_read_metrics_keeps_for_each_step_the_record_of_the_attempt_that_went_on
     with open(tmp_path / "metrics.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert [(row["step"], row["event"]) for row in rows if row["event"]] == [
-        ("4", "restart"), ("0", "restart")]  # fmt: skip
+        ("4", "restart"), ("0", "restart")]
     assert len(rows) == len(lines)
 
 

@@ -16,7 +16,7 @@ from llmlab.train.quick_runs import (
 )
 
 BASE = TrainConfig(max_steps=3, micro_batch_size=2, seq_len=8, warmup_steps=1, dtype="fp32",
-                   eval_interval=10**6, eval_batches=2, device="cpu")  # fmt: skip
+                   eval_interval=10**6, eval_batches=2, device="cpu")
 
 
 def windows(config: TrainConfig) -> RandomWindows:
@@ -32,7 +32,7 @@ def test_rounds_alternate_the_variants():
 
     variants = {"two rows": dict(micro_batch_size=2), "four rows": dict(micro_batch_size=4)}
     runs = quick_runs(tiny_gpt2, data, BASE, variants, timing_warmup=1, measure_memory=False,
-                      rounds=2)  # fmt: skip
+                      rounds=2)
     assert order == [2, 4, 2, 4]  # one training source per run, in turn: A B A B
     for run, rows in zip(runs, (2, 4), strict=True):
         # tokens/s belongs to each variant's own step size (rows x seq_len)
@@ -43,7 +43,7 @@ def test_rounds_alternate_the_variants():
 
 def test_validation_loss_and_memory_when_asked():
     (run,) = quick_runs(tiny_gpt2, windows, BASE, {"base": {}}, timing_warmup=1,
-                        make_val=windows)  # fmt: skip
+                        make_val=windows)
     assert run.val_loss is not None and run.val_loss > 0
     assert run.peak_memory_mb is not None and run.peak_memory_mb > 0
     (row,) = table_rows(runs_table([run]))
@@ -68,7 +68,7 @@ def test_bad_settings_are_refused(rounds, warmup):
 
 def quick_run(name, step_ms, peak_memory_mb=None):
     return QuickRun(name, step_ms, tokens_per_s=1_000_000 / step_ms, losses=[3.0, 2.34567],
-                    peak_memory_mb=peak_memory_mb, first_step_ms=step_ms)  # fmt: skip
+                    peak_memory_mb=peak_memory_mb, first_step_ms=step_ms)
 
 
 def test_the_table_reads_cell_by_cell():
@@ -78,7 +78,7 @@ def test_the_table_reads_cell_by_cell():
          "peak MB": "123", "last loss": "2.346"},
         {"variant": "twice as slow", "ms/step": "16.0", "tokens/s": "62,500", "speed": "0.50x",
          "peak MB": "-", "last loss": "2.346"},
-    ]  # fmt: skip
+    ]
     against_the_slow_one = table_rows(runs_table(runs, baseline="twice as slow"))
     assert [row["speed"] for row in against_the_slow_one] == ["2.00x", "1.00x"]
 
@@ -94,7 +94,7 @@ def test_an_unknown_baseline_names_the_runs():
 def test_the_rounds_are_shown_and_a_gain_counts_only_beyond_their_spread():
     def run(name, step_ms):
         return QuickRun(name, step_ms, tokens_per_s=1.0, losses=[1.0], peak_memory_mb=None,
-                        first_step_ms=1.0)  # fmt: skip
+                        first_step_ms=1.0)
 
     apart = [[run("eager", 150), run("compiled", 120)], [run("eager", 160), run("compiled", 130)]]
     assert round_lines(apart).splitlines() == ["   eager: 150, 160 ms/step in the 2 rounds",

@@ -26,7 +26,7 @@ FULL_ON_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
 def settings(out_dir=None, parallel="ddp") -> TrainConfig:
     return TrainConfig(max_steps=2, micro_batch_size=2, seq_len=16, dtype="fp32", device="cpu",
                        warmup_steps=1, lr=1e-2, log_interval=1, eval_interval=100,
-                       out_dir=out_dir, parallel=parallel, progress=False)  # fmt: skip
+                       out_dir=out_dir, parallel=parallel, progress=False)
 
 
 def full_states(model, optimizer) -> tuple[dict, dict]:
@@ -44,7 +44,7 @@ def assert_equal_states(got: tuple[dict, dict], expected: tuple[dict, dict]) -> 
             if isinstance(value, dict):  # one parameter's AdamW states: step, exp_avg, exp_avg_sq
                 assert found[name].keys() == value.keys()
                 assert all(torch.equal(torch.as_tensor(found[name][k]), torch.as_tensor(v))
-                           for k, v in value.items()), name  # fmt: skip
+                           for k, v in value.items()), name
             else:
                 assert torch.equal(found[name], value), name
 

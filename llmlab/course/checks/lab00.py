@@ -93,7 +93,7 @@ def _timer_hint(got: float, gpu: FakeGpu, warmup: int, repeats: int) -> str:
         (statistics.median(timed) * 1e3, "That is in milliseconds: return seconds."),
         (statistics.median(gpu.per_call(0, warmup + repeats)),
          "That median includes the warm-up calls: time only the calls after the warm-up."),
-    ]  # fmt: skip
+    ]
     return next((text for value, text in wrong if is_close(got, value, 1e-6)), "")
 
 
@@ -101,7 +101,7 @@ def _check_timer_case(name: str, honest_time, seed: int, warmup: int, repeats: i
     gpu = FakeGpu(seed, warmup, repeats)
     text = f"honest_time(fn, warmup={warmup}, repeats={repeats}, device=<fake GPU>, clock=<fake>)"
     got = call(name, honest_time, gpu.work, warmup=warmup, repeats=repeats, device=gpu,
-               clock=gpu.clock)  # fmt: skip
+               clock=gpu.clock)
     if gpu.clock_reads == 0:
         raise ExerciseFailed(f"{name}: {text} never called clock(): read the time with the "
                              "`clock` argument (the check passes a fake one).")
@@ -142,7 +142,7 @@ def exercise_honest_time(honest_time) -> None:
 MATMUL_OPS = {"mm", "bmm", "matmul", "addmm"}
 # Operations that make or copy a tensor: inside the timed function they are timed as matmul work.
 MAKES_DATA = ("rand", "empty", "zeros", "ones", "full", "normal", "uniform", "copy", "clone",
-              "arange", "fill")  # fmt: skip
+              "arange", "fill")
 
 
 class Op(NamedTuple):
@@ -210,7 +210,7 @@ def _check_timed_ops(name: str, text: str, ops, n: int, dtype: torch.dtype) -> N
     matmuls = [op.inputs for op in ops if op.name in MATMUL_OPS]
     if len(matmuls) != 1:
         raise ExerciseFailed(f"{name}: {text}: the timed function ran {len(matmuls)} matmuls; "
-                             "it should run exactly one.")  # fmt: skip
+                             "it should run exactly one.")
     for tensor in matmuls[0][:2]:
         if tensor.dtype != dtype or tensor.numel() != n * n:
             raise ExerciseFailed(
@@ -231,14 +231,14 @@ def exercise_matmul_tflops(matmul_tflops) -> None:
     """Exercise 2: matmul_tflops(n, dtype, device, timer) -> TFLOP/s of one n x n matmul."""
     name = "Exercise 2 (measured TFLOP/s)"
     for n, dtype, seconds in [(64, torch.float32, 2.5e-4), (33, torch.bfloat16, 1e-5),
-                              (8, torch.float32, 3e-6)]:  # fmt: skip
+                              (8, torch.float32, 3e-6)]:
         timer = FakeTimer(seconds)
         text = f"matmul_tflops({n}, {dtype}, 'cpu', timer)"
         got = call(name, matmul_tflops, n, dtype, torch.device("cpu"), timer)
         _check_timed_ops(name, text, timer.ops, n, dtype)
         expected = matmul_flops(n, n, n) / seconds / 1e12
         expect_number(name, f"{text} (timer says {seconds} s)", got, expected,
-                      mistakes=UNIT_MISTAKES)  # fmt: skip
+                      mistakes=UNIT_MISTAKES)
     passed(name, "inputs made before the clock, one matmul timed, 2 n^3 FLOPs over the time")
 
 
@@ -248,7 +248,7 @@ DTYPE_ALIASES = {
     "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
     "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
     "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
-}  # fmt: skip
+}
 
 WHY_DTYPE = {
     "bf16": "capability 8.0+ (Ampere and newer) has bf16 tensor cores: fp32's range, fp16's speed",
@@ -267,7 +267,7 @@ def exercise_training_dtype(training_dtype) -> None:
     """Exercise 3: training_dtype((major, minor)) -> "bf16" | "fp16" | "fp32" for a CUDA GPU."""
     name = "Exercise 3 (training dtype)"
     capabilities = [(3, 7), (5, 2), (6, 0), (6, 1), (7, 0), (7, 2), (7, 5), (8, 0), (8, 6),
-                    (8, 9), (9, 0), (10, 0), (12, 0)]  # fmt: skip
+                    (8, 9), (9, 0), (10, 0), (12, 0)]
     for capability in capabilities:
         got = call(name, training_dtype, capability)
         expected = training_dtype_for("cuda", capability).name
@@ -283,7 +283,7 @@ def exercise_training_dtype(training_dtype) -> None:
 
 
 def _roofline(m, n, k, spec, dtype, *, element_bytes=None, write_c=True, flops_per_mac=2,
-              combine=max, bytes_per_gb=1e9):  # fmt: skip
+              combine=max, bytes_per_gb=1e9):
     """The reference, with knobs that reproduce likely mistakes (for the hints)."""
     peak = spec.tflops[dtype]
     if peak is None:
@@ -317,10 +317,10 @@ def _roofline_hint(got: float, m, n, k, spec, dtype) -> str:
          "stay fp32), bf16 and fp16 take 2."),
         (dict(flops_per_mac=1), "A multiply-add is 2 FLOPs."),
         (dict(bytes_per_gb=2**30), "Datasheet GB/s are 1e9 bytes per second, not 2**30."),
-    ]  # fmt: skip
+    ]
     # Several mistakes can give the same number on one input: name each of them.
     matching = [text for knobs, text in wrong
-                if is_close(got, _roofline(m, n, k, spec, dtype, **knobs)[0], 1e-6)]  # fmt: skip
+                if is_close(got, _roofline(m, n, k, spec, dtype, **knobs)[0], 1e-6)]
     return " Or: ".join(matching)
 
 
@@ -339,14 +339,14 @@ def _roofline_cases() -> list[tuple[int, int, int, GpuSpec, str]]:
         (rng.choice([1, 16, 128, 1024, 4096]), rng.choice([256, 1024, 4096]),
          rng.choice([64, 1024, 8192]), rng.choice(GPU_SPECS), rng.choice(DTYPES))
         for _ in range(12)
-    ]  # fmt: skip
+    ]
     return fixed + drawn
 
 
 def _read_roofline_answer(name: str, text: str, got) -> tuple[float, str]:
     if not (isinstance(got, tuple | list) and len(got) == 2):
         raise ExerciseFailed(f"{name}: {text} returned {got!r}; return a pair "
-                             "(seconds, 'compute' or 'memory').")  # fmt: skip
+                             "(seconds, 'compute' or 'memory').")
     seconds = expect_real(name, text + "[0]", got[0])
     bound = str(got[1]).lower().removesuffix("-bound").removesuffix(" bound")
     return seconds, bound
@@ -369,14 +369,14 @@ def exercise_matmul_roofline(roofline) -> None:
         if not is_close(seconds, expected[0], 1e-6):
             hint = _roofline_hint(seconds, m, n, k, spec, dtype)
             raise ExerciseFailed(f"{name}: {text} returned {real_number(got[0])!r} s, expected "
-                                 f"about {expected[0]:.6g} s. {hint}".strip())  # fmt: skip
+                                 f"about {expected[0]:.6g} s. {hint}".strip())
         if bound != expected[1]:
             raise ExerciseFailed(
                 f"{name}: {text} said {got[1]!r}, expected {expected[1]!r}: the bound is whichever "
                 "of the compute time and the memory time is longer."
             )
     passed(name, "one token through a 4096 x 4096 layer is memory-bound on an H100; 8192^3 is "
-           "compute-bound")  # fmt: skip
+           "compute-bound")
 
 
 # ---------------------------------------------------------- Exercise 5: this machine's roofline
@@ -390,7 +390,7 @@ ALLOCATES = ("rand", "empty", "zeros", "ones", "full", "normal", "uniform", "ara
 # its matmul in several of them.
 VIEWS = ("view", "_unsafe_view", "_reshape_alias", "permute", "transpose", "t", "expand",
          "unsqueeze", "squeeze", "as_strided", "alias", "detach", "select", "slice", "narrow",
-         "diagonal", "unbind", "split")  # fmt: skip
+         "diagonal", "unbind", "split")
 
 
 def _bytes(tensors) -> int:
@@ -420,7 +420,7 @@ class RecordShapes(RecordOps):
         # On meta tensors the matmul still refuses wrong shapes and mixed dtypes, as it would
         # for real.
         meta_args, meta_kwargs = tree_map_only(torch.Tensor, lambda t: t.to("meta"),
-                                               (args, kwargs))  # fmt: skip
+                                               (args, kwargs))
         shaped = func(*meta_args, **meta_kwargs)
         return torch.empty(shaped.shape, dtype=shaped.dtype, device=args[0].device)
 
@@ -482,7 +482,7 @@ ROOFLINE_MACHINES = [
                             torch.float16: 125.0}, 80),
     (torch.bfloat16, 3350.0, {torch.float64: 67.0, torch.float32: 67.0, torch.bfloat16: 989.0,
                               torch.float16: 989.0}, 132),
-]  # fmt: skip
+]
 
 
 def _split_calls(name: str, text: str, calls: list[list[Op]]) -> tuple[list[Op], list[Op]]:
@@ -499,7 +499,7 @@ def _split_calls(name: str, text: str, calls: list[list[Op]]) -> tuple[list[Op],
         kinds = {op.name in MATMUL_OPS for op in ops}
         if len(kinds) > 1:
             raise ExerciseFailed(f"{name}: {text}: a timed function mixes a matmul with other "
-                                 "work; time the copy and the matmul separately.")  # fmt: skip
+                                 "work; time the copy and the matmul separately.")
         (matmuls if True in kinds else memory).extend(ops)
     if not memory or not matmuls:
         missing = "a memory copy (nothing but moving bytes)" if not memory else "a matmul"
@@ -511,16 +511,16 @@ def _bandwidth_hint(got: float, machine: FakeMachine, memory: list[Op], dtype) -
     if max(_moved(op) for op in memory) < CACHE_BYTES:
         return (f"Your copy moves {max(_moved(op) for op in memory) / 2**20:.1f} MiB: that fits in "
                 "this machine's caches, which are faster than its memory. Copy hundreds of "
-                "megabytes, far more than any cache holds.")  # fmt: skip
+                "megabytes, far more than any cache holds.")
     size = torch.empty((), dtype=dtype).element_size()
     wrong = [
         (0.5, "A copy reads every byte and writes it again: count both."),
         (1 / size, "Count bytes, not numbers: each takes element_size() bytes."),
         (1e9 / 2**30, "1 GB is 1e9 bytes, not 2**30."),
         (1e3, "Units: GB/s is 1e9 bytes per second."),
-    ]  # fmt: skip
+    ]
     return next((text for factor, text in wrong
-                 if is_close(got, machine.bandwidth_gbs * factor, 1e-6)), "")  # fmt: skip
+                 if is_close(got, machine.bandwidth_gbs * factor, 1e-6)), "")
 
 
 def _tflops_hint(got: float, machine: FakeMachine, matmuls: list[Op], dtype) -> str:
@@ -533,9 +533,9 @@ def _tflops_hint(got: float, machine: FakeMachine, matmuls: list[Op], dtype) -> 
                 "output to give every compute unit work, or its matrices take longer to move "
                 "than to multiply. Measure the peak with a larger one.")
     wrong = [(0.5, "A multiply-add is 2 FLOPs."),
-             (1e3, "Units: 1 TFLOP/s is 1e12 FLOP/s.")]  # fmt: skip
+             (1e3, "Units: 1 TFLOP/s is 1e12 FLOP/s.")]
     return next((text for factor, text in wrong
-                 if is_close(got, machine.tflops[dtype] * factor, 1e-6)), "")  # fmt: skip
+                 if is_close(got, machine.tflops[dtype] * factor, 1e-6)), "")
 
 
 def _check_machine(name: str, roofline, dtype, bandwidth_gbs: float, peaks, units: int) -> None:
@@ -546,33 +546,33 @@ def _check_machine(name: str, roofline, dtype, bandwidth_gbs: float, peaks, unit
     got = call(name, roofline, machine.timer, torch.device("cpu"), dtype)
     if not (isinstance(got, tuple | list) and len(got) == 3):
         raise ExerciseFailed(f"{name}: {text} returned {got!r}; return three numbers: "
-                             "(GB/s, TFLOP/s, ridge in FLOPs per byte).")  # fmt: skip
+                             "(GB/s, TFLOP/s, ridge in FLOPs per byte).")
     bandwidth, peak, ridge = (expect_real(name, f"{text}[{i}]", v) for i, v in enumerate(got))
     memory, matmuls = _split_calls(name, text, machine.calls)
     if not is_close(bandwidth, bandwidth_gbs, 1e-6):
         hint = _bandwidth_hint(bandwidth, machine, memory, dtype)
         raise ExerciseFailed(f"{name}: {text} measured {bandwidth:.6g} GB/s, expected "
-                             f"{bandwidth_gbs:g}. {hint}".strip())  # fmt: skip
+                             f"{bandwidth_gbs:g}. {hint}".strip())
     if not is_close(peak, tflops, 1e-6):
         raise ExerciseFailed(f"{name}: {text} measured {peak:.6g} TFLOP/s, expected {tflops:g}. "
-                             f"{_tflops_hint(peak, machine, matmuls, dtype)}".strip())  # fmt: skip
+                             f"{_tflops_hint(peak, machine, matmuls, dtype)}".strip())
     if not is_close(ridge, expected_ridge, 1e-6):
         hint = ("That is bytes per FLOP: the ridge is the FLOPs a byte must feed for compute, "
                 "not memory, to set the time." if is_close(ridge, 1 / expected_ridge, 1e-6) else
                 "Put both rates in the same units (FLOP/s and bytes/s) before dividing.")
         raise ExerciseFailed(f"{name}: {text} returned the ridge {ridge:.6g}, expected "
-                             f"{expected_ridge:.6g} FLOPs per byte. {hint}")  # fmt: skip
+                             f"{expected_ridge:.6g} FLOPs per byte. {hint}")
 
 
 @exercise(fallback=measure_roofline,
-          fallback_name="llmlab.course.checks.lab00.measure_roofline")  # fmt: skip
+          fallback_name="llmlab.course.checks.lab00.measure_roofline")
 def exercise_measure_roofline(roofline) -> None:
     """Exercise 5: measure_roofline(timer, device, dtype) -> (GB/s, TFLOP/s, FLOPs per byte)."""
     name = "Exercise 5 (this machine's roofline)"
     for machine in ROOFLINE_MACHINES:
         _check_machine(name, roofline, *machine)
     passed(name, "bandwidth from a copy larger than the caches, the peak from a compute-bound "
-                 "matmul, and the ridge between them, on three fake machines")  # fmt: skip
+                 "matmul, and the ridge between them, on three fake machines")
 
 
 NOTEBOOK = "00_environment.ipynb"

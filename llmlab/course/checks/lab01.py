@@ -35,7 +35,7 @@ NORMALIZE_CASES = [
     "",
 ]
 TEXT_NOT_CONTROLS = {"\u00a0": "no-break space", "\u00ad": "soft hyphen",
-                     "\u200d": "zero-width joiner"}  # fmt: skip
+                     "\u200d": "zero-width joiner"}
 
 
 def _nfc_before_controls(text: str) -> str:
@@ -50,14 +50,14 @@ def _normalize_hint(text: str, got: str, expected: str) -> str:
     if got == normalize_text(text.replace("\r\n", "\n").replace("\r", "")):
         return "A lone '\\r' is an old Mac line end: make it '\\n' before dropping controls."
     lost = [name for char, name in TEXT_NOT_CONTROLS.items()
-            if got.count(char) < expected.count(char)]  # fmt: skip
+            if got.count(char) < expected.count(char)]
     if lost:
         return (f"Keep the {' and the '.join(lost)}: they are text (categories Zs and Cf), not "
                 "control characters. str.isprintable() is False for them too: remove category "
-                "Cc only.")  # fmt: skip
+                "Cc only.")
     if any("\x80" <= char <= "\x9f" for char in got):
         return ("U+0080 .. U+009F (C1 controls such as '\\x85') are control characters too: "
-                "look at unicodedata.category, not at the ASCII range.")  # fmt: skip
+                "look at unicodedata.category, not at the ASCII range.")
     if CONTROL_CHARACTERS.search(got):
         return "Remove control characters (like '\\x07', '\\x00', '\\x1b') but keep '\\t', '\\n'."
     if got == normalize_text(text, "NFKC"):
@@ -65,7 +65,7 @@ def _normalize_hint(text: str, got: str, expected: str) -> str:
     if got == _nfc_before_controls(text):
         return ("Remove control characters before NFC: a control character between a letter and "
                 "its accent keeps NFC from composing them, and removing it afterwards leaves the "
-                "pair apart.")  # fmt: skip
+                "pair apart.")
     if "\u0301" in got:
         return "Compose characters: unicodedata.normalize('NFC', text) turns 'e\\u0301' into 'é'."
     pairs = zip(expected.split("\n"), got.split("\n"), strict=False)
@@ -88,12 +88,12 @@ def exercise_normalize(normalize) -> None:
         expected = normalize_text(text)
         if got != expected:
             hint = _normalize_hint(text, got, expected) if isinstance(got, str) else (
-                "Return the normalized text as a str.")  # fmt: skip
+                "Return the normalized text as a str.")
             raise ExerciseFailed(
                 f"{name}: normalize({text!r}) returned {got!r}, expected {expected!r}. {hint}"
             )
     passed(name, "NFC, '\\n' line ends, no control characters (C0 or C1), text characters kept, "
-                 "no trailing whitespace")  # fmt: skip
+                 "no trailing whitespace")
 
 
 # ----------------------------------------------------------------- Exercise 2: the BPE merges
@@ -169,23 +169,23 @@ def _bpe_hint(text: str, got: list, expected: list, k: int) -> str:
         return (f"You stopped after {k} merges; the library made {len(expected)}: stop only at "
                 "num_merges, or when no word has two tokens left. (If your loop found no pair, "
                 "look at how a merge rewrites a word: merge a pair only where both tokens stand "
-                "side by side as whole tokens.)")  # fmt: skip
+                "side by side as whole tokens.)")
     if k == len(expected):
         return (f"The library stops after {k} merges: then every word is a single token and no "
-                "pair is left to merge.")  # fmt: skip
+                "pair is left to merge.")
     if any(char.isspace() for char in "".join(got[k])):
         return ("A merge holds whitespace: split the text into words at whitespace first "
-                "(pre-tokenization), and count pairs inside words only.")  # fmt: skip
+                "(pre-tokenization), and count pairs inside words only.")
     counts = _pair_counts(text, expected[:k])
     mine, theirs = counts[got[k]], counts[expected[k]]
     if mine == theirs:
         return (f"{got[k]} and {expected[k]} both occur {mine} times: a tie. The library breaks "
                 "ties by vocabulary order: single characters come first, in code-point order, "
                 "then each merged token in the order it was made; the pair whose first token "
-                "comes first wins, then the pair whose second token comes first.")  # fmt: skip
+                "comes first wins, then the pair whose second token comes first.")
     return (f"At this point {expected[k]} occurs {theirs} times and {got[k]} {mine} times. Count "
             "every adjacent pair of every word, once per occurrence of the word; and merge a pair "
-            "only where both tokens stand side by side as whole tokens.")  # fmt: skip
+            "only where both tokens stand side by side as whole tokens.")
 
 
 @exercise(
@@ -205,7 +205,7 @@ def exercise_bpe_merges(bpe_merges) -> None:
             raise
         except Exception as error:  # the learner's own bug: say where, and what to look at
             stop = (f" Only {len(expected)} merges are possible here: stop when no pair is left."
-                    if len(expected) < num_merges else "")  # fmt: skip
+                    if len(expected) < num_merges else "")
             raise ExerciseFailed(
                 f"{name}: {call_text} raised {type(error).__name__}: {error}.{stop}"
             ) from error
@@ -218,7 +218,7 @@ def exercise_bpe_merges(bpe_merges) -> None:
         if pairs == expected:
             continue
         k = next((i for i, (a, b) in enumerate(zip(pairs, expected, strict=False)) if a != b),
-                 min(len(pairs), len(expected)))  # fmt: skip
+                 min(len(pairs), len(expected)))
         raise ExerciseFailed(
             f"{name}: {call_text}: your first {k} merges agree with the tokenizers library; "
             f"then you merged {pairs[k : k + 3]}..., the library {expected[k : k + 3]}... "
@@ -243,14 +243,14 @@ def _packed_rows(name: str, call_text: str, got, block_size: int) -> dict[str, l
     if not isinstance(got, Mapping) or any(key not in got for key in PACKED):
         raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}: return a dict "
                              "with the keys 'input_ids', 'position_ids' and 'labels', each a list "
-                             "of rows (or a 2-D array or tensor).")  # fmt: skip
+                             "of rows (or a 2-D array or tensor).")
     rows = {}
     for key in PACKED:
         try:
             rows[key] = _rows(got[key])
         except (TypeError, ValueError):
             raise ExerciseFailed(f"{name}: {call_text}[{key!r}] is {got[key]!r}: make it a list "
-                                 "of rows of ints (or a 2-D array).") from None  # fmt: skip
+                                 "of rows of ints (or a 2-D array).") from None
         lengths = {len(row) for row in rows[key]} - {block_size}
         if lengths:
             raise ExerciseFailed(f"{name}: {call_text}[{key!r}] has a row of {min(lengths)} "
@@ -269,11 +269,11 @@ def _ids_hint(expected: int, got: int, eos_id: int) -> str:
 def _positions_hint(index: int, block_size: int, starts: set[int]) -> str:
     if index in starts:
         return ("Restart the positions at 0 where a document begins: its tokens do not follow "
-                "the previous document's.")  # fmt: skip
+                "the previous document's.")
     if index % block_size == 0:
         return ("Restart the positions at 0 where a row begins, even in the middle of a "
                 "document: attention does not reach the previous row, so nothing stands before "
-                "this token.")  # fmt: skip
+                "this token.")
     return "A position counts the tokens before it in its document and its row."
 
 
@@ -282,13 +282,13 @@ def _labels_hint(index: int, got: int, ids: list[int], starts: set[int], eos_id:
         return "Padding is not text: give it the label -100."
     if index in starts:
         return ("A document's first token gets -100: the only token before it is the previous "
-                "document's eos_id, which says nothing about the new document.")  # fmt: skip
+                "document's eos_id, which says nothing about the new document.")
     if got == -100 and ids[index] == eos_id:
         return ("Keep eos_id's label: the model must learn to end a document. The -100 goes on "
-                "the first token of the next document.")  # fmt: skip
+                "the first token of the next document.")
     if index + 1 < len(ids) and got == ids[index + 1]:
         return ("Do not shift the labels: a transformers model shifts them itself, so the label "
-                "at each position is the token at that position.")  # fmt: skip
+                "at each position is the token at that position.")
     return ""
 
 
@@ -307,7 +307,7 @@ def _check_packed(name: str, call_text: str, rows: dict, documents, block_size, 
             f"{len(ids)} tokens with the eos_ids. "
             + ("Keep the last, incomplete row: pad it to block_size, so no token is dropped."
                if dropped else "")
-        )  # fmt: skip
+        )
     flat = {key: [value for row in rows[key] for value in row] for key in PACKED}
     want = {key: [value for row in expected[key] for value in row] for key in PACKED}
     checks = [  # (key, which positions must agree, hint)
@@ -317,7 +317,7 @@ def _check_packed(name: str, call_text: str, rows: dict, documents, block_size, 
         # A row's first label is never used (the model shifts it out): any value there is right.
         ("labels", [i for i in range(len(want["labels"])) if i % block_size],
          lambda i: _labels_hint(i, flat["labels"][i], ids, starts, eos_id)),
-    ]  # fmt: skip
+    ]
     for key, indices, hint in checks:
         wrong = next((i for i in indices if flat[key][i] != want[key][i]), None)
         if wrong is not None:
@@ -332,7 +332,7 @@ def _check_packed(name: str, call_text: str, rows: dict, documents, block_size, 
 def _random_pack_case(seed: int) -> tuple[list[list[int]], int, int]:
     rng = random.Random(seed)
     documents = [[rng.randrange(1, 50) for _ in range(rng.randint(0, 11))]
-                 for _ in range(rng.randint(1, 5))]  # fmt: skip
+                 for _ in range(rng.randint(1, 5))]
     return documents, rng.randint(2, 7), rng.randrange(50, 60)
 
 
@@ -363,7 +363,7 @@ def exercise_pack(pack_documents) -> None:
         rows = _packed_rows(name, call_text, got, block_size)
         _check_packed(name, call_text, rows, documents, block_size, eos_id)
     passed(name, "every token once, eos_id after each document, positions and labels that "
-                 "never reach across a document or a row, the last row padded")  # fmt: skip
+                 "never reach across a document or a row, the last row padded")
 
 
 # --------------------------------------------------------------- Exercise 4: the token dtype
@@ -393,7 +393,7 @@ def _dtype_hint(vocab_size: int, got: np.dtype | None, expected: np.dtype) -> st
         return "Token ids are whole numbers: use an unsigned integer dtype."
     if got.kind == "i":
         return (f"{got.name} is signed: half its range is negative numbers, so it holds ids only "
-                f"up to {np.iinfo(got).max:,}. Use an unsigned dtype.")  # fmt: skip
+                f"up to {np.iinfo(got).max:,}. Use an unsigned dtype.")
     if got.itemsize < expected.itemsize:
         return (
             f"{vocab_size:,} ids need id {vocab_size - 1:,}, which does not fit {got.name} "
@@ -401,7 +401,7 @@ def _dtype_hint(vocab_size: int, got: np.dtype | None, expected: np.dtype) -> st
         )
     if vocab_size - 1 == np.iinfo(expected).max:
         return (f"Ids run from 0 to vocab_size - 1: {vocab_size:,} ids "
-                f"(0 .. {vocab_size - 1:,}) still fit {expected.name}.")  # fmt: skip
+                f"(0 .. {vocab_size - 1:,}) still fit {expected.name}.")
     return (
         f"{got.name} works but takes {got.itemsize // expected.itemsize}x the disk and memory "
         f"of {expected.name}: choose the smallest unsigned dtype that holds vocab_size - 1."
@@ -417,7 +417,7 @@ def exercise_token_dtype(choose_dtype) -> None:
     name = "Exercise 4 (token dtype)"
     for vocab_size in TOKEN_DTYPE_CASES:
         got = _as_dtype(call_or_fail(name, f"token_dtype({vocab_size:,})", choose_dtype,
-                                     vocab_size))  # fmt: skip
+                                     vocab_size))
         expected = smallest_token_dtype(vocab_size)
         if got != expected:
             hint = _dtype_hint(vocab_size, got, expected)
@@ -426,20 +426,20 @@ def exercise_token_dtype(choose_dtype) -> None:
                 f"{got.name if got is not None else got!r}, expected {expected.name}. {hint}"
             )
     passed(name, "uint8 up to 256 ids, uint16 up to 65,536 (GPT-2's 50,257), uint32 up to 2**32 "
-                 "(Llama 3's 128,256), uint64 above")  # fmt: skip
+                 "(Llama 3's 128,256), uint64 above")
 
 
 # ------------------------------------------------- Exercise 5: shards for a rank and a worker
 
 
 def reference_shards_for(num_shards: int, rank: int, world_size: int, worker: int,
-                         num_workers: int, epoch: int) -> list[int]:  # fmt: skip
+                         num_workers: int, epoch: int) -> list[int]:
     """One correct split: shuffle the shards with the epoch as seed (the same order in every
     process), give every world_size-th of them to `rank`, then every num_workers-th of those to
     `worker`."""
     if not 0 <= rank < world_size or not 0 <= worker < num_workers:
         raise ValueError(f"rank {rank} of {world_size} or worker {worker} of {num_workers} "
-                         "does not exist")  # fmt: skip
+                         "does not exist")
     if num_shards < world_size:
         raise ValueError(f"{num_shards} shards leave some of {world_size} ranks without data")
     order = random.Random(epoch).sample(range(num_shards), num_shards)
@@ -457,7 +457,7 @@ def _random_shard_cases(seed: int, count: int) -> list[tuple[int, int, int]]:
 
 # (num_shards, world_size, num_workers); 6 shards on 2 ranks x 2 workers catches a flat split.
 SHARD_CASES = [(8, 2, 2), (6, 2, 2), (8, 2, 3), (10, 4, 1), (9, 2, 3), (3, 3, 4), (5, 1, 1),
-               *_random_shard_cases(seed=0, count=30)]  # fmt: skip
+               *_random_shard_cases(seed=0, count=30)]
 SHARD_EPOCHS = (0, 1, 7)
 # (num_shards, rank, world_size, worker, num_workers, what is wrong): each must be a ValueError.
 BAD_SHARD_CALLS = [
@@ -473,10 +473,10 @@ def _shard_list(name: str, call_text: str, got, num_shards: int) -> list[int]:
         shards = [operator.index(shard) for shard in got]
     except TypeError:
         raise ExerciseFailed(f"{name}: {call_text} returned {got!r}: return a list of shard "
-                             "indices (ints).") from None  # fmt: skip
+                             "indices (ints).") from None
     if any(not 0 <= shard < num_shards for shard in shards):
         raise ExerciseFailed(f"{name}: {call_text} returned {shards}: shard indices run from 0 "
-                             f"to {num_shards - 1}.")  # fmt: skip
+                             f"to {num_shards - 1}.")
     return shards
 
 
@@ -492,7 +492,7 @@ def _split(name, shards_for, num_shards, world_size, num_workers, epoch, readers
 
 
 def _check_split(name: str, split: dict, num_shards: int, world_size: int, num_workers: int,
-                 epoch: int):  # fmt: skip
+                 epoch: int):
     workers = f"{num_workers} worker{'s' if num_workers > 1 else ''}"
     setting = f"in epoch {epoch} with {num_shards} shards, {world_size} ranks and {workers} each"
     owners: dict[int, list] = {}
@@ -510,7 +510,7 @@ def _check_split(name: str, split: dict, num_shards: int, world_size: int, num_w
     missing = sorted(set(range(num_shards)) - owners.keys())
     if missing:
         raise ExerciseFailed(f"{name}: {setting}, nobody reads shards {missing}. When the shards "
-                             "do not divide evenly, the remainder must go somewhere.")  # fmt: skip
+                             "do not divide evenly, the remainder must go somewhere.")
     per_rank = [sum(len(split[rank, w]) for w in range(num_workers)) for rank in range(world_size)]
     if max(per_rank) - min(per_rank) > 1:
         raise ExerciseFailed(
@@ -545,7 +545,7 @@ def _check_new_order_each_epoch(name: str, shards_for) -> None:
     num_shards, world_size, num_workers = 48, 2, 2
     readers = [(rank, worker) for rank in range(world_size) for worker in range(num_workers)]
     epochs = [_split(name, shards_for, num_shards, world_size, num_workers, epoch, readers)
-              for epoch in range(4)]  # fmt: skip
+              for epoch in range(4)]
     if all(split == epochs[0] for split in epochs):
         raise ExerciseFailed(
             f"{name}: with {num_shards} shards, {world_size} ranks and {num_workers} workers, "
@@ -572,7 +572,7 @@ def _check_bad_input(name: str, shards_for) -> None:
 
 
 @exercise(fallback=reference_shards_for,
-          fallback_name="llmlab.course.checks.lab01.reference_shards_for")  # fmt: skip
+          fallback_name="llmlab.course.checks.lab01.reference_shards_for")
 def exercise_shards_for(shards_for) -> None:
     """Exercise 5: shards_for(num_shards, rank, world_size, worker, num_workers, epoch) -> the
     shard indices one data-loader worker of one rank reads in one epoch.
@@ -587,7 +587,7 @@ def exercise_shards_for(shards_for) -> None:
         for epoch in SHARD_EPOCHS:
             split = _split(name, shards_for, num_shards, world_size, num_workers, epoch, readers)
             again = _split(name, shards_for, num_shards, world_size, num_workers, epoch,
-                           readers[::-1])  # fmt: skip
+                           readers[::-1])
             _check_deterministic(name, split, again, (num_shards, world_size, num_workers, epoch))
             _check_split(name, split, num_shards, world_size, num_workers, epoch)
     _check_new_order_each_epoch(name, shards_for)

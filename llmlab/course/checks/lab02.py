@@ -54,14 +54,14 @@ def _count_mistakes(shape: ModelShape) -> list[tuple[int, str]]:
         (_count(shape, kv=d), "Grouped-query attention: how wide are the key and value "
          "projections when there are fewer key/value heads than query heads?"),
         (_count(shape, gated=gpt2), "GPT-2's MLP has two matrices; Llama's SwiGLU MLP has three."),
-    ]  # fmt: skip
+    ]
     if gpt2:
         mistakes += [
             (_count(shape, biases=False), "GPT-2's linear layers have biases."),
             (_count(shape, positions=False), "GPT-2 learns a position embedding: a vector for "
              "each position of the context."),
             (_count(shape, norm_values=d), "A LayerNorm has a shift as well as a scale."),
-        ]  # fmt: skip
+        ]
     else:
         mistakes.append((_count(shape, norm_values=2 * d), "RMSNorm has a scale and no shift."))
     return mistakes
@@ -81,7 +81,7 @@ def _random_shapes(seed: int, count: int) -> list[ModelShape]:
             d_ff=rng.choice([0, rng.randint(16, 200)]),
             n_kv_head=kv_head if family == "llama" else 0,
             tied_embeddings=rng.random() < 0.5,
-        ))  # fmt: skip
+        ))
     return shapes
 
 
@@ -97,18 +97,18 @@ def exercise_count_params(count_params) -> None:
     # Named cases first, so that the first failure tells the likely mistakes apart.
     gpt2_tied = ModelShape("gpt2", 2, 64, 4, 500, 128)
     llama_gqa = ModelShape("llama", 2, 64, 8, 500, 128, d_ff=176, n_kv_head=2,
-                           tied_embeddings=False)  # fmt: skip
+                           tied_embeddings=False)
     shapes = [gpt2_tied, gpt2_tied.replace(tied_embeddings=False, d_ff=100), llama_gqa,
-              llama_gqa.replace(n_kv_head=0, tied_embeddings=True)]  # fmt: skip
+              llama_gqa.replace(n_kv_head=0, tied_embeddings=True)]
     for shape in shapes + _random_shapes(seed=2, count=8):
         got = call(name, count_params, shape)
         expected = _built_count(shape)
         mistakes = [(wrong / expected, hint) for wrong, hint in _count_mistakes(shape)]
         text = f"count_params({shape!r})".replace(", source=''", "")
         expect_number(name, text, got, expected, rel=1e-12,
-                      mistakes=mistakes)  # fmt: skip
+                      mistakes=mistakes)
     passed(name, "your count matches the built transformers model on 12 configurations of both "
-           "families, tied and untied, with and without grouped-query attention")  # fmt: skip
+           "families, tied and untied, with and without grouped-query attention")
 
 
 # ---------------------------------------------------------------- Exercise 2: model states
@@ -130,7 +130,7 @@ def _state_mistakes(n: float, optimizer: str, precision: str) -> list[tuple[floa
     states = {"adamw": 2, "sgd-momentum": 1, "sgd": 0}[optimizer]
     expected = _model_state_bytes(n, optimizer, precision)
     mistakes = [(expected / 1e9, "Return bytes, not GB."), (expected / 2**30, "Return bytes, "
-                "not GiB.")]  # fmt: skip
+                "not GiB.")]
     if precision == "bf16":
         mistakes += [
             (_model_state_bytes(n, optimizer, "fp32"), "Pure bf16 keeps everything in 2 bytes: "
@@ -138,24 +138,24 @@ def _state_mistakes(n: float, optimizer: str, precision: str) -> list[tuple[floa
              "the weights' dtype). Did you treat it like fp32 or mixed, or ignore `precision`?"),
             (n * (2 + 2 + 4 * states), "In pure bf16 the optimizer's states are bf16 too, like "
              "the weights they belong to."),
-        ]  # fmt: skip
+        ]
     if precision == "mixed":
         mistakes += [
             (n * (2 + 2 + 4 * states), "Mixed precision keeps an fp32 master copy of the weights "
              "for the update (4 bytes per parameter)."),
             (n * (2 + 2 + 4 + 2 * states), "In mixed precision the optimizer's states are fp32."),
             (n * (2 + 4 + 4 * states), "Gradients count too: 2 bytes each in 16-bit."),
-        ]  # fmt: skip
+        ]
     if precision == "fp32":
         mistakes += [
             (n * (4 + 4 * states), "Gradients count too: 4 bytes each in fp32."),
             (n * (4 + 4 + 4 + 4 * states), "fp32 training keeps no separate master copy: the "
              "weights themselves are fp32."),
-        ]  # fmt: skip
+        ]
     if states:
         mistakes.append((expected - n * states * (2 if precision == "bf16" else 4), "The "
                          "optimizer's states count too: Adam keeps 2 numbers per parameter, SGD "
-                         "with momentum 1, plain SGD none."))  # fmt: skip
+                         "with momentum 1, plain SGD none."))
     return mistakes
 
 
@@ -167,7 +167,7 @@ def exercise_model_state_bytes(model_state_bytes) -> None:
     # Ordered so that the first failing case tells the likely mistakes apart.
     cases = [(1e9, "adamw", "fp32"), (1e9, "adamw", "bf16"), (124e6, "sgd-momentum", "mixed"),
              (1.5e9, "sgd-momentum", "bf16"), (7.5e9, "adamw", "mixed"), (3e9, "sgd", "mixed"),
-             (7e9, "sgd", "bf16"), (2e6, "sgd-momentum", "fp32")]  # fmt: skip
+             (7e9, "sgd", "bf16"), (2e6, "sgd-momentum", "fp32")]
     for n, optimizer, precision in cases:
         got = call(name, model_state_bytes, n, optimizer, precision)
         expected = _model_state_bytes(n, optimizer, precision)
@@ -176,7 +176,7 @@ def exercise_model_state_bytes(model_state_bytes) -> None:
         text = f"model_state_bytes({n:g}, {optimizer!r}, {precision!r})"
         expect_number(name, text, got, expected, rel=1e-6, mistakes=mistakes)
     passed(name, "AdamW needs 16 bytes per parameter in fp32 and in mixed precision alike, 8 in "
-           "pure bf16: 1B parameters need 16 GB before a single activation")  # fmt: skip
+           "pure bf16: 1B parameters need 16 GB before a single activation")
 
 
 # ---------------------------------------------------------------- Exercise 3: peak from a trace
@@ -267,14 +267,14 @@ HAND_TRACES = [
      "The peak of 80 bytes is reached twice: report the phase where it was reached first."),
     ([("phase", "optimizer"), ("alloc", 5, 7), ("phase", "forward")],
      "The phase is the one in force when the peak happened, not the last one."),
-]  # fmt: skip
+]
 
 # Real steps of the tiny model: the peak lands in a different phase in each.
 REAL_STEPS = {
     "tiny, batch 1 x 32, AdamW": TrainingSetup(batch=1, seq=32, dtype="fp32"),
     "tiny, batch 2 x 64, eager attention, SGD with momentum": TrainingSetup(
         batch=2, seq=64, dtype="fp32", attention="eager", optimizer="sgd-momentum"),
-}  # fmt: skip
+}
 
 
 @functools.cache
@@ -291,7 +291,7 @@ def _expect_peak(name: str, text: str, got, peak: int, phase: str, why: str) -> 
         why = "Return the peak in bytes, the unit of the trace."
     if got_peak != peak or got[1] != phase:
         raise ExerciseFailed(f"{name}: {text} returned {got!r}, expected ({peak}, {phase!r}). "
-                             f"{why}")  # fmt: skip
+                             f"{why}")
 
 
 @exercise(fallback=replay_peak, fallback_name="llmlab.course.checks.lab02.replay_peak")
@@ -307,9 +307,9 @@ def exercise_peak_from_trace(peak_from_trace: Callable) -> None:
         got = call(name, peak_from_trace, list(trace))
         _expect_peak(name, f"peak_from_trace(<{len(trace):,} events of a real step: {label}>)",
                      got, peak, phase, "The small traces pass, so look at what a real trace "
-                     "has that they do not.")  # fmt: skip
+                     "has that they do not.")
     passed(name, "your replay finds the same peak, to the byte, and the same phase as llmlab's "
-           "tracker on two real training steps")  # fmt: skip
+           "tracker on two real training steps")
 
 
 def prediction(guess: Callable[[], float]) -> float | None:
@@ -341,7 +341,7 @@ def exercise_smallest_zero_stage(smallest_zero_stage) -> None:
     # Every answer (0, 1, 2, 3, None) appears; 31.40625 GB is stage 1's size exactly.
     cases = [(7.5e9, 64, 32), (7.5e9, 64, 20), (7.5e9, 64, 16), (1.5e9, 8, 40), (13e9, 8, 80),
              (13e9, 16, 40), (70e9, 8, 80), (70e9, 16, 80), (7.5e9, 64, 31.40625),
-             (6.7e9, 1, 80), (6.7e9, 1, 120)]  # fmt: skip
+             (6.7e9, 1, 80), (6.7e9, 1, 120)]
     for n, gpus, gpu_gb in cases:
         got = call(name, smallest_zero_stage, n, gpus, gpu_gb)
         sizes = [_zero_states_gb(n, gpus, stage) for stage in range(4)]
@@ -349,14 +349,14 @@ def exercise_smallest_zero_stage(smallest_zero_stage) -> None:
         if got != expected:
             listing = ", ".join(f"stage {s}: {size:.2f} GB" for s, size in enumerate(sizes))
             hint = (" Even stage 3 does not fit, so the answer is None: more GPUs are needed."
-                    if expected is None else "")  # fmt: skip
+                    if expected is None else "")
             raise ExerciseFailed(
                 f"{name}: smallest_zero_stage({n:g}, {gpus}, {gpu_gb}) returned {got!r}, expected "
                 f"{expected!r}. Per GPU ({listing}); a stage fits when its size is at most "
                 f"gpu_gb.{hint}"
             )
     passed(name, "7.5B parameters on 64 GPUs: 120 GB at stage 0, 31.4 at stage 1, 16.6 at "
-           "stage 2, 1.9 at stage 3 (the ZeRO paper's figure 1)")  # fmt: skip
+           "stage 2, 1.9 at stage 3 (the ZeRO paper's figure 1)")
 
 
 NOTEBOOK = "02_memory.ipynb"

@@ -36,7 +36,7 @@ NAN_HINT = ("Is there a micro-batch whose targets are all -100? Its mean loss is
 def _tiny_model() -> torch.nn.Module:
     # build_model seeds the weights, so every call gives the same model.
     return build_model(preset("tiny", n_layer=1, d_model=32, n_head=2, vocab_size=VOCAB,
-                              context=CONTEXT))  # fmt: skip
+                              context=CONTEXT))
 
 
 def _summed_loss(model, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -78,7 +78,7 @@ def _accumulation_cases():
     generator = torch.Generator().manual_seed(3)
     first = [_micro_batch(generator, r, t) for r, t in [(3, 20), (1, 6), (2, 14), (4, 9)]]
     second = [_micro_batch(generator, r, t, all_ignored=(t == 11))
-              for r, t in [(2, 11), (1, 24), (3, 8)]]  # fmt: skip
+              for r, t in [(2, 11), (1, 24), (3, 8)]]
     return [first, second]
 
 
@@ -94,7 +94,7 @@ def _gradient(model) -> torch.Tensor:
     return torch.cat([
         (p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
         for p in model.parameters()
-    ])  # fmt: skip
+    ])
 
 
 def _gradient_of(loss_of_model) -> torch.Tensor:
@@ -129,7 +129,7 @@ def _mistaken_gradients(micro_batches) -> dict[str, torch.Tensor]:
         "only the last micro-batch's gradient is left: backward() adds to .grad, so do not "
         "zero the gradients between micro-batches.":
             _gradient_of(lambda m: _summed_loss(m, *micro_batches[-1]) / n_tokens),
-    }  # fmt: skip
+    }
 
 
 class _Recorder:
@@ -210,14 +210,14 @@ def _check_accumulation_case(name: str, accumulate, micro_batches) -> None:
 
 
 @exercise(fallback=accumulate_token_weighted,
-          fallback_name="llmlab.course.checks.lab03.accumulate_token_weighted")  # fmt: skip
+          fallback_name="llmlab.course.checks.lab03.accumulate_token_weighted")
 def exercise_accumulation(accumulate) -> None:
     """Exercise 1: accumulate(model, micro_batches) leaves one big batch's gradient and loss."""
     name = "Exercise 1 (token-weighted gradient accumulation)"
     for micro_batches in _accumulation_cases():
         _check_accumulation_case(name, accumulate, micro_batches)
     passed(name, "micro-batches of unequal lengths give one big batch's gradient, one "
-                 "micro-batch in memory at a time")  # fmt: skip
+                 "micro-batch in memory at a time")
 
 
 # ---------------------------------------------------------------- Exercise 2: the whole step
@@ -250,7 +250,7 @@ class _CallSpy:
                                      (scaler, "step", "scaler.step(optimizer)"),
                                      (scaler, "update", "scaler.update()"),
                                      (optimizer, "zero_grad", "optimizer.zero_grad()"),
-                                     (model, "zero_grad", "optimizer.zero_grad()")):  # fmt: skip
+                                     (model, "zero_grad", "optimizer.zero_grad()")):
             setattr(owner, method, self._noting(getattr(owner, method), label))
 
     def _noting(self, method, label: str):
@@ -299,7 +299,7 @@ def trainer_step(model, optimizer, scaler, micro_batches, max_norm):
         grad_accum_steps=len(micro_batches), lr=optimizer.param_groups[0]["lr"],
         schedule="constant", warmup_steps=0, dtype="fp32", device="cpu", progress=False,
         grad_clip=None if math.isinf(max_norm) else max_norm,
-    )  # fmt: skip
+    )
     generators = capture_rng()  # the Trainer seeds every generator: give the caller's back
     trainer = Trainer(model, config, _Batches(micro_batches))
     restore_rng(generators)
@@ -324,7 +324,7 @@ def _step_cases():
 
     def batches(k: int, rows: int, length: int):
         return [tuple(torch.randint(0, VOCAB, (rows, length), generator=generator)
-                      for _ in range(2)) for _ in range(k)]  # fmt: skip
+                      for _ in range(2)) for _ in range(k)]
 
     return [
         ([batches(3, 2, 12), batches(3, 2, 12)], 0.05, False),  # clipping at work
@@ -337,7 +337,7 @@ def _step_cases():
 def _read_step_answer(name: str, text: str, got) -> tuple[float, float]:
     if not (isinstance(got, tuple | list) and len(got) == 2):
         raise ExerciseFailed(f"{name}: {text} returned {got!r}; return a pair (the mean loss, "
-                             "the gradient norm before clipping).")  # fmt: skip
+                             "the gradient norm before clipping).")
     return expect_real(name, text + "[0]", got[0]), expect_real(name, text + "[1]", got[1])
 
 
@@ -349,7 +349,7 @@ def _norm_hint(got: float, expected: float, k: int, max_norm: float) -> str:
          "number of micro-batches."),
         (min(expected, max_norm), "That is the norm after clipping: return the one before "
          "(clip_grad_norm_ returns it), which says how far the gradient was clipped."),
-    ]  # fmt: skip
+    ]
     return next((text for value, text in wrong if is_close(got, value, 1e-4)), "")
 
 
@@ -363,14 +363,14 @@ def _check_step(name, text, got, expected, k, max_norm, overflow) -> None:
     if not overflow and not is_close(norm, want_norm, 1e-4):
         raise ExerciseFailed(f"{name}: {text} returned the gradient norm {norm!r}, expected "
                              f"about {want_norm:.6g}. {_norm_hint(norm, want_norm, k, max_norm)}"
-                             .strip())  # fmt: skip
+                             .strip())
     if not is_close(loss, want_loss, 1e-5):
         hint = next((h for factor, h in [
             (k, "That is the sum over the micro-batches: return their mean."),
             (STEP_SCALE, "That is the scaled loss: return the loss itself."),
-        ] if is_close(loss, want_loss * factor, 1e-5)), "")  # fmt: skip
+        ] if is_close(loss, want_loss * factor, 1e-5)), "")
         raise ExerciseFailed(f"{name}: {text} returned the loss {loss!r}, expected about "
-                             f"{want_loss:.6g}. {hint}".strip())  # fmt: skip
+                             f"{want_loss:.6g}. {hint}".strip())
 
 
 def _check_step_case(name: str, train_step, steps, max_norm: float, overflow: bool) -> None:
@@ -388,11 +388,11 @@ def _check_step_case(name: str, train_step, steps, max_norm: float, overflow: bo
         text = (f"train_step(model, optimizer, scaler, {k} micro-batch{'es' * (k > 1)} of "
                 f"{tuple(micro_batches[0][0].shape)}, max_norm={max_norm}) (step {step})")
         expected = trainer_step(reference, reference_optimizer, reference_scaler, micro_batches,
-                                max_norm)  # fmt: skip
+                                max_norm)
         stale = any(p.grad is not None and bool(p.grad.any()) for p in mine.parameters())
         spy.made.clear()
         got = call_or_fail(name, text, train_step, mine, optimizer, scaler, micro_batches,
-                           max_norm)  # fmt: skip
+                           max_norm)
         try:
             _check_step_effects(name, text, got, expected, k, max_norm, overflow, recorder,
                                 (mine, reference), (scaler, reference_scaler), start, stale)
@@ -402,7 +402,7 @@ def _check_step_case(name: str, train_step, steps, max_norm: float, overflow: bo
 
 
 def _check_step_effects(name, text, got, expected, k, max_norm, overflow, recorder, models,
-                        scalers, start, stale) -> None:  # fmt: skip
+                        scalers, start, stale) -> None:
     """The learner's step against the reference's: activations, loss, norm, weights, scale."""
     (mine, reference), (scaler, reference_scaler) = models, scalers
     if recorder.overlapped():
@@ -423,10 +423,10 @@ def _check_step_effects(name, text, got, expected, k, max_norm, overflow, record
         hint = ("backward() adds to .grad: clear the gradients once per step "
                 "(optimizer.zero_grad()), or the last step's gradient comes back."
                 if stale else "Clip the unscaled gradients to max_norm, then step with "
-                "scaler.step(optimizer).")  # fmt: skip
+                "scaler.step(optimizer).")
         raise ExerciseFailed(f"{name}: {text}: the weights after the step differ from "
                              f"llmlab's Trainer.train_step's by up to {difference:.3g}. "
-                             f"{hint}")  # fmt: skip
+                             f"{hint}")
     if scaler.get_scale() != reference_scaler.get_scale():
         raise ExerciseFailed(
             f"{name}: {text}: the loss scale is {scaler.get_scale():g} after the step, "
@@ -443,7 +443,7 @@ def exercise_train_step(train_step) -> None:
     for steps, max_norm, overflow in _step_cases():
         _check_step_case(name, train_step, steps, max_norm, overflow)
     passed(name, "two steps each on a tiny model: the same weights, norm, loss and loss scale "
-                 "as llmlab's Trainer.train_step, an overflowed step skipped")  # fmt: skip
+                 "as llmlab's Trainer.train_step, an overflowed step skipped")
 
 
 # ---------------------------------------------------------------- Exercise 3: the schedule
@@ -452,7 +452,7 @@ def exercise_train_step(train_step) -> None:
 def warmup_cosine_reference(step, max_steps, warmup_steps, lr, min_lr) -> float:
     """llmlab's schedule (llmlab.train.learning_rate) with Exercise 3's arguments."""
     config = TrainConfig(max_steps=max_steps, warmup_steps=warmup_steps, lr=lr,
-                         min_lr_ratio=min_lr / lr)  # fmt: skip
+                         min_lr_ratio=min_lr / lr)
     return learning_rate(step, config)
 
 
@@ -480,7 +480,7 @@ def exercise_warmup_cosine(warmup_cosine) -> None:
         for step in range(max_steps + 1):
             args = f"warmup_cosine({step}, {max_steps}, {warmup}, {lr:.4g}, {min_lr:.4g})"
             got = expect_real(name, args, call(name, warmup_cosine, step, max_steps, warmup,
-                                               lr, min_lr))  # fmt: skip
+                                               lr, min_lr))
             if step < warmup:
                 accepted = _warmup_values(step, warmup, lr)
                 hint = (f"Step {step} is {step / warmup:.0%} of the way through the warm-up: the "
@@ -527,7 +527,7 @@ def exercise_mfu(model_flops_utilization) -> None:
         )
     expected = mfu_reference(1.0e5, gpt2_small, 989.0)
     passed(name, f"GPT-2 small (seq 1024) at 100k tokens/s on an H100 SXM (bf16) is "
-                 f"{expected:.1%} MFU")  # fmt: skip
+                 f"{expected:.1%} MFU")
 
 
 # ---------------------------------------------------------------- Exercise 5: resumable RNG
@@ -598,7 +598,7 @@ def _reseed_everything(seed: int) -> None:
 
 
 @exercise(fallback=RandomStateReference,
-          fallback_name="llmlab.train.checkpoint.capture_rng / restore_rng")  # fmt: skip
+          fallback_name="llmlab.train.checkpoint.capture_rng / restore_rng")
 def exercise_random_state(random_state) -> None:
     """Exercise 5: RandomState(data) captures; .restore(data) continues bit for bit."""
     name = "Exercise 5 (an exactly resumable random state)"

@@ -80,7 +80,7 @@ def all_reduce_reference(tensor: torch.Tensor) -> None:
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor",
                "all_gather", "all_gather_single", "all_gather_into_tensor", "broadcast",
-               "reduce")  # fmt: skip
+               "reduce")
 POINT_TO_POINT = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}  # -> the peer
 SHAPES = [(7,), (10,), (2, 3), (5, 13)]  # few divide by 3 or 4 ranks; 6 in 4: chunk makes 3
 
@@ -156,7 +156,7 @@ def _ring_worker(ring_all_reduce: Callable, seed: int) -> list[dict]:
             in_place = True
         outcomes.append(dict(shape=shape, mine=mine, got=got, expected=expected, in_place=in_place,
                              sent=watch.sent, peers=watch.peers,
-                             collectives=sorted(watch.collectives)))  # fmt: skip
+                             collectives=sorted(watch.collectives)))
     return outcomes
 
 
@@ -259,7 +259,7 @@ def exercise_ring_all_reduce(ring_all_reduce) -> None:
         outcomes = _run_in_workers(name, _ring_worker, world, ring_all_reduce, seed)
         _ring_verdict(name, world, outcomes)
     passed(name, f"equal to dist.all_reduce for 2, 3 and 4 ranks on shapes {SHAPES}, sending "
-                 "2(n-1)/n of the tensor per rank")  # fmt: skip
+                 "2(n-1)/n of the tensor per rank")
 
 
 # ---------------------------------------------------------------- Exercise 2: DDP by hand
@@ -306,7 +306,7 @@ def _batches(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(seed)
     return [(torch.randint(0, 23, (GLOBAL_BATCH, 5), generator=generator),
              torch.randint(0, 23, (GLOBAL_BATCH, 5), generator=generator))
-            for _ in range(DDP_STEPS)]  # fmt: skip
+            for _ in range(DDP_STEPS)]
 
 
 def _flat(tensors) -> torch.Tensor:
@@ -341,7 +341,7 @@ def _ddp_worker(data_parallel: Callable, seed: int) -> dict:
     library = nn.parallel.DistributedDataParallel(TinyTiedModel())
     _train(library, batches, rank, world, None)
     return dict(start=start, buffers=buffers, final=_flat(model.parameters()), grads=grads,
-                ddp_final=_flat(library.module.parameters()))  # fmt: skip
+                ddp_final=_flat(library.module.parameters()))
 
 
 def _single_process(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list]:
@@ -359,7 +359,7 @@ def _gradient_hint(world: int, by_rank: list[dict], expected: dict) -> str | Non
         return torch.allclose(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()))
 
     wrong = {rank: [n for n in expected if not close(grads[n], expected[n])]
-             for rank, grads in enumerate(by_rank)}  # fmt: skip
+             for rank, grads in enumerate(by_rank)}
     if not any(wrong.values()):
         return None
     if all(close(grads[n], world * expected[n]) for grads in by_rank for n in expected):
@@ -409,7 +409,7 @@ def _ddp_verdict(name: str, world: int, results: list[dict], seed: int) -> None:
 
 
 @exercise(fallback=DataParallelReference,
-          fallback_name="llmlab.course.checks.lab04.DataParallelReference")  # fmt: skip
+          fallback_name="llmlab.course.checks.lab04.DataParallelReference")
 def exercise_data_parallel(data_parallel) -> None:
     """Exercise 2: DataParallel(model) makes the ranks equal; .average_gradients() averages."""
     name = "Exercise 2 (DDP by hand)"
@@ -453,7 +453,7 @@ def _forward_backward(fn: Callable, seed: int) -> dict[str, torch.Tensor]:
     out = fn(x, *weights.values())
     (out * upstream).sum().backward()
     grads = {name: (t.grad if t.grad is not None else torch.zeros_like(t))
-             for name, t in [("x", x), *weights.items()]}  # fmt: skip
+             for name, t in [("x", x), *weights.items()]}
     return {"out": out.detach(), **grads}
 
 
@@ -511,7 +511,7 @@ def tensor_parallel_reference(x, fc_weight, fc_bias, proj_weight, proj_bias) -> 
 
 
 @exercise(fallback=tensor_parallel_reference,
-          fallback_name="llmlab.course.checks.lab04.tensor_parallel_reference")  # fmt: skip
+          fallback_name="llmlab.course.checks.lab04.tensor_parallel_reference")
 def exercise_tensor_parallel_mlp(tensor_parallel_mlp) -> None:
     """Exercise 3: a column- then row-parallel MLP equals the unsplit one, forward and backward."""
     name = "Exercise 3 (column- then row-parallel MLP)"
@@ -523,7 +523,7 @@ def exercise_tensor_parallel_mlp(tensor_parallel_mlp) -> None:
         if hint:
             raise ExerciseFailed(f"{name}: with {world} ranks: {hint}")
     passed(name, "with 2 and 3 ranks: the output, the input's gradient and every weight's "
-                 "gradient equal the unsplit MLP's")  # fmt: skip
+                 "gradient equal the unsplit MLP's")
 
 
 # ---------------------------------------------------------------- Exercise 4: pipeline schedules
@@ -535,7 +535,7 @@ def _slots(name: str, timeline, stages: int, micro_batches: int, call_text: str)
     """Each stage's {(kind, micro-batch): slot}; a failure for anything malformed or missing."""
     if not isinstance(timeline, (list, tuple)) or len(timeline) != stages:
         raise ExerciseFailed(f"{name}: {call_text} must return one list of slots per stage "
-                             f"({stages} lists); got {type(timeline).__name__}.")  # fmt: skip
+                             f"({stages} lists); got {type(timeline).__name__}.")
     by_stage = []
     for stage, row in enumerate(timeline):
         seen = {}
@@ -544,7 +544,7 @@ def _slots(name: str, timeline, stages: int, micro_batches: int, call_text: str)
                 continue
             if not (isinstance(op, (tuple, list)) and len(op) == 2 and op[0] in ("F", "B")):
                 raise ExerciseFailed(f"{name}: {call_text}: stage {stage}, slot {slot} holds "
-                                     f"{op!r}; use None, ('F', i) or ('B', i).")  # fmt: skip
+                                     f"{op!r}; use None, ('F', i) or ('B', i).")
             key = (op[0], int(op[1]))
             if key in seen:
                 raise ExerciseFailed(f"{name}: {call_text}: stage {stage} runs {key} twice.")
@@ -664,7 +664,7 @@ def pipeline_timeline_reference(stages: int, micro_batches: int, schedule: str) 
 
 
 @exercise(fallback=pipeline_timeline_reference,
-          fallback_name="llmlab.course.checks.lab04.pipeline_timeline_reference")  # fmt: skip
+          fallback_name="llmlab.course.checks.lab04.pipeline_timeline_reference")
 def exercise_pipeline_timeline(pipeline_timeline) -> None:
     """Exercise 4: pipeline_timeline(stages, micro_batches, schedule) -> one op list per stage."""
     name = "Exercise 4 (GPipe and 1F1B timelines)"
@@ -674,7 +674,7 @@ def exercise_pipeline_timeline(pipeline_timeline) -> None:
             timeline = call(name, pipeline_timeline, stages, micro_batches, schedule)
             _pipeline_verdict(name, schedule, timeline, stages, micro_batches)
     passed(name, f"valid, as short as the pipeline allows, and 1F1B within its memory bound, "
-                 f"for (stages, micro-batches) in {cases}")  # fmt: skip
+                 f"for (stages, micro-batches) in {cases}")
 
 
 # ---------------------------------------------------------------- Exercise 5: choosing a layout
@@ -683,7 +683,7 @@ def exercise_pipeline_timeline(pipeline_timeline) -> None:
 # No activation checkpointing: the activations are then large enough that splitting the layers
 # (which splits them too) can fit where sharding alone does not.
 LAYOUT_SETUP = TrainingSetup(batch=1, seq=1024, dtype="bf16", optimizer="adamw",
-                             checkpointing=False)  # fmt: skip
+                             checkpointing=False)
 LAYOUT_SCENARIOS = [  # model, GB per GPU, GPUs per node, nodes, link inside a node, between nodes
     ("gpt2-124m", 80.0, 8, 1, "nvlink", "infiniband"),
     ("llama-7b", 40.0, 8, 1, "nvlink", "infiniband"),
@@ -707,7 +707,7 @@ def _as_layout(got) -> dict | None:
     got = getattr(got, "parallel", got)  # a planner's Layout holds its degrees in .parallel
     values = [got.get(k) if isinstance(got, dict) else getattr(got, k, None) for k in keys]
     if any(v is None or isinstance(v, bool) or real_number(v) != int(real_number(v) or 0)
-           for v in values):  # fmt: skip
+           for v in values):
         return None
     return dict(zip(keys, (int(v) for v in values), strict=True))
 
@@ -757,7 +757,7 @@ def choose_layout_reference(model, gpu_gb, gpus_per_node, nodes, inside_node, be
     """The lab's fallback for Exercise 5: the first layout of llmlab.scale.layout that fits with
     room to spare, or None."""
     layouts = choose_layouts(model, gpu_gb, gpus_per_node, nodes, inside_node, between_nodes,
-                             setup=LAYOUT_SETUP)  # fmt: skip
+                             setup=LAYOUT_SETUP)
     best = _roomy(layouts)
     return None if best is None else _as_layout(best)
 
@@ -769,7 +769,7 @@ def _layout_verdict(name: str, call_text: str, got, scenario: tuple) -> None:
         if best is None:
             return
         raise ExerciseFailed(f"{name}: {call_text} returned None (nothing fits), but "
-                             f"{best.describe()} fits with room to spare.")  # fmt: skip
+                             f"{best.describe()} fits with room to spare.")
     layout = _as_layout(got)
     if layout is None:
         raise ExerciseFailed(f"{name}: {call_text} returned {got!r}; return a dict with "
@@ -782,7 +782,7 @@ def _layout_verdict(name: str, call_text: str, got, scenario: tuple) -> None:
 
 
 @exercise(fallback=choose_layout_reference,
-          fallback_name="llmlab.scale.layout.choose_layouts")  # fmt: skip
+          fallback_name="llmlab.scale.layout.choose_layouts")
 def exercise_choose_layout(choose_layout) -> None:
     """Exercise 5: choose_layout(model, gpu_gb, gpus_per_node, nodes, inside, between)."""
     name = "Exercise 5 (choosing a layout)"
@@ -796,7 +796,7 @@ def exercise_choose_layout(choose_layout) -> None:
         _layout_verdict(name, call_text, got, (preset(model), *rest))
     passed(name, f"the simplest layout that fits with room to spare, or None, for "
                  f"{len(LAYOUT_SCENARIOS)} clusters from one node of 6 GPUs to 4 nodes of 8, "
-                 "over NVLink and PCIe")  # fmt: skip
+                 "over NVLink and PCIe")
 
 
 NOTEBOOK = "04_multi_gpu.ipynb"

@@ -46,7 +46,7 @@ def _slurm_environment(rng: random.Random) -> dict[str, str]:
             "SLURM_NODEID": str(node), "SLURM_NTASKS": str(nodes * per_node),
             "SLURM_NNODES": str(nodes), "SLURM_NTASKS_PER_NODE": str(per_node),
             "SLURM_JOB_NODELIST": rng.choice(HOSTS), "SLURM_JOB_ID": str(rng.randrange(10**6)),
-            "SLURM_CPUS_PER_TASK": "8"}  # fmt: skip
+            "SLURM_CPUS_PER_TASK": "8"}
 
 
 def _srun_torchrun_environment(rng: random.Random) -> dict[str, str]:
@@ -59,7 +59,7 @@ def _srun_torchrun_environment(rng: random.Random) -> dict[str, str]:
                    SLURM_NTASKS=str(nodes), SLURM_NNODES=str(nodes), SLURM_NTASKS_PER_NODE="1")
     environ.update(RANK=str(node * per_node + local), LOCAL_RANK=str(local),
                    WORLD_SIZE=str(nodes * per_node), GROUP_RANK=str(node),
-                   MASTER_ADDR="10.0.0.17", MASTER_PORT="29500")  # fmt: skip
+                   MASTER_ADDR="10.0.0.17", MASTER_PORT="29500")
     return environ
 
 
@@ -110,7 +110,7 @@ def place_from_environment_reference(environ: dict) -> dict:
 
 
 @exercise(fallback=place_from_environment_reference,
-          fallback_name="llmlab.distributed.launcher_env.launcher_env")  # fmt: skip
+          fallback_name="llmlab.distributed.launcher_env.launcher_env")
 def exercise_place_from_environment(place_from_environment: Callable) -> None:
     """Exercise 1: place_from_environment(environ) -> rank, local_rank, world_size, node_rank,
     master_addr (a dict, or an object with those attributes)."""
@@ -121,18 +121,18 @@ def exercise_place_from_environment(place_from_environment: Callable) -> None:
     for environ in cases:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(environ.items()))
         got = call_or_fail(name, f"place_from_environment({{{shown}}})", place_from_environment,
-                           dict(environ))  # fmt: skip
+                           dict(environ))
         place = _as_place(got)
         if place is None:
             raise ExerciseFailed(f"{name}: returned {got!r}; return a dict with the integers "
                                  "rank, local_rank, world_size, node_rank and the string "
-                                 "master_addr.")  # fmt: skip
+                                 "master_addr.")
         want = place_from_environment_reference(environ)
         if place != want:
             raise ExerciseFailed(f"{name}: for the environment {shown}\nyou returned {place},\n"
                                  f"expected {want}.\nHint: {_place_hint(place, want, environ)}")
     passed(name, f"the place of {len(cases)} processes: 20 started by srun alone, 10 by torchrun "
-                 "under srun")  # fmt: skip
+                 "under srun")
 
 
 # ---------------------------------------------------------------- Exercise 3: the straggler
@@ -159,13 +159,13 @@ def _straggler_cases(rng: random.Random) -> list[tuple[str, list, float]]:
         ("two stragglers, slowest first", steady([1.0, 1.6, 1.0, 2.5, 1.0]), 0.2),
         ("a fast rank is no straggler", steady([1.0, 1.0, 0.2]), 0.2),
         ("one disturbed step", [[1.0, 1.0, 1.0]] * 4 + [[1.0, 4.0, 1.0]], 0.2),
-    ]  # fmt: skip
+    ]
     for index in range(12):
         ranks, steps = rng.choice([3, 4, 8, 16, 64]), rng.choice([1, 3, 5, 8])
         base = rng.uniform(0.05, 2.0)
         slow = {rng.randrange(ranks): rng.uniform(1.1, 3.0) for _ in range(rng.choice([0, 1, 2]))}
         times = [[base * rng.uniform(0.95, 1.05) * slow.get(rank, 1.0) for rank in range(ranks)]
-                 for _ in range(steps)]  # fmt: skip
+                 for _ in range(steps)]
         if steps > 2:  # the operating system steals one step from one rank
             times[rng.randrange(steps)][rng.randrange(ranks)] *= 5
         cases.append((f"random run {index + 1}", times, rng.choice([0.1, 0.2, 0.5])))
@@ -197,23 +197,23 @@ def _straggler_hint(got: list, want: list, step_seconds: list, threshold: float)
     at_boundary = [r for r in got_ranks if per_rank[r] == middle * (1 + threshold)]
     if at_boundary and set(got_ranks) - set(want_ranks) == set(at_boundary):
         return ("a rank exactly at the threshold is not slower than it: is your comparison "
-                "strict?")  # fmt: skip
+                "strict?")
     # An extra rank that is slow at one step only: its mean (or worst) step crossed the line.
     if any(max(row[r] for row in step_seconds) > middle * (1 + threshold)
-           for r in set(got_ranks) - set(want_ranks)):  # fmt: skip
+           for r in set(got_ranks) - set(want_ranks)):
         return ("you flagged a rank whose typical step is within the threshold: one unlucky step "
                 "should not make a straggler. What is a rank's typical step over several steps, "
-                "robust to one outlier?")  # fmt: skip
+                "robust to one outlier?")
     ratios = [(g, w) for (_, g), (_, w) in zip(got, want, strict=False)]
     if got_ranks == want_ranks and all(math.isclose(g, w + 1, rel_tol=REL) for g, w in ratios):
         return ("the slowdown is how much slower, as a fraction: 0.5 for a rank that takes 1.5 "
-                "times the typical step.")  # fmt: skip
+                "times the typical step.")
     return ("compare each rank with the typical rank, a statistic one slow rank cannot drag "
             "towards itself; with an even number of ranks, which value is in the middle?")
 
 
 @exercise(fallback=find_stragglers_reference,
-          fallback_name="llmlab.distributed.stragglers.find_stragglers_over_steps")  # fmt: skip
+          fallback_name="llmlab.distributed.stragglers.find_stragglers_over_steps")
 def exercise_find_stragglers(find_stragglers: Callable) -> None:
     """Exercise 3: find_stragglers(step_seconds, threshold) -> [(rank, slowdown), ...], slowest
     first, from step_seconds[step][rank]."""
@@ -223,7 +223,7 @@ def exercise_find_stragglers(find_stragglers: Callable) -> None:
         text = f"find_stragglers(<{len(step_seconds)} steps x {len(step_seconds[0])} ranks: " \
                f"{what}>, {threshold})"
         got = call_or_fail(name, text, find_stragglers, [list(row) for row in step_seconds],
-                           threshold)  # fmt: skip
+                           threshold)
         want = find_stragglers_reference(step_seconds, threshold)
         pairs = _as_pairs(got)
         if pairs is None:
@@ -231,7 +231,7 @@ def exercise_find_stragglers(find_stragglers: Callable) -> None:
                                  "slowdown) pairs, slowest first ([] when nobody is slow).")
         if len(pairs) == len(want) and all(
                 g[0] == w[0] and math.isclose(g[1], w[1], rel_tol=REL)
-                for g, w in zip(pairs, want, strict=True)):  # fmt: skip
+                for g, w in zip(pairs, want, strict=True)):
             continue
         ranks = len(step_seconds[0])
         missing = next((rank for rank, _ in pairs if not 0 <= rank < ranks), None)
@@ -240,7 +240,7 @@ def exercise_find_stragglers(find_stragglers: Callable) -> None:
                                  f"exist: step_seconds has {ranks} ranks, numbered 0 to "
                                  f"{ranks - 1}. Which rank is a column of step_seconds?")
         shown = "\n".join(f"  step {step}: " + ", ".join(f"{t:.4g}" for t in row)
-                          for step, row in enumerate(step_seconds[:5]))  # fmt: skip
+                          for step, row in enumerate(step_seconds[:5]))
         raise ExerciseFailed(
             f"{name}: {text}\n{shown}\nyou returned {pairs}, expected "
             f"{[(rank, round(slowdown, 4)) for rank, slowdown in want]}.\n"
@@ -258,17 +258,17 @@ def exercise_find_stragglers(find_stragglers: Callable) -> None:
             "timer broke reports NaN, and NaN compares False with everything: that rank would "
             "never be flagged. Raise a ValueError that names the bad time.")
     passed(name, f"{len(cases)} runs of 1 to 64 ranks (the boundary, an even count, one "
-                 "disturbed step, several stragglers) and a NaN time refused")  # fmt: skip
+                 "disturbed step, several stragglers) and a NaN time refused")
 
 
 # ---------------------------------------------------------------- Exercise 4a: ring all-reduce time
 
 
 def ring_all_reduce_time_reference(nbytes: float, ranks: int, latency_s: float,
-                                   gbit_per_s: float) -> float:  # fmt: skip
+                                   gbit_per_s: float) -> float:
     """The lab's fallback for Exercise 4: llmlab.scale.ring_seconds on a link of that speed."""
     return ring_seconds("all_reduce", nbytes, ranks, Link("link", gbit_to_bytes(gbit_per_s),
-                                                          latency_s))  # fmt: skip
+                                                          latency_s))
 
 
 def _ring_mistakes(nbytes, ranks, latency, gbit) -> list[tuple[float, str]]:
@@ -295,16 +295,16 @@ def _ring_mistakes(nbytes, ranks, latency, gbit) -> list[tuple[float, str]]:
 
 
 @exercise(fallback=ring_all_reduce_time_reference,
-          fallback_name="llmlab.scale.ring_seconds")  # fmt: skip
+          fallback_name="llmlab.scale.ring_seconds")
 def exercise_ring_all_reduce_time(ring_all_reduce_time: Callable) -> None:
     """Exercise 4: ring_all_reduce_time(nbytes, ranks, latency_s, gbit_per_s) -> seconds."""
     name = "Exercise 4 (a ring all-reduce's time)"
     rng = random.Random(3)
     cases = [(1e9, 8, 5e-6, 400.0), (4096.0, 1024, 10e-6, 200.0), (2e8, 2, 3e-6, 100.0),
-             (0.0, 16, 5e-6, 400.0), (1e6, 1, 5e-6, 400.0)]  # fmt: skip
+             (0.0, 16, 5e-6, 400.0), (1e6, 1, 5e-6, 400.0)]
     cases += [(10 ** rng.uniform(3, 10), rng.choice([2, 3, 4, 8, 64, 512]),
                rng.choice([2e-6, 5e-6, 2e-5]), rng.choice([100.0, 200.0, 400.0, 3200.0]))
-              for _ in range(12)]  # fmt: skip
+              for _ in range(12)]
     for nbytes, ranks, latency, gbit in cases:
         text = f"ring_all_reduce_time({nbytes:.6g}, {ranks}, {latency:g}, {gbit:g})"
         got = call_or_fail(name, text, ring_all_reduce_time, nbytes, ranks, latency, gbit)
@@ -315,11 +315,11 @@ def exercise_ring_all_reduce_time(ring_all_reduce_time: Callable) -> None:
         hint = ""
         if number is not None and ranks > 1:
             hint = next((text for value, text in _ring_mistakes(nbytes, ranks, latency, gbit)
-                         if math.isclose(number, value, rel_tol=REL)), "")  # fmt: skip
+                         if math.isclose(number, value, rel_tol=REL)), "")
         if ranks == 1 and number is not None:
             hint = "one rank has nobody to talk to."
         raise ExerciseFailed(f"{name}: {text} returned {got!r}, expected {expected:.6g} s. "
-                             f"{hint}".strip())  # fmt: skip
+                             f"{hint}".strip())
     passed(name, f"{len(cases)} tensors from 0 bytes to 10 GB on 1 to 1024 ranks")
 
 
@@ -352,7 +352,7 @@ def _parts(shape, cluster: Cluster, p: Parallel, *, recompute=True, half_phases=
     stage = count_parameters(shape.replace(n_layer=layers)).total / p.tp
     over = cluster.link_for("dp", p) if dp_link else cluster.inside_node
     dp = sum(ring(n, p.dp, over) * (1 if kind == "all_reduce" or not half_phases else 0.5)
-             for kind, n in dp_collectives(stage, p.zero, p.accumulation))  # fmt: skip
+             for kind, n in dp_collectives(stage, p.zero, p.accumulation))
     return {"tp": tp, "pp": pp, "dp": dp}
 
 
@@ -365,7 +365,7 @@ STEP_MISTAKES = {
                 "group passes on only its share of the activations.",
     "dp_link": "a data-parallel group whose ranks sit on different nodes is as slow as the link "
                "between nodes: read Cluster.link_for.",
-}  # fmt: skip
+}
 
 
 def _random_layout(rng: random.Random) -> tuple[str, Cluster, Parallel]:
@@ -373,13 +373,13 @@ def _random_layout(rng: random.Random) -> tuple[str, Cluster, Parallel]:
     shape = preset(model)
     nodes = rng.choice([1, 2, 4, 8])
     cluster = Cluster(rng.choice(["h100", "a100"]), 8, nodes, rng.choice(["nvlink4", "pcie5"]),
-                      rng.choice(["ib-ndr", "ib-hdr", "roce-400"]))  # fmt: skip
+                      rng.choice(["ib-ndr", "ib-hdr", "roce-400"]))
     tp = rng.choice([d for d in (1, 2, 4, 8) if shape.n_head % d == 0])
     pp = rng.choice([d for d in (1, 2, 4, 8) if (cluster.gpus // tp) % d == 0])
     dp = cluster.gpus // (tp * pp)
     parallel = Parallel(dp, tp, pp, rng.choice([0, 1, 2, 3]), rng.choice([1, 2, 4]),
                         rng.choice([1, 4, 16]), rng.choice([True, False]),
-                        rng.choice([0, 512]))  # fmt: skip
+                        rng.choice([0, 512]))
     return model, cluster, parallel
 
 
@@ -392,7 +392,7 @@ def random_layouts(count: int, seed: int = 11) -> list[tuple[str, Cluster, Paral
 
 
 @exercise(fallback=step_communication_reference,
-          fallback_name="llmlab.scale.simulate (tp_s + pp_s + dp_total_s)")  # fmt: skip
+          fallback_name="llmlab.scale.simulate (tp_s + pp_s + dp_total_s)")
 def exercise_step_communication(step_communication: Callable) -> None:
     """Exercise 4: step_communication(model, cluster, parallel) -> seconds, before overlap."""
     name = "Exercise 4 (a step's communication)"
@@ -409,16 +409,16 @@ def exercise_step_communication(step_communication: Callable) -> None:
             for switch, text_hint in STEP_MISTAKES.items():
                 wrong = sum(_parts(shape, cluster, parallel, **{switch: False}).values())
                 if math.isclose(number, wrong, rel_tol=REL) and not math.isclose(
-                        wrong, expected, rel_tol=REL):  # fmt: skip
+                        wrong, expected, rel_tol=REL):
                     hint = text_hint
                     break
             else:
                 parts = ", ".join(f"{k.upper()} {v:.4g} s" for k, v in right.items())
                 hint = f"the simulator's parts: {parts}. Which one is yours missing or adding?"
         raise ExerciseFailed(f"{name}: {text} returned {got!r}, expected {expected:.6g} s. "
-                             f"{hint}".strip())  # fmt: skip
+                             f"{hint}".strip())
     passed(name, "equal to the simulator's TP + PP + DP communication on 24 random layouts "
-                 "(1 to 8 nodes, ZeRO 0-3, with and without checkpointing)")  # fmt: skip
+                 "(1 to 8 nodes, ZeRO 0-3, with and without checkpointing)")
 
 
 # ---------------------------------------------------------------- Exercise 5: the cheapest run
@@ -435,7 +435,7 @@ def candidate_runs(model: str, tokens: float, node_counts=(4, 8, 16, 32, 64)) ->
         tight = [p for p in found if p.fit == "tight"][:2]
         runs += comfortable + tight
         too_big = simulate(model, cluster, Parallel(cluster.gpus, micro_batch=4,
-                                                    checkpointing=False), tokens)  # fmt: skip
+                                                    checkpointing=False), tokens)
         if too_big.fit == "no":
             runs.append(too_big)
     return runs
@@ -445,7 +445,7 @@ def cheapest_run_reference(runs: list, budget_dollars: float, deadline_days: flo
     """The lab's fallback for Exercise 5: the cheapest run that fits with room to spare, ends by
     the deadline and stays within the budget; None when no run does."""
     allowed = [r for r in runs if r.fit == "yes" and r.days <= deadline_days
-               and r.cost <= budget_dollars]  # fmt: skip
+               and r.cost <= budget_dollars]
     return min(allowed, key=lambda r: r.cost, default=None)
 
 
@@ -458,9 +458,9 @@ def _describe(run) -> str:
 
 def _decision_hint(got, want, runs, budget, deadline) -> str:
     if want is not None and (want.cost == budget or want.days == deadline) and (
-            got is None or got.cost > want.cost):  # fmt: skip
+            got is None or got.cost > want.cost):
         return ("a run that costs exactly the budget, or ends exactly on the deadline, meets it: "
-                "is your comparison strict?")  # fmt: skip
+                "is your comparison strict?")
     if got is None:
         return "a run that meets every condition exists: return it, not None."
     if got not in runs:
@@ -482,7 +482,7 @@ def _decision_hint(got, want, runs, budget, deadline) -> str:
 
 
 @exercise(fallback=cheapest_run_reference,
-          fallback_name="llmlab.course.checks.lab05.cheapest_run_reference")  # fmt: skip
+          fallback_name="llmlab.course.checks.lab05.cheapest_run_reference")
 def exercise_cheapest_run(cheapest_run: Callable) -> None:
     """Exercise 5: cheapest_run(runs, budget_dollars, deadline_days) -> a run, or None."""
     name = "Exercise 5 (the cheapest run)"
@@ -497,18 +497,18 @@ def exercise_cheapest_run(cheapest_run: Callable) -> None:
         limits = [(costs[-1] * 2, days[-1] * 2), (costs[-1] * 2, days[len(days) // 3]),
                   (costs[len(costs) // 2], days[-1] * 2), (costs[0] * 0.5, days[-1] * 2),
                   (costs[-1] * 2, days[0] * 0.5), (costs[0], days[-1] * 2),
-                  (costs[-1] * 2, days[0])]  # fmt: skip
+                  (costs[-1] * 2, days[0])]
         for budget, deadline in limits:
             order = list(runs)
             rng.shuffle(order)  # the answer must not depend on the order of the list
             got = call_or_fail(name, f"cheapest_run(<the {len(runs)} candidate runs of {model}>, "
                                f"{budget:,.0f}, {deadline:.1f})", cheapest_run, order, budget,
-                               deadline)  # fmt: skip
+                               deadline)
             want = cheapest_run_reference(runs, budget, deadline)
             scenarios += 1
             # Layouts whose traffic all hides can cost the same to the cent: any of them is right.
             ties = [r for r in runs if want is not None and r.cost == want.cost
-                    and cheapest_run_reference([r], budget, deadline) is r]  # fmt: skip
+                    and cheapest_run_reference([r], budget, deadline) is r]
             if got is want or got in ties:
                 continue
             raise ExerciseFailed(

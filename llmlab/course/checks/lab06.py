@@ -38,13 +38,13 @@ def _as_mask(name: str, call_text: str, got, shape: tuple) -> torch.Tensor:
         got = torch.as_tensor(got)
     except (TypeError, ValueError, RuntimeError):
         raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}; return a "
-                             "tensor (a mask of the weight's shape).") from None  # fmt: skip
+                             "tensor (a mask of the weight's shape).") from None
     if tuple(got.shape) != tuple(shape):
         raise ExerciseFailed(f"{name}: {call_text} returned a mask of shape {tuple(got.shape)}, "
-                             f"expected the weight's shape {tuple(shape)}.")  # fmt: skip
+                             f"expected the weight's shape {tuple(shape)}.")
     if got.dtype != torch.bool and not bool(((got == 0) | (got == 1)).all()):
         raise ExerciseFailed(f"{name}: {call_text} returned values other than 0 and 1: a mask "
-                             "holds True (keep) or False (prune) for each weight.")  # fmt: skip
+                             "holds True (keep) or False (prune) for each weight.")
     return got.detach().bool().cpu()
 
 
@@ -55,7 +55,7 @@ def global_magnitude_mask_reference(weights: list[torch.Tensor], sparsity: float
     """The lab's fallback for Exercise 1: one ranking of |w| over all tensors (llmlab.prune)."""
     keep = smallest_mask(torch.cat([w.detach().abs().flatten() for w in weights]), sparsity)
     return [part.view(w.shape) for part, w in zip(keep.split([w.numel() for w in weights]),
-                                                  weights, strict=True)]  # fmt: skip
+                                                  weights, strict=True)]
 
 
 def _library_masks(weights: list[torch.Tensor], sparsity: float) -> list[torch.Tensor]:
@@ -66,7 +66,7 @@ def _library_masks(weights: list[torch.Tensor], sparsity: float) -> list[torch.T
         holder.weight = nn.Parameter(weight.clone())
         holders.append(holder)
     prune.global_unstructured([(h, "weight") for h in holders], prune.L1Unstructured,
-                              amount=sparsity)  # fmt: skip
+                              amount=sparsity)
     return [h.weight_mask.bool() for h in holders]
 
 
@@ -82,7 +82,7 @@ def _global_cases() -> list[tuple[str, list[torch.Tensor], float]]:
             ("the same tensors", scaled, 0.33),  # 92.4 weights: 92 pruned, not 93
             ("the same tensors", scaled, 0.87),  # 243.6 weights: 244 pruned, not 243
             ("the same tensors", scaled, 0.0),
-            ("3 tensors whose values repeat (ties)", tied, 0.4)]  # fmt: skip
+            ("3 tensors whose values repeat (ties)", tied, 0.4)]
 
 
 def _global_hint(weights, got, sparsity, ties: bool) -> str:
@@ -109,15 +109,15 @@ def _global_hint(weights, got, sparsity, ties: bool) -> str:
             "(and a mask holds True for the weights it keeps)."
         )
     if pruned != k and not ties and pruned in (math.floor(sparsity * total),
-                                                math.ceil(sparsity * total)):  # fmt: skip
+                                                math.ceil(sparsity * total)):
         way = "up" if pruned > k else "down (int() drops the fraction)"
         return (f"{pruned} weights were pruned, expected round(sparsity * total) = {k} of "
                 f"{total}: sparsity * total = {sparsity * total:.4g} was rounded {way}. Round "
-                "it to the nearest whole number, as torch.nn.utils.prune does.")  # fmt: skip
+                "it to the nearest whole number, as torch.nn.utils.prune does.")
     if pruned != k:
         tie_note = (" Several weights here share the value at the threshold: a comparison with "
                     "it alone prunes all of them or none. How can you choose exactly the ones "
-                    "needed?") if ties else ""  # fmt: skip
+                    "needed?") if ties else ""
         return (
             f"{pruned} weights were pruned, expected round(sparsity * total) = {k} of "
             f"{total}. Check how k is computed and whether the k-th value itself is pruned "
@@ -139,7 +139,7 @@ def exercise_global_magnitude_mask(global_magnitude_mask) -> None:
     for what, weights, sparsity in _global_cases():
         call_text = f"global_magnitude_mask(<{what}>, {sparsity})"
         got = call_or_fail(name, call_text, global_magnitude_mask, [w.clone() for w in weights],
-                           sparsity)  # fmt: skip
+                           sparsity)
         if not isinstance(got, (list, tuple)) or len(got) != len(weights):
             raise ExerciseFailed(
                 f"{name}: {call_text} returned {type(got).__name__}; return a "
@@ -199,7 +199,7 @@ def _schedule_mistakes(step, final, start, end, initial) -> list[tuple[float, st
          "pruning window." if step > end else
          "before the start step the model is still dense: the formula only holds inside the "
          "pruning window."),
-    ]  # fmt: skip
+    ]
 
 
 @exercise(fallback=cubic_sparsity, fallback_name="llmlab.prune.cubic_sparsity")
@@ -209,9 +209,9 @@ def exercise_cubic_sparsity(cubic_sparsity_fn) -> None:
     name = "Exercise 2 (gradual sparsity schedule)"
     for step, final, start, end, initial in SCHEDULE_CASES:
         call_text = (f"cubic_sparsity({step}, {final}, start_step={start}, end_step={end}, "
-                     f"initial_sparsity={initial})")  # fmt: skip
+                     f"initial_sparsity={initial})")
         got = call_or_fail(name, call_text, cubic_sparsity_fn, step, final, start, end,
-                           initial_sparsity=initial)  # fmt: skip
+                           initial_sparsity=initial)
         number = real_number(got)
         if number is None:
             raise ExerciseFailed(f"{name}: {call_text} returned {got!r}; return a number.")
@@ -220,13 +220,13 @@ def exercise_cubic_sparsity(cubic_sparsity_fn) -> None:
             continue
         mistakes = _schedule_mistakes(step, final, start, end, initial)
         hint = next((text for value, text in mistakes if math.isclose(number, value, rel_tol=1e-6,
-                     abs_tol=1e-9)), "")  # fmt: skip
+                     abs_tol=1e-9)), "")
         if not hint and step < start:
             hint = "before the start step the model is still dense: nothing is pruned yet."
         raise ExerciseFailed(f"{name}: {call_text} returned {number:.6g}, expected "
-                             f"{expected:.6g}. {hint}".strip())  # fmt: skip
+                             f"{expected:.6g}. {hint}".strip())
     passed(name, f"equal to Zhu & Gupta's schedule at {len(SCHEDULE_CASES)} steps, before, "
-                 "inside and after the pruning window")  # fmt: skip
+                 "inside and after the pruning window")
 
 
 # ---------------------------------------------------------------- Exercise 3: shrink an MLP
@@ -282,13 +282,13 @@ def _pair_hint(first, second, keep, got_first, got_second, x, out) -> str:
         )
     if got_first.weight.shape != (k, d):
         return (f"the first Linear's weight is {tuple(got_first.weight.shape)}, expected "
-                f"({k}, {d}): keep its rows (outputs) for the kept units.")  # fmt: skip
+                f"({k}, {d}): keep its rows (outputs) for the kept units.")
     if first.bias is not None and (got_first.bias is None or got_first.bias.shape != (k,)):
         return ("the first Linear's bias must be kept, one entry per kept unit: it belongs to "
-                "the hidden units.")  # fmt: skip
+                "the hidden units.")
     if second.bias is not None and (got_second.bias is None or got_second.bias.shape != (d,)):
         return ("the second Linear's bias must stay whole: it belongs to the outputs, which are "
-                "all kept.")  # fmt: skip
+                "all kept.")
     if first.bias is not None:
         unbiased = copy.deepcopy(first)
         nn.init.zeros_(unbiased.bias)
@@ -313,20 +313,20 @@ def exercise_shrink_pair(shrink_pair) -> None:
         bias = "with biases" if first.bias is not None else "without biases"
         call_text = (f"shrink_pair(Linear({first.in_features}, {first.out_features}), "
                      f"Linear({second.in_features}, {second.out_features}), <{keep.numel()} "
-                     f"units>) {bias}")  # fmt: skip
+                     f"units>) {bias}")
         inputs = x[:, : first.in_features]
         got = call_or_fail(name, call_text, shrink_pair, copy.deepcopy(first),
-                           copy.deepcopy(second), keep.clone())  # fmt: skip
+                           copy.deepcopy(second), keep.clone())
         if not (isinstance(got, (tuple, list)) and len(got) == 2
-                and all(isinstance(m, nn.Linear) for m in got)):  # fmt: skip
+                and all(isinstance(m, nn.Linear) for m in got)):
             raise ExerciseFailed(f"{name}: {call_text} returned {type(got).__name__}; return "
-                                 "the two smaller nn.Linear layers as a pair.")  # fmt: skip
+                                 "the two smaller nn.Linear layers as a pair.")
         with torch.no_grad():
             expected = _masked_output(first, second, keep, inputs)
             k, d = keep.numel(), first.in_features
             shapes_right = (got[0].weight.shape == (k, d) and got[1].weight.shape == (d, k)
                             and (got[0].bias is None or got[0].bias.shape == (k,))
-                            and (got[1].bias is None or got[1].bias.shape == (d,)))  # fmt: skip
+                            and (got[1].bias is None or got[1].bias.shape == (d,)))
             out = _mlp(*got, inputs) if shapes_right else None
             if out is not None and torch.allclose(out, expected, atol=1e-5):
                 continue
@@ -367,7 +367,7 @@ def _two_four_mistakes(weight: torch.Tensor, dim: int) -> list[tuple[torch.Tenso
             nm_mask(weight, 2, 4, other),
             "the groups of 4 run along the wrong dimension: they must be consecutive input "
             "features (the dimension `dim`), the ones a sparse kernel reads together."))
-    return mistakes  # fmt: skip
+    return mistakes
 
 
 @exercise(
@@ -384,17 +384,17 @@ def exercise_two_four_mask(two_four_mask) -> None:
         weight = torch.randn(shape, generator=generator)
         call_text = f"two_four_mask(<weight {shape}>, dim={dim})"
         got = _as_mask(name, call_text, call_or_fail(name, call_text, two_four_mask,
-                                                     weight.clone(), dim), shape)  # fmt: skip
+                                                     weight.clone(), dim), shape)
         if torch.equal(got, nm_mask(weight, 2, 4, dim)):
             continue
         hint = next((text for mask, text in _two_four_mistakes(weight, dim)
-                     if torch.equal(got, mask)), "")  # fmt: skip
+                     if torch.equal(got, mask)), "")
         groups = got.movedim(dim, -1).reshape(-1, 4).sum(1)
         if not hint and not bool((groups == 2).all()):
             hint = (f"a group of 4 along dim {dim} keeps {int(groups[groups != 2][0])} entries: "
-                    "every group keeps exactly 2.")  # fmt: skip
+                    "every group keeps exactly 2.")
         raise ExerciseFailed(f"{name}: {call_text}: the mask differs from the 2:4 mask of the "
-                             f"largest |w|. {hint}".strip())  # fmt: skip
+                             f"largest |w|. {hint}".strip())
     passed(name, "2 of every 4 consecutive input features kept, for Linear and Conv1D layouts")
 
 
@@ -405,7 +405,7 @@ def wanda_masks_reference(model: nn.Module, layers: dict, batches: list, sparsit
     """The lab's fallback for Exercise 5: llmlab.prune.wanda's input norms and per-row masks."""
     norms = input_norms(model, layers, batches)
     return {name: wanda_mask(current_weight(layer), norms[name], input_dim(layer), sparsity)
-            for name, layer in layers.items()}  # fmt: skip
+            for name, layer in layers.items()}
 
 
 # Tiny random models, one of each layout: GPT-2's Conv1D (weight (in, out)), Llama's nn.Linear.
@@ -413,7 +413,7 @@ _WANDA_GPT2 = preset("tiny", vocab_size=64, context=16, n_layer=1, d_model=16, n
 _WANDA_LLAMA = _WANDA_GPT2.replace(family="llama", n_kv_head=1, d_ff=24, tied_embeddings=False)
 # 0.3 of 16 inputs is 4.8 (4 pruned per row, not 5); 0 prunes nothing.
 WANDA_CASES = [("GPT-2", _WANDA_GPT2, 0.3), ("Llama", _WANDA_LLAMA, 0.3),
-               ("Llama", _WANDA_LLAMA, 0.6), ("GPT-2", _WANDA_GPT2, 0.0)]  # fmt: skip
+               ("Llama", _WANDA_LLAMA, 0.6), ("GPT-2", _WANDA_GPT2, 0.0)]
 
 
 def _wanda_model(shape, seed: int):
@@ -427,7 +427,7 @@ def _wanda_model(shape, seed: int):
                     module.weight[[1, 5]] *= 8
         generator = torch.Generator().manual_seed(seed)
         batches = [torch.randint(0, shape.vocab_size, (2, 12), generator=generator)
-                   for _ in range(3)]  # fmt: skip
+                   for _ in range(3)]
     return model, batches
 
 
@@ -477,14 +477,14 @@ def _wanda_mistakes(layer, inputs, sparsity) -> list[tuple[torch.Tensor, str]]:
          f"each row lost round(sparsity * inputs) weights; the exercise asks for "
          f"int(sparsity * inputs) = {int(sparsity * weight.shape[dim])} (rounded down, as "
          "Wanda's code does)."),
-    ]  # fmt: skip
+    ]
     for index, x in enumerate(inputs):
         if len(inputs) > 1:
             which = "last" if index == len(inputs) - 1 else f"number {index + 1}"
             mistakes.append((_row_masks(weight, dim, x.pow(2).sum(0).sqrt().float(), sparsity),
                              f"the norms come from one calibration batch (the {which}) only: a "
                              "feature's norm runs over every token of every batch. Does your "
-                             "hook add to what it saw before?"))  # fmt: skip
+                             "hook add to what it saw before?"))
     return mistakes
 
 
@@ -498,7 +498,7 @@ def _wanda_hint(layer, got, expected, inputs, sparsity) -> str:
     if not bool((per_row == prune_count).all()):
         return (f"its output rows lose from {int(per_row.min())} to {int(per_row.max())} "
                 f"weights; each should lose int(sparsity * inputs) = {prune_count}, its lowest "
-                "scores: Wanda ranks the weights of each output row among themselves.")  # fmt: skip
+                "scores: Wanda ranks the weights of each output row among themselves.")
     return (f"{int((got != expected).sum())} of its {got.numel()} entries differ from "
             "llmlab.prune.wanda's mask, though every row loses the right number: are the norms "
             "those of each layer's input over every calibration token?")
@@ -519,13 +519,13 @@ def exercise_wanda_masks(wanda_masks) -> None:
         inputs = _layer_inputs(model, layers, batches)
         before = {key: value.clone() for key, value in model.state_dict().items()}
         call_text = (f"wanda_masks(<tiny random {family}>, <its {len(layers)} layers>, "
-                     f"<{len(batches)} batches>, {sparsity})")  # fmt: skip
+                     f"<{len(batches)} batches>, {sparsity})")
         got = call_or_fail(name, call_text, wanda_masks, model, dict(layers),
-                           [b.clone() for b in batches], sparsity)  # fmt: skip
+                           [b.clone() for b in batches], sparsity)
         if not isinstance(got, Mapping) or set(got) != set(layers):
             raise ExerciseFailed(f"{name}: {call_text} returned {type(got).__name__}; return a "
                                  "dict {name: keep-mask} with one entry per layer, under the "
-                                 "names of `layers`.")  # fmt: skip
+                                 "names of `layers`.")
         hooked = [n for n, m in model.named_modules() if m._forward_pre_hooks or m._forward_hooks]
         if hooked:
             raise ExerciseFailed(f"{name}: {call_text} left hooks on {hooked[0]}: they would "
@@ -534,16 +534,16 @@ def exercise_wanda_masks(wanda_masks) -> None:
         after = model.state_dict()
         if any(not torch.equal(before[key], after[key]) for key in before):
             raise ExerciseFailed(f"{name}: {call_text} changed the model's weights: computing "
-                                 "the masks must leave the model as it was.")  # fmt: skip
+                                 "the masks must leave the model as it was.")
         for layer_name, layer in layers.items():
             mask = _as_mask(name, f"{call_text}[{layer_name!r}]", got[layer_name],
-                            layer.weight.shape)  # fmt: skip
+                            layer.weight.shape)
             if not torch.equal(mask, expected[layer_name]):
                 hint = _wanda_hint(layer, mask, expected[layer_name], inputs[layer_name],
-                                   sparsity)  # fmt: skip
+                                   sparsity)
                 raise ExerciseFailed(f"{name}: {call_text}, layer {layer_name}: {hint}")
     passed(name, "the same masks as llmlab.prune.wanda on tiny random GPT-2 (Conv1D) and Llama "
-                 "(nn.Linear) models with outlier features, at 0, 30 and 60% per row")  # fmt: skip
+                 "(nn.Linear) models with outlier features, at 0, 30 and 60% per row")
 
 NOTEBOOK = "06_pruning.ipynb"
 # The function each exercise asks for -> its check

@@ -92,7 +92,7 @@ def _rtn_mistakes(weight, bits, group_size) -> list[tuple[torch.Tensor, str]]:
          "in a group whose values are all positive (or all negative) your grid does not reach "
          "0 and the clamped zero point cuts part of the group off. Which range does "
          "llmlab.quant.fit_grid make the grid span, and why must it hold 0?"),
-    ]  # fmt: skip
+    ]
 
 
 def _rtn_cases() -> list[tuple[str, torch.Tensor, int, int]]:
@@ -100,7 +100,7 @@ def _rtn_cases() -> list[tuple[str, torch.Tensor, int, int]]:
     generator = torch.Generator().manual_seed(7)
     cases = []
     for rows, cols, bits, group_size, special in ((16, 32, 4, 8, True), (24, 48, 3, 12, True),
-                                                  (32, 64, 4, 16, False)):  # fmt: skip
+                                                  (32, 64, 4, 16, False)):
         weight = torch.randn(rows, cols, generator=generator) * 0.05
         what = f"random weight {rows}x{cols}"
         if special:
@@ -121,7 +121,7 @@ def _as_tensor(name, call_text, what, got) -> torch.Tensor:
         return torch.as_tensor(got).detach().cpu()
     except (TypeError, ValueError, RuntimeError):
         raise ExerciseFailed(f"{name}: {call_text} returned {what} as a {type(got).__name__}; "
-                             "return tensors.") from None  # fmt: skip
+                             "return tensors.") from None
 
 
 def _per_group(name, call_text, what, got: torch.Tensor, rows: int, groups: int):
@@ -141,18 +141,18 @@ def _rtn_malformed(codes, scales, zeros, bits) -> str | None:
     high = 2**bits - 1
     if not (bool(torch.isfinite(scales).all()) and bool(torch.isfinite(zeros).all())):
         return ("a scale or zero point is not finite: a group whose values are all equal (or "
-                "all 0) has a range of 0. What scale can such a group use?")  # fmt: skip
+                "all 0) has a range of 0. What scale can such a group use?")
     if codes.min() < 0 or codes.max() > high:
         return (f"your codes run from {codes.min().item():g} to {codes.max().item():g}; "
-                f"{bits} bits hold the {high + 1} codes 0 to {high}.")  # fmt: skip
+                f"{bits} bits hold the {high + 1} codes 0 to {high}.")
     if not bool((codes == codes.round()).all()):
         return "your codes are not integers: round them."
     if not bool((zeros == zeros.round()).all()):
         return ("your zero points are not integers: a zero point is stored as a code, and "
-                "only an integer one puts 0.0 exactly on the grid.")  # fmt: skip
+                "only an integer one puts 0.0 exactly on the grid.")
     if zeros.min() < 0 or zeros.max() > high:
         return (f"your zero points run from {zeros.min().item():g} to {zeros.max().item():g}, "
-                f"outside the codes' range [0, {high}]: clamp them.")  # fmt: skip
+                f"outside the codes' range [0, {high}]: clamp them.")
     return None
 
 
@@ -169,20 +169,20 @@ def exercise_rtn_groups(rtn_groups) -> None:
         got = call(name, rtn_groups, weight.clone(), bits, group_size)
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}; return "
-                                 "the three tensors (codes, scales, zeros).")  # fmt: skip
+                                 "the three tensors (codes, scales, zeros).")
         codes, scales, zeros = (_as_tensor(name, call_text, part, value) for part, value
-                                in zip(("codes", "scales", "zeros"), got, strict=True))  # fmt: skip
+                                in zip(("codes", "scales", "zeros"), got, strict=True))
         if tuple(codes.shape) != (rows, cols):
             raise ExerciseFailed(f"{name}: {call_text} returned codes of shape "
                                  f"{tuple(codes.shape)}, expected the weight's "
-                                 f"({rows}, {cols}): one code per weight.")  # fmt: skip
+                                 f"({rows}, {cols}): one code per weight.")
         codes = codes.double()
         if rows % group_size == 0 and torch.equal(
             codes, rtn(weight.T.contiguous(), bits, group_size).codes.T.double()
         ):
             raise ExerciseFailed(f"{name}: {call_text}: your groups run down the output rows: "
                                  "a group is group_size consecutive input columns of one row, "
-                                 "the values one dot product sums over.")  # fmt: skip
+                                 "the values one dot product sums over.")
         groups = cols // group_size
         scales = _per_group(name, call_text, "scales", scales, rows, groups)
         # Scales stored in fewer bits (fp16, as files store them) are off by up to half their
@@ -202,12 +202,12 @@ def exercise_rtn_groups(rtn_groups) -> None:
         if malformed is None and same(mine, reference.dequantize().double()):
             continue
         hint = next((text for wrong, text in _rtn_mistakes(weight, bits, group_size)
-                     if same(mine, wrong)), malformed)  # fmt: skip
+                     if same(mine, wrong)), malformed)
         hint = hint or ("compare yours with llmlab.quant.rtn on a small weight: which group "
                         "differs first, and is it its scale, its zero point or its codes?")
         raise ExerciseFailed(f"{name}: {call_text}: {hint}")
     passed(name, "the same dequantized weights as llmlab.quant.rtn at 3 and 4 bits, outliers, "
-                 "one-signed, constant and all-zero groups included")  # fmt: skip
+                 "one-signed, constant and all-zero groups included")
 
 
 # ---------------------------------------------------------------- Exercise 2: a GPTQ layer
@@ -261,7 +261,7 @@ def _gptq_layer(weight, h, quantize_column, block_size, damp, *, factor="inverse
 
 
 def gptq_layer_reference(weight: torch.Tensor, inputs, quantize_column, block_size: int = 128,
-                         damp: float = 0.01):  # fmt: skip
+                         damp: float = 0.01):
     """The lab's fallback for Exercise 2: (dequantized weight, H) with llmlab.quant's hessian
     and inverse_hessian_factor."""
     h = hessian(inputs)
@@ -293,7 +293,7 @@ def _gptq_cases() -> list[tuple[str, torch.Tensor, list[torch.Tensor], int, int,
         weight = torch.randn(rows, cols, generator=generator) * 0.1
         what = (f"{rows}x{cols} layer, {sum(lengths)} calibration tokens in "
                 f"{len(x)} tensor{'s' * (len(x) > 1)} of shape "
-                f"{', '.join(str(tuple(part.shape)) for part in x)}, {bits} bits")  # fmt: skip
+                f"{', '.join(str(tuple(part.shape)) for part in x)}, {bits} bits")
         cases.append((what, weight, x, bits, block, damp))
     return cases
 
@@ -328,17 +328,17 @@ def _gptq_mistakes(weight, h, quantize_column, block, damp) -> list[tuple[torch.
         (dict(factor="undamped"),
          "H was inverted without damping: what does damping add to H, and when does it "
          "matter?"),
-    ]  # fmt: skip
+    ]
     if damp != 0.01:  # before the others: a fixed 0.01 may come close to another mistake
         mistakes.insert(0, ({"damp": 0.01}, f"your damping is 0.01 where damp={damp} was "
-                                            "asked."))  # fmt: skip
+                                            "asked."))
     results = []
     for switches, text in mistakes:
         options = {"block": block, "damp": damp, **switches}
         block_size, damp_used = options.pop("block"), options.pop("damp")
         try:
             results.append((_gptq_layer(weight, h, quantize_column, block_size, damp_used,
-                                        **options), text))  # fmt: skip
+                                        **options), text))
         except torch.linalg.LinAlgError:  # no damping on a singular H: it fails as theirs did
             continue
     return results
@@ -362,11 +362,11 @@ def _hessian_mistake(got, h, x, damp) -> str:
         (h / 2, "misses the factor 2 of the squared error's derivative."),
         (h + damp * h.diagonal().mean() * torch.eye(h.shape[0]),
          "has the damping in it: return H as the inputs give it, damp a copy."),
-    ]  # fmt: skip
+    ]
     return next((f"your H {text}" for wrong, text in candidates
                  if torch.allclose(got, wrong, rtol=1e-4, atol=1e-6 * float(wrong.abs().max()))),
                 "your H is not 2 X^T X / n over all n calibration tokens (every input tensor "
-                "flattened to (tokens, in) first).")  # fmt: skip
+                "flattened to (tokens, in) first).")
 
 
 def _close_enough(got, expected, weight, x) -> bool:
@@ -384,17 +384,17 @@ def _call_gptq_layer(name, call_text, gptq_layer, weight, x_parts, quantize_colu
     tokens = sum(part.reshape(-1, part.shape[-1]).shape[0] for part in x_parts)
     try:
         return call(name, gptq_layer, weight.clone(), [part.clone() for part in x_parts],
-                    quantize_column, block_size=block, damp=damp)  # fmt: skip
+                    quantize_column, block_size=block, damp=damp)
     except torch.linalg.LinAlgError as error:
         raise ExerciseFailed(
             f"{name}: {call_text} raised {type(error).__name__}: {str(error).splitlines()[0]} "
             f"With {tokens} tokens for {weight.shape[1]} input features H is singular: what does "
-            "damping add to it, and to which matrix?") from None  # fmt: skip
+            "damping add to it, and to which matrix?") from None
     except (RuntimeError, IndexError) as error:
         raise ExerciseFailed(
             f"{name}: {call_text} raised {type(error).__name__}: {str(error).splitlines()[0]} "
             "Keep the shapes in view: a calibration input is (..., in), H and U are "
-            "(in, in), the weight is (out, in).") from None  # fmt: skip
+            "(in, in), the weight is (out, in).") from None
 
 
 @exercise(
@@ -415,36 +415,36 @@ def exercise_gptq_layer(gptq_layer) -> None:
             if tuple(getattr(column, "shape", ())) != (rows,):
                 raise ExerciseFailed(f"{name}: quantize_column was given shape "
                                      f"{tuple(getattr(column, 'shape', ()))}: give it one column "
-                                     f"of the weight, w[:, i], shape ({rows},).")  # fmt: skip
+                                     f"of the weight, w[:, i], shape ({rows},).")
             return grid(column)
 
         call_text = f"gptq_layer(<{what}>, quantize_column, block_size={block}, damp={damp})"
         got = _call_gptq_layer(name, call_text, gptq_layer, weight, x_parts, quantize_column,
-                               block, damp)  # fmt: skip
+                               block, damp)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}; return "
-                                 "two tensors: (the dequantized weight, H).")  # fmt: skip
+                                 "two tensors: (the dequantized weight, H).")
         q, h_got = (_as_tensor(name, call_text, part, value).float() for part, value
-                    in zip(("the weight", "H"), got, strict=True))  # fmt: skip
+                    in zip(("the weight", "H"), got, strict=True))
         h = hessian(x_parts)
         if tuple(h_got.shape) != (cols, cols):
             raise ExerciseFailed(f"{name}: {call_text} returned H of shape {tuple(h_got.shape)}, "
                                  f"expected ({cols}, {cols}): one row and column per input "
                                  "feature. Which product of X with itself is that, with X of "
-                                 "shape (tokens, in)?")  # fmt: skip
+                                 "shape (tokens, in)?")
         if not torch.allclose(h_got, h, rtol=1e-4, atol=1e-6 * float(h.abs().max())):
             raise ExerciseFailed(f"{name}: {call_text}: {_hessian_mistake(h_got, h, x, damp)}")
         if tuple(q.shape) != (rows, cols):
             raise ExerciseFailed(f"{name}: {call_text} returned a weight of shape "
                                  f"{tuple(q.shape)}; return the dequantized weight, shape "
-                                 f"({rows}, {cols}).")  # fmt: skip
+                                 f"({rows}, {cols}).")
         expected = _gptq_layer(weight, h, grid, block, damp)
         rtn_error = _output_error(weight, _rounded(weight, grid), x)
         if _close_enough(q, expected, weight, x):
             ratios.append(_output_error(weight, q, x) / rtn_error)
             continue
         hint = next((text for wrong, text in _gptq_mistakes(weight, h, grid, block, damp)
-                     if _close_enough(q, wrong, weight, x)), None)  # fmt: skip
+                     if _close_enough(q, wrong, weight, x)), None)
         if hint is None:
             off_grid = not torch.allclose(q, _rounded(q, grid), rtol=0, atol=1e-5)
             hint = ("your result is not on the quantization grid: return the quantized "
@@ -452,13 +452,13 @@ def exercise_gptq_layer(gptq_layer) -> None:
                     if off_grid else
                     "your result is on the grid but not GPTQ's: run yours and "
                     "llmlab.quant.gptq (group_size = in_features) side by side on a small "
-                    "layer; which column differs first?")  # fmt: skip
+                    "layer; which column differs first?")
         error = _output_error(weight, q, x)
         raise ExerciseFailed(f"{name}: {call_text}: output error ||(W - Q) X|| is {error:.4g}, "
-                             f"RTN's is {rtn_error:.4g}. {hint}")  # fmt: skip
+                             f"RTN's is {rtn_error:.4g}. {hint}")
     passed(name, "the same H and weights as llmlab.quant's GPTQ on 4 layers at 3 and 4 bits, "
                  "lazy blocks that do not divide the columns and a singular H included; output "
-                 f"error {min(ratios):.0%} to {max(ratios):.0%} of RTN's")  # fmt: skip
+                 f"error {min(ratios):.0%} to {max(ratios):.0%} of RTN's")
 
 
 # ---------------------------------------------------------------- Exercise 3: packed int4
@@ -500,7 +500,7 @@ def _packed_cases():
             zeros = zeros.float()
         x = torch.randn(*x_shape, generator=generator)
         cases.append((f"{rows}x{cols} codes, groups of {group_size}, {scale_dtype} scales",
-                      codes, scales, zeros, group_size, x))  # fmt: skip
+                      codes, scales, zeros, group_size, x))
     return cases
 
 
@@ -544,7 +544,7 @@ def _forward_mistakes(codes, scales, zeros, group_size, x) -> list[tuple[torch.T
          "your zero points are not subtracted: the weight is (code - zero) * scale."),
         (codes.double() * steps - zero_points,
          "the zero point is subtracted after scaling: it is a code, so it comes off the code."),
-    ]  # fmt: skip
+    ]
     return [(x.double() @ weight.T, text) for weight, text in weights]
 
 
@@ -561,9 +561,9 @@ def _held_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
                 continue
             name = f"{prefix}.{key}" if prefix else key
             entries = (value.items() if isinstance(value, dict) else
-                       enumerate(value) if isinstance(value, list | tuple) else ())  # fmt: skip
+                       enumerate(value) if isinstance(value, list | tuple) else ())
             tensors.update({f"{name}[{inner!r}]": item for inner, item in entries
-                            if isinstance(item, torch.Tensor)})  # fmt: skip
+                            if isinstance(item, torch.Tensor)})
             if isinstance(value, torch.Tensor):
                 tensors[name] = value
     return tensors
@@ -596,7 +596,7 @@ def exercise_packed_int4(packed_linear) -> None:
         rows, cols = codes.shape
         call_text = f"PackedInt4Linear(<{what}>, group_size={group_size})"
         module = call(name, packed_linear, codes.clone(), scales.clone(), zeros.clone(),
-                      group_size)  # fmt: skip
+                      group_size)
         packed = getattr(module, "packed", None)
         if not isinstance(packed, torch.Tensor):
             raise ExerciseFailed(f"{name}: {call_text} has no tensor `packed`: keep the packed "
@@ -604,11 +604,11 @@ def exercise_packed_int4(packed_linear) -> None:
         if packed.dtype != torch.uint8:
             raise ExerciseFailed(f"{name}: {call_text}: `packed` is {packed.dtype}; store bytes, "
                                  "torch.uint8 (unsigned: a signed byte reads a high nibble of 8 "
-                                 "or more as negative).")  # fmt: skip
+                                 "or more as negative).")
         if tuple(packed.shape) != (rows, cols // 2):
             raise ExerciseFailed(f"{name}: {call_text}: `packed` has shape {tuple(packed.shape)}, "
                                  f"expected ({rows}, {cols // 2}): two 4-bit codes per byte, "
-                                 "along each row.")  # fmt: skip
+                                 "along each row.")
         if not torch.equal(packed.cpu(), pack_codes(codes, 4)):
             raise ExerciseFailed(f"{name}: {call_text}: {_packed_mistake(packed.cpu(), codes)}")
         _refuse_unpacked_copies(name, call_text, module, codes, "besides them")
@@ -617,7 +617,7 @@ def exercise_packed_int4(packed_linear) -> None:
         except RuntimeError as error:
             raise ExerciseFailed(f"{name}: {call_text} on x of shape {tuple(x.shape)} raised "
                                  f"RuntimeError: {str(error).splitlines()[0]} The output is "
-                                 f"x @ W^T, shape (..., {rows}).") from None  # fmt: skip
+                                 f"x @ W^T, shape (..., {rows}).") from None
         # A weight dequantized on the first call and kept would undo the saving from then on.
         _refuse_unpacked_copies(name, call_text, module, codes, "after forward")
         y = _as_tensor(name, call_text, "forward's output", y).double()
@@ -625,7 +625,7 @@ def exercise_packed_int4(packed_linear) -> None:
         if tuple(y.shape) != tuple(expected.shape):
             raise ExerciseFailed(f"{name}: {call_text} on x of shape {tuple(x.shape)} returned "
                                  f"shape {tuple(y.shape)}, expected {tuple(expected.shape)}: "
-                                 "x @ W^T, one output per row of W.")  # fmt: skip
+                                 "x @ W^T, one output per row of W.")
 
         tolerance = 1e-4 * float(expected.abs().max())
 
@@ -637,11 +637,11 @@ def exercise_packed_int4(packed_linear) -> None:
                                                                    group_size, x)
                          if same(y, wrong)), "compare your dequantized weight with "
                         "(codes - zeros) * scales, each group's scale and zero point over its "
-                        "group_size columns.")  # fmt: skip
+                        "group_size columns.")
             raise ExerciseFailed(f"{name}: {call_text}, forward on x of shape "
-                                 f"{tuple(x.shape)}: {hint}")  # fmt: skip
+                                 f"{tuple(x.shape)}: {hint}")
     passed(name, "the bytes of llmlab.quant.pack.pack_codes (half a byte per weight) and the "
-                 "dequantized weight's outputs, fp16 scales and 3-D inputs included")  # fmt: skip
+                 "dequantized weight's outputs, fp16 scales and 3-D inputs included")
 
 
 # ---------------------------------------------------------------- Exercise 4: the STE
@@ -677,7 +677,7 @@ def _ste_value_mistakes(weight, bits, group_size) -> list[tuple[torch.Tensor, st
         (fake_quantize(weight, bits, symmetric=False),
          "your values sit on one grid per row (fake_quantize's default granularity, "
          "\"channel\"): the grid is fit on each group of group_size input columns."),
-    ]  # fmt: skip
+    ]
 
 
 def _ste_gradient_mistake(got, incoming, weight, group_size) -> str:
@@ -696,16 +696,16 @@ def _ste_gradient_mistake(got, incoming, weight, group_size) -> str:
         return ("the gradient is right except at each group's smallest and largest weight: "
                 "there some of it also flows through your grid's range (its min and max). In "
                 "the STE the whole fake quantization is the identity going back: which term "
-                "should the graph see?")  # fmt: skip
+                "should the graph see?")
     if inside_is(0.0):
         return ("the gradient that reaches weight is zero (at least wherever the weight is not "
                 "its group's smallest or largest value): the graph went through the rounding, "
                 "or its straight-through terms cancel out. What does round's derivative look "
-                "like, and which term should the graph see?")  # fmt: skip
+                "like, and which term should the graph see?")
     if inside_is(-1.0):
         return ("the gradient that reaches weight is the incoming one with its sign flipped: "
                 "the graph sees -weight (a detach on the wrong term?). Which term should the "
-                "graph see, and with which sign?")  # fmt: skip
+                "graph see, and with which sign?")
     if inside_is(2.0):
         return ("the gradient that reaches weight is twice the incoming one: the graph sees "
                 "weight twice (a detach on the wrong term, or a straight-through round inside "
@@ -713,7 +713,7 @@ def _ste_gradient_mistake(got, incoming, weight, group_size) -> str:
     largest = float((got - incoming).abs().max())
     return (f"the gradient that reaches weight differs from the incoming one by up to "
             f"{largest:.3g}: going back, the STE passes the incoming gradient to weight "
-            "unchanged. Which term should the graph see?")  # fmt: skip
+            "unchanged. Which term should the graph see?")
 
 
 @exercise(
@@ -732,11 +732,11 @@ def exercise_straight_through(fake_quant_ste) -> None:
         if not isinstance(got, torch.Tensor) or got.shape != weight.shape:
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             raise ExerciseFailed(f"{name}: {call_text} returned {shape}; return a tensor of the "
-                                 f"weight's shape {tuple(weight.shape)}.")  # fmt: skip
+                                 f"weight's shape {tuple(weight.shape)}.")
         if not torch.equal(leaf.detach(), weight):
             raise ExerciseFailed(f"{name}: {call_text} changed weight itself: QAT keeps the "
                                  "float weights (the parameters training updates) and only "
-                                 "computes with a rounded copy. Return a new tensor.")  # fmt: skip
+                                 "computes with a rounded copy. Return a new tensor.")
         steps = rtn(weight, bits, group_size).scales.double().repeat_interleave(group_size, 1)
         values = got.detach().double().cpu()
 
@@ -745,28 +745,28 @@ def exercise_straight_through(fake_quant_ste) -> None:
 
         if not same(fake_quantize(weight, bits, symmetric=False, granularity=group_size).double()):
             hint = next((text for wrong, text in _ste_value_mistakes(weight, bits, group_size)
-                         if same(wrong.double())), None)  # fmt: skip
+                         if same(wrong.double())), None)
             raise ExerciseFailed(f"{name}: {call_text}: " + (hint or (
                 "your values are not llmlab.quant.fake_quantize(weight, bits, symmetric=False, "
-                "granularity=group_size): compare the two on a small weight.")))  # fmt: skip
+                "granularity=group_size): compare the two on a small weight.")))
         if not got.requires_grad:
             raise ExerciseFailed(f"{name}: {call_text}: your output carries no graph, so no "
                                  "gradient reaches weight (weight.grad stays None). Was it made "
                                  "under torch.no_grad, from weight.detach(), or by "
                                  "llmlab.quant.fake_quantize alone (which works on a detached "
-                                 "copy)?")  # fmt: skip
+                                 "copy)?")
         (gradient,) = torch.autograd.grad(got, leaf, incoming.to(got.dtype), allow_unused=True)
         if gradient is None:
             raise ExerciseFailed(f"{name}: {call_text}: your output's graph does not reach "
                                  "weight: it starts from another tensor (a detached copy made "
-                                 "to require grad?). Build it from weight itself.")  # fmt: skip
+                                 "to require grad?). Build it from weight itself.")
         gradient = gradient.detach().float().cpu()
         if not torch.allclose(gradient, incoming, rtol=1e-5, atol=1e-6):
             hint = _ste_gradient_mistake(gradient, incoming, weight, group_size)
             raise ExerciseFailed(f"{name}: {call_text}, backward with a random gradient g: "
-                                 f"{hint}")  # fmt: skip
+                                 f"{hint}")
     passed(name, "fake_quantize's values at 4 and 2 bits going forward; the incoming gradient "
-                 "reaches weight unchanged going back")  # fmt: skip
+                 "reaches weight unchanged going back")
 
 
 # ---------------------------------------------------------------- Prediction: bits per weight
@@ -777,7 +777,7 @@ def prediction_bits_per_weight(predicted) -> float:
     fp16 scale and a 4-bit zero point each, next to llmlab.quant.bits_per_weight's count."""
     measured = bits_per_weight(rtn(torch.randn(64, 1024), bits=4, group_size=128))
     compare_prediction("int4, groups of 128, fp16 scales, 4-bit zero points", predicted,
-                       measured, "bits per weight")  # fmt: skip
+                       measured, "bits per weight")
     return measured
 
 

@@ -86,7 +86,7 @@ def _lora_mistake(got, base_out, update, rank: int, alpha: float) -> str:
     if torch.allclose(got, update * alpha / rank, rtol=1e-4, atol=1e-5):
         return "your output is the correction alone: the frozen layer's own output is missing."
     return ("your output is not base(x) + (alpha / rank) * B A x: compare yours with "
-            "llmlab.train.lora.LoRALinear on a small input.")  # fmt: skip
+            "llmlab.train.lora.LoRALinear on a small input.")
 
 
 @exercise(fallback=LoRALinear, fallback_name="llmlab.train.lora.LoRALinear")
@@ -98,7 +98,7 @@ def exercise_lora_linear(lora_class) -> None:
     # 10 / 4: an alpha the rank does not divide, so integer division (2) shows.
     for in_features, out_features, rank, alpha, bias in ((12, 10, 4, 8, True),
                                                          (16, 6, 2, 16, False),
-                                                         (8, 5, 4, 10, True)):  # fmt: skip
+                                                         (8, 5, 4, 10, True)):
         base = nn.Linear(in_features, out_features, bias=bias)
         with torch.no_grad():
             base.weight.copy_(torch.randn(out_features, in_features, generator=generator))
@@ -106,7 +106,7 @@ def exercise_lora_linear(lora_class) -> None:
                 base.bias.copy_(torch.randn(out_features, generator=generator))
         original = base.weight.detach().clone()
         call_text = (f"{lora_class.__name__}(<nn.Linear({in_features}, {out_features}, "
-                     f"bias={bias})>, rank={rank}, alpha={alpha})")  # fmt: skip
+                     f"bias={bias})>, rank={rank}, alpha={alpha})")
         layer = call_or_fail(name, call_text, lora_class, base, rank, alpha)
         a, a_t = _matrix(name, layer, in_features, out_features, rank, "A")
         b, b_t = _matrix(name, layer, in_features, out_features, rank, "B")
@@ -114,11 +114,11 @@ def exercise_lora_linear(lora_class) -> None:
         if id(a) not in trainable or id(b) not in trainable:
             raise ExerciseFailed(f"{name}: {call_text}: lora_A and lora_B must be trainable "
                                  "parameters (nn.Parameter, requires_grad=True) registered on "
-                                 "the layer, or the optimizer never sees them.")  # fmt: skip
+                                 "the layer, or the optimizer never sees them.")
         if trainable != {id(a), id(b)}:
             raise ExerciseFailed(f"{name}: {call_text}: the base layer's weight or bias still "
                                  "requires a gradient. LoRA freezes the pretrained layer: only "
-                                 "A and B train.")  # fmt: skip
+                                 "A and B train.")
         x = torch.randn(2, 3, in_features, generator=generator)
         forward = f"{call_text}, forward on x of shape {tuple(x.shape)}"
         with torch.no_grad():
@@ -126,16 +126,16 @@ def exercise_lora_linear(lora_class) -> None:
         if not torch.allclose(start, base_out, rtol=1e-5, atol=1e-6):
             raise ExerciseFailed(f"{name}: {call_text}: a new layer's output differs from the "
                                  "frozen layer's, so fine-tuning would start from a damaged "
-                                 "model. Which of A and B starts at zero?")  # fmt: skip
+                                 "model. Which of A and B starts at zero?")
         if not bool(a.detach().abs().sum() > 0) and not bool(b.detach().abs().sum() > 0):
             raise ExerciseFailed(f"{name}: {call_text}: A starts at zero as well as B; then "
                                  "the gradients of both are zero and nothing ever trains. "
-                                 "How does nn.Linear initialise its weight?")  # fmt: skip
+                                 "How does nn.Linear initialise its weight?")
         if not bool(a.detach().abs().sum() > 0):
             raise ExerciseFailed(f"{name}: {call_text}: A starts at zero and B at random "
                                  "values. That trains too, but it is not LoRA's start: peft "
                                  "zeroes B and draws A at random, so the product B A starts at "
-                                 "zero with A already pointing somewhere.")  # fmt: skip
+                                 "zero with A already pointing somewhere.")
         # The same adapter values in both layers (B no longer zero), then compare everything.
         reference = _peft_layer(base, rank, alpha)
         a_value = torch.randn(rank, in_features, generator=generator)
@@ -153,7 +153,7 @@ def exercise_lora_linear(lora_class) -> None:
             raise ExerciseFailed(f"{name}: {call_text}: your output carries no graph back to "
                                  "lora_A and lora_B, so no gradient reaches them: is the "
                                  "correction computed from detached copies, or under "
-                                 "torch.no_grad?")  # fmt: skip
+                                 "torch.no_grad?")
         got.pow(2).sum().backward()
         expected.pow(2).sum().backward()
         for which, mine, theirs, transposed in (("A", a, reference.lora_A["default"].weight, a_t),
@@ -162,15 +162,15 @@ def exercise_lora_linear(lora_class) -> None:
             if grad is None or not torch.allclose(grad, theirs.grad, rtol=1e-4, atol=1e-5):
                 raise ExerciseFailed(f"{name}: {call_text}: the gradient of lora_{which} differs "
                                      "from peft's: is the correction computed from A and B "
-                                     "themselves (not detached copies)?")  # fmt: skip
+                                     "themselves (not detached copies)?")
         _check_merge(name, call_text, layer, reference, base, original, x, a_value, b_value,
-                     rank, alpha)  # fmt: skip
+                     rank, alpha)
     passed(name, "frozen base, zero start, peft's outputs and gradients with the same A and B, "
-                 "peft's merged weight and outputs, and back again after unmerge")  # fmt: skip
+                 "peft's merged weight and outputs, and back again after unmerge")
 
 
 def _check_merge(name, call_text, layer, reference, base, original, x, a_value, b_value, rank,
-                 alpha) -> None:  # fmt: skip
+                 alpha) -> None:
     with torch.no_grad():
         before = layer(x)
         call_or_fail(name, f"{call_text}: merge()", layer.merge)
@@ -196,12 +196,12 @@ def _check_merge(name, call_text, layer, reference, base, original, x, a_value, 
         if not torch.allclose(base.weight, original, rtol=1e-5, atol=1e-5):
             raise ExerciseFailed(f"{name}: {call_text}: after merge() then unmerge() the base "
                                  "weight is not the original: unmerge must take out exactly "
-                                 "what merge put in.")  # fmt: skip
+                                 "what merge put in.")
         restored = call_or_fail(name, f"{call_text}: forward after unmerge()", layer, x)
         if not torch.allclose(restored, before, rtol=1e-4, atol=1e-5):
             raise ExerciseFailed(f"{name}: {call_text}: after unmerge() the layer's outputs "
                                  "differ from before merge(): the correction must be added in "
-                                 "the forward pass again.")  # fmt: skip
+                                 "the forward pass again.")
 
 
 # ---------------------------------------------------------------- Exercise 1: corpus BLEU
@@ -223,14 +223,14 @@ def _corpus_counts(hypotheses, references, clip: bool = True) -> BleuCounts:
             matches = tuple(sum(count for gram, count in ngram_counts(hypothesis, n).items()
                                 if gram in ngram_counts(reference, n)) for n in range(1, 5))
             counts = BleuCounts(counts.hypothesis_length, counts.reference_length, matches,
-                                counts.totals)  # fmt: skip
+                                counts.totals)
         total += counts
     return total
 
 
 def _without_brevity(counts: BleuCounts) -> float:
     return bleu_from_counts(BleuCounts(counts.reference_length, counts.reference_length,
-                                       counts.matches, counts.totals))  # fmt: skip
+                                       counts.matches, counts.totals))
 
 
 def _arithmetic(counts: BleuCounts) -> float:
@@ -254,14 +254,14 @@ def _mean_of_present_orders(counts: BleuCounts) -> float:
         return math.nan
     return bleu_from_counts(BleuCounts(counts.hypothesis_length, counts.reference_length,
                                        tuple(counts.matches[n] for n in present),
-                                       tuple(counts.totals[n] for n in present)))  # fmt: skip
+                                       tuple(counts.totals[n] for n in present)))
 
 
 def _bleu_mistakes(hypotheses, references) -> list[tuple[float, str]]:
     counts = _corpus_counts(hypotheses, references)
     ratio = counts.hypothesis_length / counts.reference_length
     sentences = [bleu_from_counts(sentence_counts(h, [r])) for h, r in
-                 zip(hypotheses, references, strict=True)]  # fmt: skip
+                 zip(hypotheses, references, strict=True)]
     # A mistake that changes nothing on this corpus is nan here: it matches no answer.
     return [
         (bleu_from_counts(_corpus_counts(hypotheses, references, clip=False)),
@@ -290,7 +290,7 @@ def _bleu_mistakes(hypotheses, references) -> list[tuple[float, str]]:
          "then computes one score."),
         (bleu_from_counts(counts) / 100,
          "your score is on a 0-1 scale: sacrebleu reports BLEU from 0 to 100."),
-    ]  # fmt: skip
+    ]
 
 
 def _bleu_cases() -> list[tuple[str, list[list[str]], list[list[str]]]]:
@@ -301,13 +301,13 @@ def _bleu_cases() -> list[tuple[str, list[list[str]], list[list[str]]]]:
     def sentence(low: int, high: int) -> list[str]:
         length = int(torch.randint(low, high, (1,), generator=generator))
         return [words[int(i)] for i in torch.randint(0, len(words), (length,),
-                                                      generator=generator)]  # fmt: skip
+                                                      generator=generator)]
 
     cases = []
     for size in (5, 12):
         references = [sentence(6, 14) for _ in range(size)]
         hypotheses = [r[: len(r) - 2] + sentence(0, 4) if i % 2 else sentence(4, 12)
-                      for i, r in enumerate(references)]  # fmt: skip
+                      for i, r in enumerate(references)]
         cases.append((f"{size} random sentences", hypotheses, references))
     ref = "the cat sat on the mat".split()
     cases += [
@@ -325,7 +325,7 @@ def _bleu_cases() -> list[tuple[str, list[list[str]], list[list[str]]]]:
          [ref, "the dog sat on a mat".split()]),
         ("an empty hypothesis beside a good one", [[], ref], [ref, ref]),
         ("only empty hypotheses", [[], []], [ref, ref]),
-    ]  # fmt: skip
+    ]
     return cases
 
 
@@ -349,7 +349,7 @@ def exercise_bleu(bleu) -> None:
         except ZeroDivisionError:
             raise ExerciseFailed(f"{name}: {call_text} divided by zero. An empty hypothesis has "
                                  "no n-grams and no length: what must its brevity penalty and "
-                                 "precisions be?") from None  # fmt: skip
+                                 "precisions be?") from None
         except Exception as error:
             raise failure_from(name, call_text, error) from error
         got = expect_real(name, call_text, got)
@@ -357,11 +357,11 @@ def exercise_bleu(bleu) -> None:
         if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-6):
             continue
         hint = next((text for wrong, text in _bleu_mistakes(hypotheses, references)
-                     if math.isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-9)), "")  # fmt: skip
+                     if math.isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-9)), "")
         raise ExerciseFailed(f"{name}: {call_text} returned {got:.4f}, sacrebleu says "
-                             f"{expected:.4f}. {hint}".strip())  # fmt: skip
+                             f"{expected:.4f}. {hint}".strip())
     passed(name, "sacrebleu's corpus BLEU on random corpora, repeated words, short, long, "
-                 "empty and under-4-word hypotheses and no 4-gram match")  # fmt: skip
+                 "empty and under-4-word hypotheses and no 4-gram match")
 
 
 NOTEBOOK = "08_finetuning.ipynb"

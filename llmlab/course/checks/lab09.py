@@ -36,7 +36,7 @@ def _cost_cases() -> list[tuple[str, tuple[int, ...], torch.dtype]]:
     return [("matmul", sizes(3), torch.float32), ("matmul", sizes(3), torch.bfloat16),
             ("layer_norm", sizes(2), torch.float32), ("softmax", sizes(3), torch.float32),
             ("gelu", sizes(2), torch.bfloat16), ("layer_norm", sizes(2), torch.bfloat16),
-            ("adamw", sizes(1), torch.float32), ("adamw", sizes(1), torch.bfloat16)]  # fmt: skip
+            ("adamw", sizes(1), torch.float32), ("adamw", sizes(1), torch.bfloat16)]
 
 
 def _cost_pair(call_text: str, got) -> tuple[float, float]:
@@ -47,7 +47,7 @@ def _cost_pair(call_text: str, got) -> tuple[float, float]:
     numbers = [real_number(v) for v in values]
     if len(numbers) != 2 or None in numbers:
         raise ExerciseFailed(f"{_COST}: {call_text} returned {got!r}; return two numbers, "
-                             "(FLOPs, bytes moved).")  # fmt: skip
+                             "(FLOPs, bytes moved).")
     return numbers[0], numbers[1]
 
 
@@ -65,10 +65,10 @@ def _bytes_mistakes(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> li
         (no_output, "it leaves out writing the result: an output goes to memory too, and "
                     "costs as much per byte as reading an input."),
         (8 * right, "that is bits, not bytes."),
-    ]  # fmt: skip
+    ]
     if size != 4:
         mistakes.append((right * 4 / size, f"it counts 4 bytes per number, but {dtype} takes "
-                                           f"{size}: what does dtype.itemsize say?"))  # fmt: skip
+                                           f"{size}: what does dtype.itemsize say?"))
     if name == "adamw":
         mistakes += [
             (3 * size * elements, "it moves only the parameter and its gradient: AdamW keeps "
@@ -76,7 +76,7 @@ def _bytes_mistakes(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> li
                                   "each step needs them."),
             (5 * size * elements, "it reads the moments but never writes them back: each step "
                                   "updates them, so they go back to memory too."),
-        ]  # fmt: skip
+        ]
     return mistakes
 
 
@@ -87,17 +87,17 @@ def exercise_operator_cost(cost) -> None:
     for name, shape, dtype in _cost_cases():
         call_text = f"operator_cost({name!r}, {shape}, {dtype})"
         flops, moved = _cost_pair(call_text, call_or_fail(_COST, call_text, cost, name, shape,
-                                                          dtype))  # fmt: skip
+                                                          dtype))
         right_flops, right_bytes = operator_cost(name, shape, dtype)
         if name == "matmul" and is_close(flops, right_flops / 2, 1e-6):
             raise ExerciseFailed(f"{_COST}: {call_text} returned {flops:g} FLOPs, half the "
                                  f"right count, {right_flops}: each term of a dot product is a "
-                                 "multiply and an add, and each counts.")  # fmt: skip
+                                 "multiply and an add, and each counts.")
         if not is_close(flops, right_flops, 1e-6):
             per = ("" if name == "matmul" else " Take FLOPS_PER_ELEMENT[name] per element, for "
-                   "every element of the shape.")  # fmt: skip
+                   "every element of the shape.")
             raise ExerciseFailed(f"{_COST}: {call_text} returned {flops:g} FLOPs, expected "
-                                 f"{right_flops}.{per}")  # fmt: skip
+                                 f"{right_flops}.{per}")
         # The weight and bias of a layer norm are tiny beside its input: with or without them.
         accepted = [right_bytes]
         if name == "layer_norm":
@@ -105,9 +105,9 @@ def exercise_operator_cost(cost) -> None:
         if any(is_close(moved, value, 1e-6) for value in accepted):
             continue
         hint = next((text for value, text in _bytes_mistakes(name, shape, dtype)
-                     if is_close(moved, value, 1e-6)), "")  # fmt: skip
+                     if is_close(moved, value, 1e-6)), "")
         raise ExerciseFailed(f"{_COST}: {call_text} returned {moved:g} bytes, expected "
-                             f"{right_bytes}. {hint}".strip())  # fmt: skip
+                             f"{right_bytes}. {hint}".strip())
     passed(_COST, "FLOPs and bytes of all five operators, in fp32 and bf16")
 
 
@@ -164,39 +164,39 @@ def _softmax_mistake(x, x_buffer, got, out_buffer, expected, extreme: bool) -> s
         packed = torch.softmax(x_buffer.as_strided(x.shape, (n_cols, 1)), dim=-1)
         if torch.allclose(got, packed, rtol=1e-4, atol=1e-6, equal_nan=True):
             return (f"x's rows start {x.stride(0)} elements apart here, and your kernel read them "
-                    f"{n_cols} apart (n_cols): pass x.stride(0) as the row stride.")  # fmt: skip
+                    f"{n_cols} apart (n_cols): pass x.stride(0) as the row stride.")
     if got.stride(0) != n_cols:
         packed = out_buffer.as_strided(got.shape, (n_cols, 1))
         if torch.allclose(packed, expected, rtol=1e-4, atol=1e-6):
             return (f"out's rows start {got.stride(0)} elements apart here, and your kernel "
                     f"wrote them {n_cols} apart (n_cols): pass out.stride(0) as its row "
-                    "stride.")  # fmt: skip
+                    "stride.")
     if (got == _POISON).any():
         return ("some elements of out were never written (the check fills out with -1 first): "
                 "does every row get a program, do the lanes cover the whole row, and are the "
-                "pointers passed in the order the kernel takes them?")  # fmt: skip
+                "pointers passed in the order the kernel takes them?")
     if torch.isnan(got).any() or torch.isinf(got).any():
         if extreme:
             return ("inf or NaN on rows with entries near +-1e4: exp(1e4) overflows float32 to "
                     "inf, and inf / inf is NaN (exp(-1e4) underflows to 0, and 0 / 0 too). "
                     "Subtract the row's maximum before exp: softmax does not change, and the "
                     "largest term becomes exp(0) = 1 (any other entry can leave a term above "
-                    "it).")  # fmt: skip
+                    "it).")
         return ("NaN in your output, where the input has none: your kernel read past the end of "
                 "a row (the check keeps NaN in the memory after each row). Lanes at or past "
-                "n_cols must stay off: mask the load.")  # fmt: skip
+                "n_cols must stay off: mask the load.")
     block = 1 << max(n_cols - 1, 0).bit_length()  # next power of 2
     zeros = torch.zeros(rows, block - n_cols, device=x.device)
     zero_padded = torch.softmax(torch.cat([x, zeros], dim=-1), dim=-1)[:, :n_cols]
     if block > n_cols and torch.allclose(got, zero_padded, rtol=1e-4, atol=1e-6):
         return ("your rows sum to less than 1: the lanes past the row were loaded as 0, and "
                 "exp(0 - max) counts in the sum. Load them as -inf (the `other` of tl.load), "
-                "so exp gives 0 there.")  # fmt: skip
+                "so exp gives 0 there.")
     error = (got - expected).abs()
     row, col = divmod(int(error.argmax()), n_cols)
     return (f"differs from torch.softmax by up to {error.max().item():.3g}: at row {row}, column "
             f"{col}, x = {x[row, col].item():.6g}, expected {expected[row, col].item():.6g}, got "
-            f"{got[row, col].item():.6g}.")  # fmt: skip
+            f"{got[row, col].item():.6g}.")
 
 
 @exercise(fallback=softmax_rows, fallback_name="llmlab.kernels.softmax.softmax_forward")
@@ -209,7 +209,7 @@ def exercise_softmax_kernel(fn) -> None:
     name, device = _KERNEL, "cpu" if interpreted() else "cuda"
     generator = torch.Generator().manual_seed(9)
     row = [1e4, -1e4, 0.0, 1e4 - 3, 9999.5, -float("inf"), 1e4, 20.0, 1e4, -5.0, 1e4 - 1, 3.0,
-           1e4 - 50]  # fmt: skip
+           1e4 - 50]
     # Rows 2 and 3 start with a small entry: subtracting the first entry instead of the maximum
     # still overflows there.
     extreme = torch.tensor([row, row, row[1:] + row[:1], row[1:] + row[:1]])
@@ -219,12 +219,12 @@ def exercise_softmax_kernel(fn) -> None:
              ("one element", 1, 1, 1, 1, None), ("3 rows of 3", 3, 3, 3, 3, None),
              ("2 rows of 1000", 2, 1000, 1000, 1000, None),
              ("rows 50 apart in x, 40 in out", 6, 37, 50, 40, None),
-             ("entries of +-1e4 and -inf", 4, 13, 16, 13, extreme)]  # fmt: skip
+             ("entries of +-1e4 and -inf", 4, 13, 16, 13, extreme)]
     for what, rows, n_cols, x_stride, out_stride, values in cases:
         if values is None:
             values = 3 * torch.randn(rows, n_cols, generator=generator)
         x, x_buffer, out, out_buffer = _softmax_case(rows, n_cols, x_stride, out_stride,
-                                                     values.to(device), device)  # fmt: skip
+                                                     values.to(device), device)
         shapes = f"x {tuple(x.shape)} with row stride {x_stride}, out {out_stride}"
         _run_kernel(name, f"my_softmax(<{what}: {shapes}>)", fn, x, out)
         expected = torch.softmax(x, dim=-1)
@@ -237,10 +237,10 @@ def exercise_softmax_kernel(fn) -> None:
         if (out_buffer[outside] != _POISON).any():
             raise ExerciseFailed(f"{text}: your kernel wrote past the end of a row (the check "
                                  "watches the memory after each row of out). Mask the store "
-                                 "as well as the load.")  # fmt: skip
+                                 "as well as the load.")
     passed(name, "agrees with torch.softmax on 7 cases: odd row lengths (1, 3, 37, 1000), "
                  "strided rows in x and in out, entries of +-1e4 and -inf; nothing written "
-                 "outside the rows")  # fmt: skip
+                 "outside the rows")
 
 
 
@@ -260,7 +260,7 @@ def _flush_cases() -> list[tuple[torch.Tensor, torch.dtype, int]]:
         return (torch.rand(*shape, generator=generator) + 0.5).bfloat16().float()
 
     return [(values(3, 1000), torch.bfloat16, 64), (values(2, 700), torch.float16, 128),
-            (values(300), torch.bfloat16, 1), (values(2, 50), torch.bfloat16, 256)]  # fmt: skip
+            (values(300), torch.bfloat16, 1), (values(2, 50), torch.bfloat16, 256)]
 
 
 def _flush_mistakes(values: torch.Tensor, dtype: torch.dtype, block: int) -> list:
@@ -293,13 +293,13 @@ def _flush_mistakes(values: torch.Tensor, dtype: torch.dtype, block: int) -> lis
         (values.double().sum(-1).float(),
          "your result has no rounding error at all: nothing was summed in the narrow dtype. "
          "Round the running partial sum to dtype after every add."),
-    ]  # fmt: skip
+    ]
 
 
 def _close(got: torch.Tensor, expected: torch.Tensor, scale: float) -> bool:
     # float32 totals added in another order differ by ~1e-7 of the sum; a narrow rounding by ~1e-3
     return got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-5,
-                                                          atol=1e-5 * scale)  # fmt: skip
+                                                          atol=1e-5 * scale)
 
 
 @exercise(fallback=flushed_accumulate, fallback_name="llmlab.numerics.flushed_accumulate")
@@ -309,19 +309,19 @@ def exercise_flushed_sum(flushed_sum) -> None:
     name = _FLUSH
     for values, dtype, block in _flush_cases():
         call_text = (f"flushed_sum(<{tuple(values.shape)} values in [0.5, 1.5)>, {dtype}, "
-                     f"block={block})")  # fmt: skip
+                     f"block={block})")
         got = call_or_fail(name, call_text, flushed_sum, values.clone(), dtype, block)
         expected = flushed_accumulate(values, dtype, block)
         if not isinstance(got, torch.Tensor):
             raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}; return "
-                                 "a tensor of sums.")  # fmt: skip
+                                 "a tensor of sums.")
         if got.shape != expected.shape:
             raise ExerciseFailed(f"{name}: {call_text} returned shape {tuple(got.shape)}, "
                                  f"expected {tuple(expected.shape)}: sum over the last dimension "
-                                 "only, one sum per row.")  # fmt: skip
+                                 "only, one sum per row.")
         if got.dtype != torch.float32:
             raise ExerciseFailed(f"{name}: {call_text} returned {got.dtype}: the total is "
-                                 "float32 (the flush exists to keep it there).")  # fmt: skip
+                                 "float32 (the flush exists to keep it there).")
         scale = float(values.sum(-1).abs().max())
         if _close(got, expected, scale):
             continue
@@ -329,9 +329,9 @@ def exercise_flushed_sum(flushed_sum) -> None:
                      if wrong is not None and _close(got, wrong, scale)),
                     "compare yours with llmlab.numerics.flushed_accumulate on a short sum.")
         raise ExerciseFailed(f"{name}: {call_text} returned {got.flatten()[:3].tolist()}, "
-                             f"expected {expected.flatten()[:3].tolist()}: {hint}")  # fmt: skip
+                             f"expected {expected.flatten()[:3].tolist()}: {hint}")
     passed(name, "narrow partial sums flushed into float32, on bf16 and fp16, odd lengths, "
-                 "a block of one and a block longer than the sum")  # fmt: skip
+                 "a block of one and a block longer than the sum")
 
 
 # ---------------------------------------------------------------- A KV cache and inference
@@ -424,7 +424,7 @@ def _step_mistake(out, q, k, v, old_k, old_v) -> str:
         (_attention(q, old_k, old_v), "the new query attends over the cached keys but not its "
          "own: add this step's keys and values to the cache before attending."),
         (_attention(q, all_v, all_k), _SWAPPED),
-    ):  # fmt: skip
+    ):
         if torch.allclose(out, wrong, atol=1e-5):
             return text
     return ("it is not the attention of the new query over every cached key and value (the "
@@ -475,7 +475,7 @@ def _generates_like_recomputation(cache_class) -> None:
     prompt = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(9))
     generated = call_or_fail(_KV, "greedy_generate(<a small GPT-2>, <2 prompts of 6 tokens>, "
                              f"12, {cache_class.__name__})", greedy_generate, model, prompt, 12,
-                             cache_class)  # fmt: skip
+                             cache_class)
     with torch.no_grad():  # one forward over the whole text: the logits of every step at once
         full = model(torch.cat([prompt, generated.tokens[:, :-1]], 1)).logits[:, 5:]
     if not torch.equal(generated.tokens, full.argmax(-1)) or not torch.allclose(

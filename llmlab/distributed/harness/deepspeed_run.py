@@ -76,7 +76,7 @@ def smoke_setup(stage: int, nprocs: int, global_batch: int, shape: ModelShape) -
     """The set-up these runs use: fp32, SGD with momentum, the model's default (sdpa) attention."""
     split_batch(global_batch, 0, nprocs)  # a batch that does not split fails here, not in a rank
     return TrainingSetup(batch=global_batch // nprocs, seq=shape.context, dtype="fp32",
-                         optimizer="sgd-momentum", zero=stage, gpus=nprocs)  # fmt: skip
+                         optimizer="sgd-momentum", zero=stage, gpus=nprocs)
 
 
 def torch_optimizer(config: dict, params) -> torch.optim.Optimizer:
@@ -85,7 +85,7 @@ def torch_optimizer(config: dict, params) -> torch.optim.Optimizer:
     options.pop("torch_adam", None)  # DeepSpeed's own switches, not the optimizer's
     adamw = options.pop("adam_w_mode", True)
     classes = {"AdamW": torch.optim.AdamW, "Adam": torch.optim.AdamW if adamw else torch.optim.Adam,
-               "SGD": torch.optim.SGD}  # fmt: skip
+               "SGD": torch.optim.SGD}
     return classes[config["optimizer"]["type"]](params, **options)
 
 
@@ -118,7 +118,7 @@ def train_with_deepspeed(config: dict, shape: ModelShape, batches: torch.Tensor,
     # Both entered before DeepSpeed starts: it keeps references to some collectives, and copies
     # the weights into its own flat buffers, and each must see those.
     with (count_collectives() as counter, drop_collectives(drop) if drop else nullcontext(),
-          MemoryTracker(model) as tracker):  # fmt: skip
+          MemoryTracker(model) as tracker):
         engine, *_ = deepspeed.initialize(model=model, config=config)
         losses = []
         for tokens in batches[:TRACKED_STEPS]:
@@ -134,11 +134,11 @@ def train_with_deepspeed(config: dict, shape: ModelShape, batches: torch.Tensor,
     with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
         # A copy on the CPU: results travel between processes, and CUDA tensors cannot.
         params = {name: p.detach().to("cpu", copy=True)
-                  for name, p in engine.module.named_parameters()}  # fmt: skip
+                  for name, p in engine.module.named_parameters()}
     engine.destroy()
     return {"params": params, "losses": losses, "peak_bytes": sum(tracker.peak.values()),
             "bytes": step_bytes,
-            "seconds": statistics.median(times) if times else float("nan")}  # fmt: skip
+            "seconds": statistics.median(times) if times else float("nan")}
 
 
 def _deepspeed_step(engine, tokens: torch.Tensor) -> tuple[float, float]:
@@ -238,7 +238,7 @@ def compare_deepspeed(
     batches = global_batches(steps, global_batch, shape)
     reference, reference_seconds = train_alone(config, shape, batches)
     ranks = launch(train_with_deepspeed, nprocs, args=(config, shape, batches, drop),
-                   backend=default_backend(), timeout_s=timeout_s)  # fmt: skip
+                   backend=default_backend(), timeout_s=timeout_s)
     return DeepSpeedResult(
         stage=stage,
         nprocs=nprocs,
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
     if int(os.environ.get("WORLD_SIZE", 1)) < 2:
         raise SystemExit("start it with 2 or more processes: torchrun --nproc_per_node 2 -m "
                          "llmlab.distributed.harness.deepspeed_run, or deepspeed --num_gpus 2 "
-                         "--module llmlab.distributed.harness.deepspeed_run")  # fmt: skip
+                         "--module llmlab.distributed.harness.deepspeed_run")
     with process_group() as me:
         setup = smoke_setup(args.stage, me.world_size, args.global_batch, SMOKE_SHAPE)
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"DeepSpeed ZeRO-{args.stage} on {me.world_size} processes, {args.steps} steps: "
                   f"max relative error {error:.1e} against one process (target {TARGET:.0e}); "
                   f"peak {run['peak_bytes'] / MB:.1f} MB per rank, "
-                  f"{run['bytes'] / MB:.1f} MB sent per step")  # fmt: skip
+                  f"{run['bytes'] / MB:.1f} MB sent per step")
 
 
 if __name__ == "__main__":

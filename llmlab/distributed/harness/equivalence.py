@@ -40,7 +40,7 @@ from llmlab.scale.comm_cost import ddp_bytes, fsdp_bytes, zero1_bytes
 SMOKE_SHAPE = preset("tiny", vocab_size=512, context=32)
 # What each strategy's own communication is, so a check can show what removing it breaks.
 REMOVABLE = {"ddp": ("all_reduce",), "zero1": ("all_reduce", "broadcast"),
-             "fsdp": ("reduce_scatter",)}  # fmt: skip
+             "fsdp": ("reduce_scatter",)}
 TARGETS = {"ddp": 1e-6, "zero1": 1e-5, "fsdp": 1e-5}  # relative; summation order stays inside
 
 

@@ -103,7 +103,7 @@ def train_tensor_parallel(
     dp = grid.parallel.dp
     if batch % dp:
         raise ValueError(f"a global batch of {batch} does not split over {dp} "
-                         "data-parallel ranks: make it a multiple of world_size / tp")  # fmt: skip
+                         "data-parallel ranks: make it a multiple of world_size / tp")
     mesh = device_mesh(grid.parallel)
     model = apply_tensor_parallel(build_model(shape), mesh["tp"], plan, sequence_parallel)
     rows = batch // dp

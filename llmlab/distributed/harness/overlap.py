@@ -85,7 +85,7 @@ def _build(strategy: str, options: dict, comm_hook: bool):
         register_comm_hook(wrapped, "allreduce")  # a Python all-reduce, so it can be counted
     # SGD with momentum: AdamW's extra work would only dilute the communication in the step.
     optimizer = make_optimizer(unwrap(wrapped), strategy, optimizer_class=torch.optim.SGD,
-                               lr=0.01, momentum=0.9)  # fmt: skip
+                               lr=0.01, momentum=0.9)
     return wrapped, optimizer
 
 
@@ -103,7 +103,7 @@ def _rank_run(strategy: str, options: dict, steps: int, warmup: int) -> dict:
     collectives (on a fresh model for DDP, whose counting needs the Python hook)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     batches = global_batches(warmup + steps + 2, GLOBAL_BATCH, SHAPE)[:, split_batch(
-        GLOBAL_BATCH, rank, world)]  # fmt: skip
+        GLOBAL_BATCH, rank, world)]
     model, optimizer = _build(strategy, dict(options), comm_hook=False)
     times = [_step(model, optimizer, tokens) for tokens in batches[: warmup + steps]]
     if strategy == "ddp":
@@ -118,14 +118,14 @@ def _rank_run(strategy: str, options: dict, steps: int, warmup: int) -> dict:
     formula = ddp_bytes(params, world) if strategy == "ddp" else fsdp_bytes(params, world)
     return {"seconds": statistics.median(times[warmup:]), "fastest": min(times[warmup:]),
             "calls": calls,
-            "bytes": counter.sent_bytes, "formula": formula}  # fmt: skip
+            "bytes": counter.sent_bytes, "formula": formula}
 
 
 def _row(label: str, options: dict, ranks: list[dict]) -> Row:
     # Without a reshard, the backward all-gather is skipped: the formula's 3x becomes 2x.
     formula = ranks[0]["formula"] * (2 / 3 if options.get("reshard_after_forward") is False else 1)
     return Row(label, max(r["seconds"] for r in ranks), max(r["fastest"] for r in ranks),
-               ranks[0]["calls"], ranks[0]["bytes"], formula)  # fmt: skip
+               ranks[0]["calls"], ranks[0]["bytes"], formula)
 
 
 def measure(label: str, strategy: str, options: dict, steps: int, warmup: int) -> Row:
@@ -159,6 +159,6 @@ def table(rows: list[Row]) -> str:
          "all-red": row.calls.get("all_reduce", 0), "all-gath": row.calls.get("all_gather", 0),
          "red-scat": row.calls.get("reduce_scatter", 0),
          "sent MB": f"{row.sent_bytes / MB:.2f}", "formula": f"{row.formula_bytes / MB:.2f}"}
-        for row in rows], aligned=True)  # fmt: skip
+        for row in rows], aligned=True)
 
 

@@ -104,11 +104,11 @@ def train_pipeline(
     shape = shape or SMOKE_SHAPE
     if batch % microbatches:
         raise ValueError(f"a batch of {batch} does not cut into {microbatches} equal "
-                         "micro-batches")  # fmt: skip
+                         "micro-batches")
     rank, stages = dist.get_rank(), dist.get_world_size()
     if schedule == "1f1b" and microbatches < stages:
         raise ValueError(f"1F1B needs at least as many micro-batches as stages ({stages}): "
-                         f"got {microbatches}")  # fmt: skip
+                         f"got {microbatches}")
     model = build_model(shape)  # every rank builds it whole (same seed), then keeps its stage
     first, last = stage_bounds(shape.n_layer, stages)[rank]
     module = GPT2Stage(model, first, last)
@@ -191,7 +191,7 @@ def bubble_sweep(
         pipe = [max(times[k] for _, times in stages) for k in range(steps)]
         # The median over steps: on shared cores, other work stretches some steps at random.
         idle = [statistics.median(1 - b / t for b, t in zip(busy, pipe, strict=True))
-                for busy, _ in stages]  # fmt: skip
+                for busy, _ in stages]
         rows.append({"microbatches": m, "schedule": schedule, "idle": idle,
-                     "formula": bubble_fraction(dist.get_world_size(), m)})  # fmt: skip
+                     "formula": bubble_fraction(dist.get_world_size(), m)})
     return rows

@@ -56,7 +56,7 @@ class RankMemory:
         title = f"{self.strategy} on {self.nprocs} ranks, per rank"
         rows = [{title: name, "measured MB": f"{self.measured[name] / MB:.2f}",
                  "planned MB": f"{self.planned[name] / MB:.2f}", "error": f"{error:+.1%}"}
-                for name, error in self.relative_errors().items()]  # fmt: skip
+                for name, error in self.relative_errors().items()]
         return markdown_table(rows, aligned=True)
 
 
@@ -67,7 +67,7 @@ def planned_memory(strategy: str, shape: ModelShape, batch: int, nprocs: int) ->
     GPUs): no scratch buffer the size of all the states, as for a fused optimizer.
     """
     setup = TrainingSetup(batch=batch, dtype="fp32", optimizer="adamw", fused_optimizer=True,
-                          zero=ZERO_STAGE[strategy], gpus=nprocs)  # fmt: skip
+                          zero=ZERO_STAGE[strategy], gpus=nprocs)
     estimate = estimate_memory(shape, setup)
     planned = {name: estimate.items[name] for name in STATE_ITEMS}
     planned["peak"] = estimate.peak
@@ -84,7 +84,7 @@ def _measure_on_rank(strategy: str, shape: ModelShape, batch: int) -> dict[str, 
     # forward-pass memory: it has no category for them).
     step = measure_training_step(model, optimizer, tokens)
     measured = {"weights": step.weights, "gradients": step.gradients,
-                "optimizer states": step.optimizer_states}  # fmt: skip
+                "optimizer states": step.optimizer_states}
     if strategy != "fsdp":  # see the module docstring
         measured["peak"] = step.peak_bytes
     return measured

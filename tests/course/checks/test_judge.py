@@ -20,7 +20,7 @@ from llmlab.course.checks import (
 @pytest.mark.parametrize(
     "value", [3, 3.0, np.float32(3.0), np.int64(3), np.float64(3.0), torch.tensor(3.0),
               torch.tensor(3), np.array(3.0)]
-)  # fmt: skip
+)
 def test_any_real_number_type_is_accepted(value):
     assert real_number(value) == 3.0
     expect_number("Exercise", "f()", value, 3.0)  # does not raise

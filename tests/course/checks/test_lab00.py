@@ -18,7 +18,7 @@ from llmlab.course.checks import lab00 as check
 
 
 def _timer(fn, warmup, repeats, device, clock, *, sync_before=True, sync_after=True,
-           summary=statistics.median, time_warmup=False):  # fmt: skip
+           summary=statistics.median, time_warmup=False):
     """An honest timer whose steps can each be left out or changed."""
     times = []
     for _ in range(warmup):
@@ -92,7 +92,7 @@ def _one_repeat_too_many(fn, *, warmup=2, repeats=5, device=torch.cpu, clock=tim
         pytest.param(_own_clock, "never called clock", id="ignores-the-given-clock"),
         pytest.param(timer_with(summary=list), "return a number", id="returns-the-list"),
     ],
-)  # fmt: skip
+)
 def test_honest_time_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_honest_time(wrong)
@@ -133,7 +133,7 @@ def test_the_fallback_timer_is_llmlabs_median_of_the_timed_calls(monkeypatch):
 
 
 def _tflops(n, dtype, device, timer, *, flops=lambda n: 2 * n**3, inputs_inside=False,
-            make_dtype=None, unit=1e12):  # fmt: skip
+            make_dtype=None, unit=1e12):
     make = dict(dtype=make_dtype or dtype, device=device)
     if inputs_inside:
         seconds = timer(lambda: torch.randn(n, n, **make) @ torch.randn(n, n, **make))
@@ -171,7 +171,7 @@ def _not_using_the_timer(n, dtype, device, timer):
         pytest.param(_two_matmuls, "ran 2 matmuls", id="more-than-one-matmul"),
         pytest.param(_not_using_the_timer, "never called `timer`", id="own-timer"),
     ],
-)  # fmt: skip
+)
 def test_matmul_tflops_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_matmul_tflops(wrong)
@@ -206,7 +206,7 @@ def test_the_fallback_measurement_is_llmlabs():
         pytest.param(lambda cap: "bf16" if cap >= (8, 0) else "fp16", "P100",
                      id="fp16-on-pascal-and-older"),
     ],
-)  # fmt: skip
+)
 def test_training_dtype_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_training_dtype(wrong)
@@ -231,7 +231,7 @@ def test_the_fp32_reason_no_longer_says_half_precision_never_saves_time():
 
 
 def _roofline(m, n, k, spec, dtype, *, combine=max, write_c=True, element_bytes=None,
-              flops_per_mac=2, gb=1e9, invent_peak=False):  # fmt: skip
+              flops_per_mac=2, gb=1e9, invent_peak=False):
     peak = spec.tflops[dtype] or (1.0 if invent_peak else None)
     if peak is None:
         return None
@@ -272,7 +272,7 @@ def _bound_backwards(m, n, k, spec, dtype):
         pytest.param(lambda *args: _roofline(*args)[0] if _roofline(*args) else None,
                      "return a pair", id="seconds-only"),
     ],
-)  # fmt: skip
+)
 def test_matmul_roofline_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_matmul_roofline(wrong)
@@ -298,7 +298,7 @@ def test_the_roofline_cases_cover_both_bounds_and_a_missing_format():
 
 def _measure(timer, device, dtype, *, numbers=2**25, counted=2, per_number=None, n=2048,
              flops_per_mac=2, gb=1e9, ridge=lambda flops, bandwidth: flops / bandwidth,
-             allocate_inside=False, op="copy", in_dtype=None, einsum=False):  # fmt: skip
+             allocate_inside=False, op="copy", in_dtype=None, einsum=False):
     """A learner's measurement, right by default; each argument swaps in one mistake."""
     dtype = in_dtype or dtype
     source = torch.ones(numbers, dtype=dtype, device=device)
@@ -360,7 +360,7 @@ def _peak_from_a_datasheet(timer, device, dtype):
         pytest.param(_peak_from_a_datasheet, "never timed a matmul", id="no-matmul-timed"),
         pytest.param(lambda *args: _measure(*args)[:2], "three numbers", id="two-numbers"),
     ],
-)  # fmt: skip
+)
 def test_measure_roofline_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_measure_roofline(wrong)
@@ -376,7 +376,7 @@ def test_measure_roofline_rejects_likely_mistakes(wrong, hint):
         pytest.param(lambda *args: tuple(torch.tensor(v) for v in _measure(*args)),
                      id="0-d-tensors"),
     ],
-)  # fmt: skip
+)
 def test_measure_roofline_accepts_any_copy_and_number_type(right, capsys):
     check.exercise_measure_roofline(right)
     assert "PASSED" in capsys.readouterr().out

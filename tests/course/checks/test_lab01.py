@@ -67,7 +67,7 @@ def _nfc_before_controls(text):
         pytest.param(_nfc_before_controls, "Remove control characters before NFC",
                      id="nfc_before_controls_go"),
     ],
-)  # fmt: skip
+)
 def test_normalize_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_normalize(wrong)
@@ -90,7 +90,7 @@ def _by_vocabulary(counts, order):
 
 
 def _bpe(text, num_merges, split=str.split, weighted=True, pick=_by_vocabulary, stop=True,
-         merge_word=_merge_word):  # fmt: skip
+         merge_word=_merge_word):
     """A learner's merge loop, right by default; each argument swaps in one mistake."""
     words = Counter(split(text))
     tokens = {word: list(word) for word in words}
@@ -137,7 +137,7 @@ def _replace_in_joined_string(tokens, pair):
         pytest.param(lambda t, n: [" ".join(p) for p in _bpe(t, n)], "pairs of strings",
                      id="strings_returned"),
     ],
-)  # fmt: skip
+)
 def test_bpe_merges_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_bpe_merges(wrong)
@@ -150,7 +150,7 @@ def test_bpe_merges_accepts_a_correct_loop_returning_lists(capsys):
 
 def _pack(documents, block_size, eos_id, *, eos=True, eos_first=False, drop_last=False,
           row_positions=True, doc_positions=True, first_label=-100, eos_label=True, shift=False,
-          pad_label=-100, as_type=list):  # fmt: skip
+          pad_label=-100, as_type=list):
     """A learner's packing, right by default; each argument swaps in one mistake."""
     ids, positions, labels = [], [], []
     for document in documents:
@@ -190,7 +190,7 @@ def _pack(documents, block_size, eos_id, *, eos=True, eos_first=False, drop_last
         pytest.param(dict(shift=True), "Do not shift the labels", id="labels_shifted"),
         pytest.param(dict(pad_label=0), "Padding is not text", id="padding_learned"),
     ],
-)  # fmt: skip
+)
 def test_pack_rejects_likely_mistakes(mistake, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_pack(lambda d, b, e: _pack(d, b, e, **mistake))
@@ -249,7 +249,7 @@ UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
         pytest.param(lambda v: np.uint32, "2x the disk", id="always_uint32"),
         pytest.param(lambda v: None, "Return a NumPy dtype", id="none"),
     ],
-)  # fmt: skip
+)
 def test_token_dtype_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_token_dtype(wrong)
@@ -264,7 +264,7 @@ def test_token_dtype_rejects_likely_mistakes(wrong, hint):
                      id="dtype_objects"),
         pytest.param(lambda v: np.min_scalar_type(v - 1), id="numpy_min_scalar_type"),
     ],
-)  # fmt: skip
+)
 def test_token_dtype_accepts_uint8_and_every_spelling(right, capsys):
     check.exercise_token_dtype(right)
     assert "PASSED" in capsys.readouterr().out
@@ -338,7 +338,7 @@ def _unseeded_shuffle(n, rank, world, worker, workers, epoch):
         pytest.param(_validated(lambda *a: [s + 1 for s in _strided(*a)]), "indices run from 0",
                      id="one_based"),
     ],
-)  # fmt: skip
+)
 def test_shards_for_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_shards_for(wrong)
@@ -359,7 +359,7 @@ def _torch_randperm_blocks(n, rank, world, worker, workers, epoch):
             int(s) for s in np.random.default_rng(e).permutation(n)[r::w][k::ks]]),
             id="numpy_generator"),
     ],
-)  # fmt: skip
+)
 def test_shards_for_accepts_any_balanced_deterministic_split(right, capsys):
     check.exercise_shards_for(right)
     assert "PASSED" in capsys.readouterr().out

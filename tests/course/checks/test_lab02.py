@@ -48,7 +48,7 @@ def _params(shape, biases=True, gqa=True, positions=True, final_norm=True, tied=
         pytest.param(lambda s: _params(s.replace(d_ff=0) if s.family == "gpt2" else s),
                      "expected about", id="mlp-always-4d"),
     ],
-)  # fmt: skip
+)
 def test_count_params_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_count_params(wrong)
@@ -101,7 +101,7 @@ def _states(n, optimizer, precision, master=4, grads=True, state_bytes=None, uni
         pytest.param(lambda n, o, p: _states(n, o, p, unit=1e9), "not GB", id="gigabytes"),
         pytest.param(lambda n, o, p: n * 16, "expected about", id="always-16-bytes"),
     ],
-)  # fmt: skip
+)
 def test_model_state_bytes_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_model_state_bytes(wrong)
@@ -150,7 +150,7 @@ def _replay(trace, views_count=False, forget_frees=False, reuse_never=False, tie
         pytest.param(lambda t: max(e[2] for e in t if e[0] == "alloc"), "return a pair",
                      id="largest-allocation"),
     ],
-)  # fmt: skip
+)
 def test_peak_from_trace_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_peak_from_trace(wrong)
@@ -158,7 +158,7 @@ def test_peak_from_trace_rejects_likely_mistakes(wrong, hint):
 
 def test_peak_from_trace_accepts_a_list_and_numpy_numbers(capsys):
     check.exercise_peak_from_trace(lambda t: [np.int64(check.replay_peak(t)[0]),
-                                              check.replay_peak(t)[1]])  # fmt: skip
+                                              check.replay_peak(t)[1]])
     assert "PASSED" in capsys.readouterr().out
 
 
@@ -200,7 +200,7 @@ def _zero(n, gpus, gpu_gb, unit=1e9, strict=False, last=None, stages=(0, 1, 2, 3
         pytest.param(lambda n, g, gb: _zero(n, g, gb, stages=(0, 1, 3)), "expected 2",
                      id="never-stage-2"),
     ],
-)  # fmt: skip
+)
 def test_smallest_zero_stage_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_smallest_zero_stage(wrong)

@@ -64,7 +64,7 @@ def accumulate_with_a_mean_loss_times_its_count(model, micro_batches):
     accumulate_skipping_empty_micro_batches,
     accumulate_with_the_forward_of_empty_micro_batches_unused,
     accumulate_with_a_mean_loss_times_its_count,
-], ids=lambda f: f.__name__)  # fmt: skip
+], ids=lambda f: f.__name__)
 def test_accumulation_accepts_every_correct_form(right, capsys):
     check.exercise_accumulation(right)
     assert "PASSED" in capsys.readouterr().out
@@ -146,7 +146,7 @@ def labels_given_to_the_model(model, micro_batches):
 def returning_the_mean_of_means(model, micro_batches):
     accumulate_token_weighted(model, micro_batches)
     means = [summed_loss(model, x, y).item() / max(1, int((y != IGNORE).sum()))
-             for x, y in micro_batches]  # fmt: skip
+             for x, y in micro_batches]
     return sum(means) / len(means)
 
 
@@ -161,7 +161,7 @@ def returning_the_mean_of_means(model, micro_batches):
     (labels_given_to_the_model, "already shifted"),
     (returning_the_mean_of_means, "returned the loss"),
     (lambda model, micro_batches: 0.0, "no gradients"),
-], ids=lambda case: getattr(case, "__name__", None))  # fmt: skip
+], ids=lambda case: getattr(case, "__name__", None))
 def test_accumulation_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_accumulation(wrong)
@@ -173,7 +173,7 @@ def test_accumulation_rejects_likely_mistakes(wrong, hint):
 def _step(model, optimizer, scaler, micro_batches, max_norm, *, scale=True, divide=True,
           unscale_first=True, clip_norm_out=False, scaler_step=True, update=True, zero=True,
           zero_first=False, backward_in_loop=True, loss_sum=False, scaled_loss=False,
-          pair=True, unscale_late=False):  # fmt: skip
+          pair=True, unscale_late=False):
     """The trainer's step, right by default; each argument swaps in one mistake."""
     if zero_first:
         optimizer.zero_grad()
@@ -212,7 +212,7 @@ def step_with(**mistake):
     step_with(zero_first=True),  # gradients cleared at the start of the step instead of the end
     lambda *args: tuple(np.float32(value) for value in _step(*args)),
     lambda *args: tuple(torch.as_tensor(value) for value in _step(*args)),
-], ids=["trainer", "zero-first", "numpy", "tensors"])  # fmt: skip
+], ids=["trainer", "zero-first", "numpy", "tensors"])
 def test_train_step_accepts_every_correct_form(right, capsys):
     check.exercise_train_step(right)
     assert "PASSED" in capsys.readouterr().out
@@ -233,7 +233,7 @@ def test_train_step_accepts_every_correct_form(right, capsys):
     pytest.param(dict(loss_sum=True), "sum over the micro-batches", id="loss-summed"),
     pytest.param(dict(scaled_loss=True), "scaled loss", id="scaled-loss-returned"),
     pytest.param(dict(pair=False), "return a pair", id="loss-only"),
-])  # fmt: skip
+])
 def test_train_step_rejects_likely_mistakes(mistake, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_train_step(step_with(**mistake))
@@ -241,7 +241,7 @@ def test_train_step_rejects_likely_mistakes(mistake, hint):
 
 def test_train_step_names_every_missing_call_at_once():
     with pytest.raises(ExerciseFailed, match=r"never called scaler.unscale_\(optimizer\) .*, "
-                       r"scaler.update\(\) .* or optimizer.zero_grad\(\)"):  # fmt: skip
+                       r"scaler.update\(\) .* or optimizer.zero_grad\(\)"):
         check.exercise_train_step(step_with(unscale_first=False, update=False, zero=False))
 
 
@@ -287,7 +287,7 @@ def warmup_reaching_lr_one_step_late(step, max_steps, warmup, lr, min_lr):
 @pytest.mark.parametrize("right", [
     check.warmup_cosine_reference, warmup_from_zero, warmup_reaching_lr_one_step_late,
     lambda *args: np.float32(check.warmup_cosine_reference(*args)),
-], ids=["llmlab", "from_zero", "one_step_late", "numpy_float32"])  # fmt: skip
+], ids=["llmlab", "from_zero", "one_step_late", "numpy_float32"])
 def test_warmup_cosine_accepts_every_convention(right, capsys):
     check.exercise_warmup_cosine(right)
     assert "PASSED" in capsys.readouterr().out
@@ -341,7 +341,7 @@ def integer_division_in_the_warmup(step, max_steps, warmup, lr, min_lr):
     (a_full_cosine_period, "half cosine"),
     (integer_division_in_the_warmup, "grown in proportion"),
     (lambda step, max_steps, warmup, lr, min_lr: [lr], "return a number"),
-], ids=lambda case: getattr(case, "__name__", None))  # fmt: skip
+], ids=lambda case: getattr(case, "__name__", None))
 def test_warmup_cosine_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_warmup_cosine(wrong)
@@ -354,7 +354,7 @@ def test_warmup_cosine_rejects_likely_mistakes(wrong, hint):
     lambda t, f, p: t * f / (p * 1e12),
     lambda t, f, p: torch.tensor(t * f / p / 1e12),
     check.mfu_reference,
-], ids=["formula", "tensor", "llmlab"])  # fmt: skip
+], ids=["formula", "tensor", "llmlab"])
 def test_mfu_accepts_any_number_type(right, capsys):
     check.exercise_mfu(right)
     assert "PASSED" in capsys.readouterr().out
@@ -365,7 +365,7 @@ def test_mfu_accepts_any_number_type(right, capsys):
     (lambda t, f, p: t * f / p, "TFLOP/s"),
     (lambda t, f, p: t * f / (p * 1e9), "Tera"),
     (lambda t, f, p: f / (p * 1e12), "expected about"),
-], ids=["percentage", "peak_not_scaled", "giga_for_tera", "no_tokens_per_s"])  # fmt: skip
+], ids=["percentage", "peak_not_scaled", "giga_for_tera", "no_tokens_per_s"])
 def test_mfu_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_mfu(wrong)
@@ -437,7 +437,7 @@ class KeepingTheDataGeneratorItself(check.RandomStateReference):
     (WithoutNumpy, "numpy"),
     (WithoutTorch, "torch"),
     (KeepingTheDataGeneratorItself, "data source"),
-], ids=lambda case: getattr(case, "__name__", None))  # fmt: skip
+], ids=lambda case: getattr(case, "__name__", None))
 def test_random_state_rejects_likely_mistakes(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         check.exercise_random_state(wrong)

@@ -201,7 +201,7 @@ def everyone_sends_everything(tensor):
 
 @pytest.mark.parametrize("right", [ring_right, ring_with_blocking_sends_ordered_by_rank,
                                    ring_with_batched_point_to_point, ring_going_left],
-                         ids=lambda f: f.__name__)  # fmt: skip
+                         ids=lambda f: f.__name__)
 def test_ring_all_reduce_accepts_correct_forms(right, capsys):
     check.exercise_ring_all_reduce(right)
     assert "PASSED" in capsys.readouterr().out
@@ -220,7 +220,7 @@ def test_ring_all_reduce_accepts_correct_forms(right, capsys):
     (star_through_the_last_rank, "sent \\[7, 7, 14\\] elements(.|\\n)*carry the others"),
     (direct_reduce_scatter_then_all_gather, "rank 0 sent to rank\\(s\\) \\[2\\]"),
     (ring_with_a_plain_bug, "raised an exception on rank \\d:(.|\\n)*KeyError(.|\\n)*own code"),
-], ids=lambda value: getattr(value, "__name__", ""))  # fmt: skip
+], ids=lambda value: getattr(value, "__name__", ""))
 def test_ring_all_reduce_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_ring_all_reduce(mistake)
@@ -317,7 +317,7 @@ def test_data_parallel_accepts_correct_forms(right, capsys):
     (ForgettingTheBiases, "hidden.bias"),
     (BroadcastFromTheLastRank, "not from rank 0"),
     (BroadcastingParametersOnly, "buffer \\(position_code\\) differs"),
-], ids=lambda value: getattr(value, "__name__", ""))  # fmt: skip
+], ids=lambda value: getattr(value, "__name__", ""))
 def test_data_parallel_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_data_parallel(mistake)
@@ -437,7 +437,7 @@ def test_tensor_parallel_mlp_accepts_correct_forms(right, capsys):
     (tp_reducing_in_both_directions, "too big"),
     (tp_splitting_the_input_dimension, "Which dimension of each weight"),
     (tp_computing_the_whole_mlp, "every rank computed the whole MLP"),
-], ids=lambda value: getattr(value, "__name__", ""))  # fmt: skip
+], ids=lambda value: getattr(value, "__name__", ""))
 def test_tensor_parallel_mlp_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_tensor_parallel_mlp(mistake)
@@ -478,13 +478,13 @@ def one_f_one_b(stages, s):
 
 def timeline_right(stages, micro_batches, schedule):
     return _timeline(stages, micro_batches, schedule,
-                     in_flight=None if schedule == "gpipe" else one_f_one_b)  # fmt: skip
+                     in_flight=None if schedule == "gpipe" else one_f_one_b)
 
 
 def timeline_with_lists_and_no_idle_tail(stages, micro_batches, schedule):
     """Also correct: ops as lists, and each stage's idle slots after its last op left out."""
     rows = [[list(op) if op else None for op in row]
-            for row in timeline_right(stages, micro_batches, schedule)]  # fmt: skip
+            for row in timeline_right(stages, micro_batches, schedule)]
     for row in rows:
         while row[-1] is None:
             row.pop()
@@ -511,7 +511,7 @@ def timeline_one_warm_up_forward_too_few(stages, micro_batches, schedule):
 
 def timeline_without_waiting_for_the_previous_stage(stages, micro_batches, schedule):
     return _timeline(stages, micro_batches, schedule, wait_for_inputs=False,
-                     in_flight=None if schedule == "gpipe" else one_f_one_b)  # fmt: skip
+                     in_flight=None if schedule == "gpipe" else one_f_one_b)
 
 
 def timeline_one_micro_batch_at_a_time(stages, micro_batches, schedule):
@@ -541,7 +541,7 @@ def test_pipeline_timeline_accepts_correct_forms(right, capsys):
     (timeline_without_waiting_for_the_previous_stage, "before stage 0 has finished it"),
     (timeline_one_micro_batch_at_a_time, "can finish in"),
     (timeline_one_f_one_b_both_ways, "GPipe runs all forwards"),
-], ids=lambda value: getattr(value, "__name__", ""))  # fmt: skip
+], ids=lambda value: getattr(value, "__name__", ""))
 def test_pipeline_timeline_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_pipeline_timeline(mistake)
@@ -569,7 +569,7 @@ def _first_fit(model, gpu_gb, per_node, nodes, inside, *, zeros=(0, 1, 2, 3), tp
     total = per_node * nodes if use_all else per_node
     if tps is None:
         tps = [1] + [t for t in range(2, per_node + 1) if inside in tp_links and per_node % t == 0
-                     and (model.n_head % t == 0 or not whole_heads)]  # fmt: skip
+                     and (model.n_head % t == 0 or not whole_heads)]
     for tp in tps:
         for zero in zeros if total // tp > 1 else (0,):
             setup = check.LAYOUT_SETUP.replace(zero=zero, gpus=total, tensor_parallel=tp)
@@ -667,7 +667,7 @@ def test_choose_layout_accepts_correct_forms(right, capsys):
                                       "divide the model's 32 attention heads"),
     (layout_without_tensor_parallel, "returned None \\(nothing fits\\), but DP 8 ZeRO-3 x TP 2"),
     (layout_never_none, "DP 16 ZeRO-3 needs .* GB of the GPU's 24 GB: it fits only"),
-], ids=lambda value: getattr(value, "__name__", ""))  # fmt: skip
+], ids=lambda value: getattr(value, "__name__", ""))
 def test_choose_layout_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_choose_layout(mistake)

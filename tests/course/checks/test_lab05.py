@@ -21,15 +21,15 @@ from llmlab.scale.links import link
 
 
 def _place(environ, *, torchrun_first=True, rank="SLURM_PROCID", local="SLURM_LOCALID",
-           world="SLURM_NTASKS", host=first_host):  # fmt: skip
+           world="SLURM_NTASKS", host=first_host):
     """A place reader with one switch per likely mistake (defaults: a correct one)."""
     if torchrun_first and "RANK" in environ:
         return dict(rank=int(environ["RANK"]), local_rank=int(environ["LOCAL_RANK"]),
                     world_size=int(environ["WORLD_SIZE"]), node_rank=int(environ["GROUP_RANK"]),
-                    master_addr=environ["MASTER_ADDR"])  # fmt: skip
+                    master_addr=environ["MASTER_ADDR"])
     return dict(rank=int(environ[rank]), local_rank=int(environ[local]),
                 world_size=int(environ[world]), node_rank=int(environ["SLURM_NODEID"]),
-                master_addr=host(environ["SLURM_JOB_NODELIST"]))  # fmt: skip
+                master_addr=host(environ["SLURM_JOB_NODELIST"]))
 
 
 def place_right(environ):
@@ -78,7 +78,7 @@ def test_place_accepts_correct_forms(right, capsys):
      (place_slurm_only, "read the variables of the launcher closest to the process"),
      (place_raw_node_list, "SLURM compresses the list"),
      (place_a_tuple, "return a dict with the integers")],
-)  # fmt: skip
+)
 def test_place_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_place_from_environment(mistake)
@@ -102,7 +102,7 @@ def _stragglers(steps, threshold, *, per_rank=statistics.median, typical=statist
     found = [(rank, t / middle - (1 if fraction else 0))
              for rank, t in enumerate(times) if (t > limit if strict else t >= limit)]
     return [shape(pair) for pair in (sorted(found, key=lambda pair: -times[pair[0]])
-                                     if ordered else found)]  # fmt: skip
+                                     if ordered else found)]
 
 
 def stragglers_right(steps, threshold):
@@ -135,7 +135,7 @@ def test_stragglers_accepts_correct_forms(right, capsys):
     ids=["mean of ranks", "upper median", "fastest rank", "mean of steps", "slowest step",
          ">= at the boundary", "unsorted", "ratio not fraction", "NaN accepted", "ranks only",
          "dicts"],
-)  # fmt: skip
+)
 def test_stragglers_rejects_likely_mistakes(switches, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_find_stragglers(lambda steps, threshold: _stragglers(steps, threshold,
@@ -147,7 +147,7 @@ def test_stragglers_ranks_out_of_range_are_named_not_an_index_error():
         return [(rank + 1, slowdown) for rank, slowdown in _stragglers(steps, threshold)]
 
     fails(check.exercise_find_stragglers, counted_from_one,
-          r"rank 3 does not exist: .* 3 ranks, numbered 0 to 2")  # fmt: skip
+          r"rank 3 does not exist: .* 3 ranks, numbered 0 to 2")
 
 
 def test_stragglers_an_error_other_than_the_asked_value_error_on_nan_is_named():
@@ -161,7 +161,7 @@ def test_stragglers_an_error_other_than_the_asked_value_error_on_nan_is_named():
 
 
 @pytest.mark.parametrize("exercise", list(check.EXERCISES.values()),
-                         ids=list(check.EXERCISES))  # fmt: skip
+                         ids=list(check.EXERCISES))
 def test_an_error_in_an_answer_is_named_with_its_input(exercise):
     fails(exercise, buggy, BUG_NAMED)
 
@@ -199,7 +199,7 @@ def test_ring_time_accepts_correct_forms(right, capsys):
      (lambda n, r, lat, g: _ring(n, r, lat, g) if r > 1 else lat, "nobody to talk to"),
      (lambda *a: str(_ring(*a)), "returned '")],
     ids=["no 2(N-1)/N", "bits for bytes", "one latency", "one rank", "a string"],
-)  # fmt: skip
+)
 def test_ring_time_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_ring_all_reduce_time(mistake)
@@ -242,7 +242,7 @@ def test_step_communication_accepts_one_written_from_the_text(capsys):
     ("switch", "message"),
     [("recompute", "the recomputed forward"), ("half", "one phase of a ring all-reduce"),
      ("shard", "only its share of the activations"), ("dp_link", "Cluster.link_for")],
-)  # fmt: skip
+)
 def test_step_communication_rejects_likely_mistakes(switch, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_step_communication(lambda *a: _step(*a, **{switch: False}))
@@ -302,7 +302,7 @@ def strict_budget(runs, budget, deadline):
 
 def first_listed(runs, budget, deadline):
     return next((r for r in runs if r.fit == "yes" and r.days <= deadline and r.cost <= budget),
-                None)  # fmt: skip
+                None)
 
 
 def cheapest_last_of_ties(runs, budget, deadline):
@@ -324,7 +324,7 @@ def test_cheapest_run_accepts_a_loop_whichever_tie_it_keeps(answer, capsys):
      (first_listed, "costs less"), (strict_limits, "is your comparison strict"),
      (strict_deadline, "is your comparison strict"),
      (strict_budget, "is your comparison strict")],
-)  # fmt: skip
+)
 def test_cheapest_run_rejects_likely_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed, match=message):
         check.exercise_cheapest_run(mistake)

@@ -49,7 +49,7 @@ def global_mask_by_quantile_and_sort(weights, sparsity):
     keep = torch.ones_like(flat)
     keep[flat.argsort(stable=True)[:k]] = 0.0
     return tuple(part.view(w.shape) for part, w in zip(keep.split([w.numel() for w in weights]),
-                                                        weights, strict=True))  # fmt: skip
+                                                        weights, strict=True))
 
 
 def global_mask_as_numpy(weights, sparsity):
@@ -59,7 +59,7 @@ def global_mask_as_numpy(weights, sparsity):
 
 def test_exercise_1_accepts_right_masks_in_their_forms(capsys):
     answers = (global_mask, global_mask_by_quantile_and_sort, global_mask_as_numpy,
-               check.global_magnitude_mask_reference)  # fmt: skip
+               check.global_magnitude_mask_reference)
     for answer in answers:
         assert check.exercise_global_magnitude_mask(answer) is answer
     assert capsys.readouterr().out.count("PASSED") == len(answers)
@@ -107,7 +107,7 @@ def test_exercise_1_rejects_inverted_masks_and_wrong_types():
 
 
 def cubic(step, final, start, end, initial_sparsity=0.0, *, power_on="remaining", before="dense",
-          after=True, linear=False, use_initial=True, inclusive_start=False):  # fmt: skip
+          after=True, linear=False, use_initial=True, inclusive_start=False):
     initial = initial_sparsity if use_initial else 0.0
     if before and (step <= start if inclusive_start else step < start):
         return initial if before == "initial" else 0
@@ -277,7 +277,7 @@ def test_the_checks_say_not_done_and_hand_back_the_fallback(capsys):
 
 def wanda(model, layers, batches, sparsity, *, norms="l2", reduce="sum", row="output",
           count=int, lowest=True, remove_hooks=True, layout="input_dim", prune_model=False,
-          as_numpy=False):  # fmt: skip
+          as_numpy=False):
     """A learner's Wanda with one switch per likely mistake (all at their defaults: correct)."""
     seen = {name: [] for name in layers}
 
@@ -322,7 +322,7 @@ def wanda(model, layers, batches, sparsity, *, norms="l2", reduce="sum", row="ou
 
 def test_exercise_5_accepts_right_answers_in_their_forms(capsys):
     answers = (wanda, lambda *a: wanda(*a, reduce="mean"), lambda *a: wanda(*a, as_numpy=True),
-               check.wanda_masks_reference)  # fmt: skip
+               check.wanda_masks_reference)
     for answer in answers:
         assert check.exercise_wanda_masks(answer) is answer
     assert capsys.readouterr().out.count("PASSED") == len(answers)
@@ -360,7 +360,7 @@ def test_exercise_5_rejects_likely_mistakes(switch, match):
 
 def test_exercise_5_rejects_an_inverted_mask_and_cannot_pass_wrong_norms_or_layouts():
     fails(check.exercise_wanda_masks, lambda *a: {n: ~m for n, m in wanda(*a).items()},
-          "opposite of Wanda's")  # fmt: skip
+          "opposite of Wanda's")
     # Norms of the outputs, or GPT-2's (in, out) weight read as nn.Linear's (out, in): the
     # learner's own code stops, at the first layer whose sizes do not fit, and the check names it.
     for switch in (dict(norms="output"), dict(layout="linear")):
@@ -371,10 +371,10 @@ def test_exercise_5_rejects_an_inverted_mask_and_cannot_pass_wrong_norms_or_layo
 def test_exercise_5_says_what_to_return():
     fails(check.exercise_wanda_masks, lambda *a: list(wanda(*a).values()), "return a dict")
     fails(check.exercise_wanda_masks, lambda m, layers, b, s: {n: "keep" for n in layers},
-          "return a tensor")  # fmt: skip
+          "return a tensor")
 
 
 @pytest.mark.parametrize("exercise", list(check.EXERCISES.values()),
-                         ids=list(check.EXERCISES))  # fmt: skip
+                         ids=list(check.EXERCISES))
 def test_an_error_in_an_answer_is_named_with_its_input(exercise):
     fails(exercise, buggy, BUG_NAMED)

@@ -15,7 +15,7 @@ from llmlab.quant import fake_quantize, gptq, hessian
 
 def rtn_groups(weight, bits, group_size, *, steps_extra=0, rounding=torch.round, widen=True,
                clamp_zero=True, round_zero=True, round_shifted=False, code_top=0,
-               by_rows=False, guard_zero_range=True):  # fmt: skip
+               by_rows=False, guard_zero_range=True):
     """A learner's RTN with one switch per likely mistake (all off: a correct one)."""
     w = weight.T if by_rows else weight
     rows, cols = w.shape
@@ -91,13 +91,13 @@ def test_exercise_1_rejects_likely_mistakes(switch, match):
 def test_exercise_1_rejects_a_symmetric_grid_in_both_its_forms():
     for offset in (False, True):
         fails(check.exercise_rtn_groups, lambda w, b, g, o=offset: rtn_symmetric(w, b, g, offset=o),
-              "symmetric around 0")  # fmt: skip
+              "symmetric around 0")
 
 
 def test_exercise_1_rejects_wrong_shapes_and_types():
     fails(check.exercise_rtn_groups, lambda w, b, g: rtn_groups(w, b, g)[0], "return the three")
     fails(check.exercise_rtn_groups, lambda w, b, g: (w.T, *rtn_groups(w, b, g)[1:]),
-          "codes of shape")  # fmt: skip
+          "codes of shape")
 
     def scales_transposed(w, b, g):
         codes, scales, zeros = rtn_groups(w, b, g)
@@ -135,20 +135,20 @@ def test_exercise_1_cases_hold_the_groups_the_mistakes_need():
 
 def gptq_layer(weight, inputs, quantize_column, block_size=128, damp=0.01, *, h_scale="mean",
                damping="relative", factor="inverse", divide=True, sign=1.0, use_column=False,
-               lazy=True, every_later=False, return_updated=False):  # fmt: skip
+               lazy=True, every_later=False, return_updated=False):
     """A learner's GPTQ layer with one switch per likely mistake (all off: a correct one)."""
     parts = [part.reshape(-1, part.shape[-1]).double() for part in inputs]
     x, n = torch.cat(parts), sum(len(part) for part in parts)
     h = {"mean": 2 * x.T @ x / n, "sum": 2 * x.T @ x, "xtx": x.T @ x, "no two": x.T @ x / n,
          "per batch": sum(2 * p.T @ p / len(p) for p in parts) / len(parts),
-         "transposed": 2 * x @ x.T / n}[h_scale]  # fmt: skip
+         "transposed": 2 * x @ x.T / n}[h_scale]
     eye = torch.eye(h.shape[0], dtype=h.dtype)
     damped = h + damp * (h.diagonal().mean() if damping == "relative" else 1) * eye
     if damping == "none":
         damped = h
     u = {"inverse": lambda: torch.linalg.cholesky(torch.linalg.inv(damped), upper=True),
          "hessian factor": lambda: torch.linalg.cholesky(damped, upper=True),
-         "inverse itself": lambda: torch.linalg.inv(damped)}[factor]().float()  # fmt: skip
+         "inverse itself": lambda: torch.linalg.inv(damped)}[factor]().float()
     if use_column:
         u = u.T
     w = weight.clone()
@@ -217,7 +217,7 @@ def test_exercise_2_rejects_likely_mistakes(switch, match):
 def test_exercise_2_names_a_fixed_damping_and_a_damped_h():
     fails(check.exercise_gptq_layer,
           lambda w, x, qc, block_size, damp: gptq_layer(w, x, qc, block_size, 0.01),
-          "damping is 0.01 where damp=0.05 was asked")  # fmt: skip
+          "damping is 0.01 where damp=0.05 was asked")
 
     def damped_h(w, x, qc, block_size, damp):
         q, h = gptq_layer(w, x, qc, block_size, damp)
@@ -231,7 +231,7 @@ def test_exercise_2_says_what_quantize_column_takes_and_what_to_return():
     fails(check.exercise_gptq_layer, lambda *a, **kw: gptq_layer(*a, **kw)[0], "return two")
     fails(check.exercise_gptq_layer,
           lambda *a, **kw: (gptq_layer(*a, **kw)[0].T, gptq_layer(*a, **kw)[1]),
-          "return the dequantized weight")  # fmt: skip
+          "return the dequantized weight")
 
 
 def test_exercise_2_on_the_stub_returns_the_fallback(capsys):
@@ -274,7 +274,7 @@ class PackedLinear(torch.nn.Module):
     def __init__(self, codes, scales, zeros, group_size, *, swap_pack=False, swap_unpack=False,
                  halves=False, dtype=torch.uint8, keep_codes=False, signed_read=False,
                  repeat=False, no_zero=False, zero_after=False, no_transpose=False,
-                 cache=None):  # fmt: skip
+                 cache=None):
         super().__init__()
         codes = codes.to(torch.uint8)
         low, high = codes[:, 0::2], codes[:, 1::2]
@@ -299,7 +299,7 @@ class PackedLinear(torch.nn.Module):
             low, high = high, low
         codes = torch.stack((low, high), -1).flatten(-2).float()
         expand = (lambda t: t.repeat(1, self.group_size)) if self.repeat else (
-            lambda t: t.repeat_interleave(self.group_size, 1))  # fmt: skip
+            lambda t: t.repeat_interleave(self.group_size, 1))
         scale, zero = expand(self.scales), expand(self.zeros)
         if self.no_zero:
             weight = codes * scale
@@ -327,7 +327,7 @@ class PackedLinearNumpyStyle(torch.nn.Module):
 
     def forward(self, x):
         codes = torch.stack((self.packed % 16, self.packed // 16), -1).reshape(
-            self.packed.shape[0], -1, self.group_size).double()  # fmt: skip
+            self.packed.shape[0], -1, self.group_size).double()
         weight = (codes - self.zeros.double()[..., None]) * self.scales.double()[..., None]
         return (x.double() @ weight.reshape(self.packed.shape[0], -1).T).float()
 
@@ -373,7 +373,7 @@ def test_exercise_3_rejects_codes_kept_one_per_byte_or_not_kept():
         def __init__(self, codes, scales, zeros, group_size):
             super().__init__()
             self.weight = torch.nn.Parameter(check._dequantized(codes, scales, zeros,
-                                                                group_size).float())  # fmt: skip
+                                                                group_size).float())
 
     fails(check.exercise_packed_int4, Unpacked, "no tensor `packed`")
 
@@ -442,7 +442,7 @@ def ste_own_round(weight, bits, group_size):
 
 def test_exercise_4_accepts_right_answers_in_their_forms(capsys):
     answers = (ste_detach, ste_detach_other_way, ste_function, ste_own_round,
-               check.fake_quant_ste_reference)  # fmt: skip
+               check.fake_quant_ste_reference)
     for answer in answers:
         assert check.exercise_straight_through(answer) is answer
     assert capsys.readouterr().out.count("PASSED") == len(answers)
@@ -495,7 +495,7 @@ def in_place(w, b, g):
         (lambda w, b, g: ste_detach(w, b, g).tolist(), "returned list"),
         (lambda w, b, g: ste_detach(w, b, g).T, "of the weight's shape"),
     ],
-)  # fmt: skip
+)
 def test_exercise_4_rejects_likely_mistakes(answer, match):
     fails(check.exercise_straight_through, answer, match)
 
@@ -516,7 +516,7 @@ def test_exercise_4_mistakes_differ_where_the_check_looks():
     for _, weight, bits, group_size, incoming in check._ste_cases():
         right = fake_quantize(weight, bits, granularity=group_size)
         for wrong in (weight, fake_quantize(weight, bits, symmetric=True, granularity=group_size),
-                      fake_quantize(weight, bits)):  # fmt: skip
+                      fake_quantize(weight, bits)):
             assert not torch.allclose(wrong, right, atol=1e-4)
         leaf = weight.clone().requires_grad_()
         (gradient,) = torch.autograd.grad(own_fake_quant(leaf, bits, group_size), leaf, incoming)

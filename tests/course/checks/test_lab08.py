@@ -19,7 +19,7 @@ from llmlab.train.lora import LoRALinear
 
 def lora_class(*, scaling="alpha/rank", b_random=False, a_zero=False, freeze=True,
                merge_scaled=True, merge_stops_update=True, transposed=False,
-               detach=False):  # fmt: skip
+               detach=False):
     """A learner's LoRA layer with one switch per likely mistake (defaults: a correct one)."""
 
     class Layer(nn.Module):
@@ -29,7 +29,7 @@ def lora_class(*, scaling="alpha/rank", b_random=False, a_zero=False, freeze=Tru
             if freeze:
                 base.requires_grad_(False)
             self.scaling = {"alpha/rank": alpha / rank, "rank/alpha": rank / alpha,
-                            "alpha//rank": alpha // rank, "none": 1.0}[scaling]  # fmt: skip
+                            "alpha//rank": alpha // rank, "none": 1.0}[scaling]
             a = torch.zeros(rank, base.in_features)
             if not a_zero:
                 nn.init.kaiming_uniform_(a, a=math.sqrt(5))
@@ -132,7 +132,7 @@ def test_lora_on_the_stub_returns_llmlab_s_layer(capsys):
 
 
 def bleu(hypotheses, references, *, clip=True, brevity=True, geometric=True, smooth=True,
-         corpus=True, scale=100.0, brevity_always=False, drop_empty_orders=False):  # fmt: skip
+         corpus=True, scale=100.0, brevity_always=False, drop_empty_orders=False):
     """A learner's BLEU with one switch per likely mistake (defaults: a correct one)."""
     if not corpus:
         pairs = zip(hypotheses, references, strict=True)
@@ -253,7 +253,7 @@ def test_the_lab_pins_the_cpu_threads_before_it_computes_anything():
 
 
 @pytest.mark.parametrize("exercise", list(check.EXERCISES.values()),
-                         ids=list(check.EXERCISES))  # fmt: skip
+                         ids=list(check.EXERCISES))
 def test_an_error_in_an_answer_is_named_with_its_input(exercise):
     fails(exercise, buggy, BUG_NAMED)
 

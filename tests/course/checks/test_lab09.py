@@ -20,7 +20,7 @@ from llmlab.numerics import flushed_accumulate
 
 
 def cost(name, shape, dtype, *, multiply_add=True, output=True, size=None, moments=True,
-         moment_writes=True, unit=1, form=tuple, norm_parameters=True):  # fmt: skip
+         moment_writes=True, unit=1, form=tuple, norm_parameters=True):
     """A learner's operator_cost with one switch per likely mistake (defaults: a correct one)."""
     size = size or dtype.itemsize
     if name == "matmul":
@@ -46,7 +46,7 @@ def test_operator_cost_passes_in_several_forms(capsys):
     check.exercise_operator_cost(functools.partial(cost, form=list))
     check.exercise_operator_cost(functools.partial(cost, norm_parameters=False))
     as_tensors = functools.partial(cost, form=lambda pair: tuple(torch.tensor(float(v))
-                                                                 for v in pair))  # fmt: skip
+                                                                 for v in pair))
     check.exercise_operator_cost(as_tensors)
     check.exercise_operator_cost(functools.partial(cost, form=np.array))
     check.exercise_operator_cost(profiler.operator_cost)
@@ -55,27 +55,27 @@ def test_operator_cost_passes_in_several_forms(capsys):
 
 def test_operator_cost_rejects_a_matmul_counted_as_one_flop_per_term():
     fails(check.exercise_operator_cost, functools.partial(cost, multiply_add=False),
-          "multiply and an add")  # fmt: skip
+          "multiply and an add")
 
 
 def test_operator_cost_rejects_forgetting_the_write_of_the_output():
     fails(check.exercise_operator_cost, functools.partial(cost, output=False),
-          "leaves out writing the result")  # fmt: skip
+          "leaves out writing the result")
 
 
 def test_operator_cost_rejects_fp32_bytes_for_a_bf16_tensor():
     fails(check.exercise_operator_cost, functools.partial(cost, size=4),
-          r"4 bytes per number, but torch.bfloat16 takes 2")  # fmt: skip
+          r"4 bytes per number, but torch.bfloat16 takes 2")
 
 
 def test_operator_cost_rejects_adamw_without_its_moments():
     fails(check.exercise_operator_cost, functools.partial(cost, moments=False),
-          "only the parameter and its gradient")  # fmt: skip
+          "only the parameter and its gradient")
 
 
 def test_operator_cost_rejects_adamw_moments_read_but_never_written():
     fails(check.exercise_operator_cost, functools.partial(cost, moment_writes=False),
-          "never writes them back")  # fmt: skip
+          "never writes them back")
 
 
 def test_operator_cost_rejects_bits_for_bytes():
@@ -101,7 +101,7 @@ tl = triton.language
 @triton.jit
 def _softmax_kernel(y_ptr, x_ptr, y_row_stride, x_row_stride, n_cols, BLOCK: tl.constexpr,
                     SUBTRACT: tl.constexpr, PAD: tl.constexpr, MASK_LOAD: tl.constexpr,
-                    MASK_STORE: tl.constexpr):  # fmt: skip
+                    MASK_STORE: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     inside = cols < n_cols
@@ -122,7 +122,7 @@ def _softmax_kernel(y_ptr, x_ptr, y_row_stride, x_row_stride, n_cols, BLOCK: tl.
 
 
 def softmax_with(subtract="max", pad=-float("inf"), mask_load=True, mask_store=True,
-                 x_stride=None, out_stride=None, block_factor=1):  # fmt: skip
+                 x_stride=None, out_stride=None, block_factor=1):
     """A launcher for `_softmax_kernel`; x_stride="n_cols" or out_stride="n_cols" passes the
     row length where the row stride belongs."""
 
@@ -132,7 +132,7 @@ def softmax_with(subtract="max", pad=-float("inf"), mask_load=True, mask_store=T
             out, x, n_cols if out_stride == "n_cols" else out.stride(0),
             n_cols if x_stride == "n_cols" else x.stride(0), n_cols,
             BLOCK=triton.next_power_of_2(n_cols) * block_factor, SUBTRACT=subtract,
-            PAD=pad, MASK_LOAD=mask_load, MASK_STORE=mask_store)  # fmt: skip
+            PAD=pad, MASK_LOAD=mask_load, MASK_STORE=mask_store)
 
     return launch
 
@@ -145,7 +145,7 @@ def softmax_by_copies(x, out):
 
 
 @pytest.mark.parametrize("answer", [check.softmax_rows, softmax_with(), softmax_by_copies,
-                                    softmax_with(block_factor=2)])  # fmt: skip
+                                    softmax_with(block_factor=2)])
 def test_softmax_kernel_passes_correct_kernels(answer, capsys):
     assert check.exercise_softmax_kernel(answer) is answer
     assert "PASSED" in capsys.readouterr().out
@@ -153,37 +153,37 @@ def test_softmax_kernel_passes_correct_kernels(answer, capsys):
 
 def test_softmax_kernel_names_a_missing_max_subtraction():
     fails(check.exercise_softmax_kernel, softmax_with(subtract=None),
-          r"\+-1e4.*exp\(1e4\) overflows.*Subtract the row's maximum")  # fmt: skip
+          r"\+-1e4.*exp\(1e4\) overflows.*Subtract the row's maximum")
 
 
 def test_softmax_kernel_names_the_first_entry_subtracted_for_the_maximum():
     fails(check.exercise_softmax_kernel, softmax_with(subtract="first"),
-          r"\+-1e4.*overflows.*Subtract the row's maximum")  # fmt: skip
+          r"\+-1e4.*overflows.*Subtract the row's maximum")
 
 
 def test_softmax_kernel_names_lanes_loaded_as_zero():
     fails(check.exercise_softmax_kernel, softmax_with(pad=0.0),
-          r"5 rows of 37.*loaded as 0.*-inf")  # fmt: skip
+          r"5 rows of 37.*loaded as 0.*-inf")
 
 
 def test_softmax_kernel_names_a_load_past_the_row():
     fails(check.exercise_softmax_kernel, softmax_with(mask_load=False, mask_store=True),
-          r"5 rows of 37.*read past the end of a row.*mask the load")  # fmt: skip
+          r"5 rows of 37.*read past the end of a row.*mask the load")
 
 
 def test_softmax_kernel_names_a_store_past_the_row():
     fails(check.exercise_softmax_kernel, softmax_with(mask_store=False),
-          r"5 rows of 37.*wrote past the end of a row.*Mask the store")  # fmt: skip
+          r"5 rows of 37.*wrote past the end of a row.*Mask the store")
 
 
 def test_softmax_kernel_names_n_cols_as_the_row_stride_of_x():
     fails(check.exercise_softmax_kernel, softmax_with(x_stride="n_cols"),
-          r"rows 50 apart in x.*read them 37 apart \(n_cols\): pass x.stride\(0\)")  # fmt: skip
+          r"rows 50 apart in x.*read them 37 apart \(n_cols\): pass x.stride\(0\)")
 
 
 def test_softmax_kernel_names_n_cols_as_the_row_stride_of_out():
     fails(check.exercise_softmax_kernel, softmax_with(out_stride="n_cols"),
-          r"40 elements apart.*wrote them 37 apart \(n_cols\): pass out.stride\(0\)")  # fmt: skip
+          r"40 elements apart.*wrote them 37 apart \(n_cols\): pass out.stride\(0\)")
 
 
 def test_softmax_kernel_names_an_output_never_written():
@@ -200,7 +200,7 @@ def _odd_block_kernel(y_ptr, x_ptr):
 
 def test_softmax_kernel_an_error_inside_the_kernel_is_named_with_its_input():
     fails(check.exercise_softmax_kernel, lambda x, out: _odd_block_kernel[(1,)](out, x),
-          r"my_softmax\(<4 rows of 16: .*\) raised ")  # fmt: skip
+          r"my_softmax\(<4 rows of 16: .*\) raised ")
 
 
 def test_softmax_kernel_not_done_falls_back_to_llmlabs(capsys):
@@ -234,7 +234,7 @@ def test_softmax_kernel_with_a_stub_for_a_body_is_not_done_yet(capsys):
 
 
 def flushed_sum(*, flush=True, reset=True, last_block=True, narrow_total=False, torch_sum=False,
-                narrow=True, out_dtype=torch.float32, keep_dims=False):  # fmt: skip
+                narrow=True, out_dtype=torch.float32, keep_dims=False):
     """A learner's flushed accumulator with one switch per likely mistake (defaults: a correct
     one, written the way the exercise asks: a loop over the terms, rounding after every add)."""
 
@@ -299,7 +299,7 @@ def test_flushed_sum_rejects_likely_mistakes(switch, match):
 def test_flushed_sum_rejects_a_number_and_names_an_unknown_mistake():
     fails(check.exercise_flushed_sum, lambda values, dtype, block: 0.0, "returned a float")
     fails(check.exercise_flushed_sum, lambda values, dtype, block: values.sum(-1) * 0.9,
-          "compare yours with llmlab.numerics.flushed_accumulate")  # fmt: skip
+          "compare yours with llmlab.numerics.flushed_accumulate")
 
 
 def test_flushed_sum_on_the_stub_returns_llmlab_s_version(capsys):
@@ -492,6 +492,6 @@ def test_the_lab_names_its_notebook():
 
 
 @pytest.mark.parametrize("exercise", list(check.EXERCISES.values()),
-                         ids=list(check.EXERCISES))  # fmt: skip
+                         ids=list(check.EXERCISES))
 def test_an_error_in_an_answer_is_named_with_its_input(exercise):
     fails(exercise, buggy, BUG_NAMED)

@@ -51,7 +51,7 @@ def test_the_check_fails_without_gradient_reduction(stage, drop):
     "kwargs, message",
     [({"stage": 1}, "stage must be 2 or 3"), ({"stage": 2, "global_batch": 3}, "does not split"),
      ({"stage": 3, "drop": "all_reduce"}, "reduces gradients with")],
-)  # fmt: skip
+)
 def test_bad_input_is_refused_before_any_process_starts(kwargs, message):
     with pytest.raises(ValueError, match=message):
         compare_deepspeed(**kwargs)
@@ -62,7 +62,7 @@ def launched(tmp_path, launcher: str) -> tuple[str, dict]:
     config = tmp_path / f"{launcher}.json"
     output = run_script("llmlab.distributed.harness.deepspeed_run", nprocs=2, module=True,
                         script_args=["--stage", "2", "--config", config], timeout_s=300,
-                        launcher=launcher)  # fmt: skip
+                        launcher=launcher)
     return output, json.loads(config.read_text())
 
 

@@ -75,7 +75,7 @@ def test_the_formula_bytes_count_a_tied_weight_once():
 def test_a_run_passes_within_its_strategys_target():
     result = EquivalenceResult("ddp", 2, 5, max_rel_error=1e-6, step_seconds=1.0,
                                reference_step_seconds=1.0, bytes_sent_per_rank=0,
-                               bytes_formula=0)  # fmt: skip
+                               bytes_formula=0)
     assert result.passed and result.target == 1e-6
     assert not dataclasses.replace(result, max_rel_error=2e-6).passed
     assert dataclasses.replace(result, strategy="fsdp", max_rel_error=2e-6).passed  # 1e-5
@@ -87,7 +87,7 @@ def test_a_run_passes_within_its_strategys_target():
     (dict(strategy="fsdp", comm_hook="fp16"), "comm hooks are DDP's"),
     (dict(strategy="ddp", optimizer="lion"), "unknown optimizer 'lion': use one of sgd-mom"),
     (dict(strategy="ddp", global_batch=3), "multiple of 2"),
-], ids=["strategy", "drop", "comm hook", "optimizer", "uneven batch"])  # fmt: skip
+], ids=["strategy", "drop", "comm hook", "optimizer", "uneven batch"])
 def test_bad_arguments_are_refused_before_any_rank_starts(kwargs, message):
     with pytest.raises(ValueError, match=message):
         compare_to_single_process(**kwargs)

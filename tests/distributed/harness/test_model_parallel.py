@@ -61,7 +61,7 @@ def test_the_comparison_fails_without_the_row_parallel_all_reduce(smoke_referenc
 @pytest.mark.parametrize("average", [True, False])
 def test_2d_data_and_tensor_parallel_on_four_ranks_matches_one_process(average, smoke_reference):
     runs = launch(partial(train_tensor_parallel, tp=2, average_gradients=average), nprocs=4,
-                  timeout_s=120)  # fmt: skip
+                  timeout_s=120)
     errors = [parameters_error(run.params, smoke_reference) for run in runs]
     if average:
         assert max(errors) < TOLERANCE
@@ -72,4 +72,4 @@ def test_2d_data_and_tensor_parallel_on_four_ranks_matches_one_process(average, 
 def test_a_batch_the_data_parallel_ranks_do_not_divide_is_refused():
     with pytest.raises(LaunchError, match="does not split over 2 data-parallel ranks"):
         launch(partial(train_tensor_parallel, tp=1, steps=1, batch=3), nprocs=2,
-               timeout_s=60)  # fmt: skip
+               timeout_s=60)
