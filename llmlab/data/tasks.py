@@ -1,6 +1,6 @@
 """Tasks a model of a few million parameters learns in minutes, generated here (no download).
 
-Each task turns a *key* (a date, a number, two numbers, a few facts) into a prompt and the one
+Each task turns a *key* (a date, a number, two numbers) into a prompt and the one
 right answer by a fixed rule, so a model can only score by learning the rule:
 - "dates": an ISO date written out ("2021-03-04" -> "March 4, 2021"): a translation, scored with
   BLEU and chrF as well as exact match; "dates-back" is the reverse direction, for
@@ -8,10 +8,7 @@ right answer by a fixed rule, so a model can only score by learning the rule:
 - "number-words": a number written in words ("4071" -> "four thousand seventy-one"): a longer
   translation;
 - "addition": the sum of two two-digit numbers: an answer a program can verify (the reward of
-  reinforcement learning with verifiable rewards);
-- "facts-qa": two people's city and job, then a question about one of them: question answering
-  whose answer can be checked, and a wrong answer that names a real city or job of the task is a
-  fluent one: a hallucination, not noise.
+  reinforcement learning with verifiable rewards).
 
 The splits are drawn from disjoint sets of keys, so no test example's answer was ever trained
 on (a test date never appears among the training dates).
@@ -23,14 +20,12 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 SPLITS = ("train", "validation", "test")
-MONTHS = tuple(calendar.month_name[1:])  # "January" ... "December", in English whatever the locale
+# Written out, not calendar.month_name: that follows the locale, and the task is in English.
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+          "October", "November", "December")
 ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
         "fifteen sixteen seventeen eighteen nineteen").split()
 TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-NAMES = ("Ada Ben Cal Dora Eli Fay Gus Hana Ivo Jun Kai Lea Max Nia Oto Pia Rex Sol Tia Uma Vic "
-         "Wes Yan Zoe").split()
-CITIES = "Oslo Lima Rome Kyiv Cairo Quito Paris Delhi Seoul Tokyo Dakar Perth Riga Sofia".split()
-JOBS = "baker pilot nurse farmer tailor painter judge miner sailor writer chef doctor".split()
 
 
 @dataclass(frozen=True)
@@ -85,22 +80,6 @@ def _iso(key: tuple[int, int, int]) -> str:
     return f"{year:04d}-{month:02d}-{day:02d}"
 
 
-def _facts(rng: random.Random) -> tuple:
-    """Two people, each with a city and a job, and the question: (person 0 or 1, "city"/"job")."""
-    people = tuple((name, rng.choice(CITIES), rng.choice(JOBS)) for name in rng.sample(NAMES, 2))
-    return people, rng.randrange(2), rng.choice(("city", "job"))
-
-
-def _facts_qa(key: tuple) -> tuple[str, str]:
-    people, asked, about = key
-    context = " ".join(f"{name} lives in {city} and works as a {job}."
-                       for name, city, job in people)
-    name, city, job = people[asked]
-    if about == "city":
-        return f"{context}\nQ: Where does {name} live?\nA:", city
-    return f"{context}\nQ: What does {name} work as?\nA:", f"a {job}"
-
-
 TASKS = {task.name: task for task in (
     Task("dates", _date, lambda key: (f"Date: {_iso(key)}\nWritten:", _written(key))),
     Task("dates-back", _date, lambda key: (f"Written: {_written(key)}\nDate:", _iso(key))),
@@ -108,7 +87,6 @@ TASKS = {task.name: task for task in (
          lambda n: (f"Number: {n}\nIn words:", number_words(n))),
     Task("addition", lambda rng: (rng.randrange(10, 100), rng.randrange(10, 100)),
          lambda ab: (f"{ab[0]} + {ab[1]} =", str(ab[0] + ab[1]))),
-    Task("facts-qa", _facts, _facts_qa),
 )}
 
 
@@ -141,12 +119,3 @@ def exact_match(output: str, item: TaskItem) -> bool:
     """Whether a completion is the answer, spaces around it ignored."""
     return output.strip() == item.answer
 
-
-def qa_outcome(output: str, item: TaskItem) -> str:
-    """"correct", "hallucination" (a fluent wrong answer: another of the task's cities or jobs,
-    in the answer's form) or "other" (anything else: not an answer of the asked kind)."""
-    if exact_match(output, item):
-        return "correct"
-    answer = output.strip()
-    fluent = {f"a {job}" for job in JOBS} if item.answer.startswith("a ") else set(CITIES)
-    return "hallucination" if answer in fluent else "other"

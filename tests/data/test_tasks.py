@@ -1,17 +1,15 @@
 """The generated tasks: the same items for the same seed, splits from disjoint keys (no test
-answer is ever trained on), answers that follow each task's rule, and the QA outcomes."""
+answer is ever trained on), and answers that follow each task's rule."""
 
 import re
 
 import pytest
 
 from llmlab.data.tasks import (
-    CITIES,
     TASKS,
     TaskItem,
     exact_match,
     number_words,
-    qa_outcome,
     task_splits,
 )
 
@@ -76,11 +74,6 @@ def test_each_answer_follows_its_rule():
         assert dates[key].answer in back[key].prompt and back[key].answer in dates[key].prompt
     for item in splits["number-words"]:
         assert item.answer == number_words(item.key)
-    for item in splits["facts-qa"]:
-        people, asked, about = item.key
-        name, city, job = people[asked]
-        assert name in item.prompt.splitlines()[-2]
-        assert item.answer == (city if about == "city" else f"a {job}")
     assert all(item.target == f" {item.answer}\n" for items in splits.values() for item in items)
 
 
@@ -91,13 +84,7 @@ def test_too_many_items_for_the_task_is_refused():
         task_splits("sums", SIZES)
 
 
-def test_exact_match_and_qa_outcomes():
-    item = TaskItem("key", "Q: Where does Ada live?\nA:", "Oslo")
-    assert exact_match(" Oslo ", item) and not exact_match("Oslo.", item)
-    assert qa_outcome("Oslo", item) == "correct"
-    other_city = next(city for city in CITIES if city != "Oslo")
-    assert qa_outcome(f" {other_city}", item) == "hallucination"  # fluent, and wrong
-    assert qa_outcome("a baker", item) == "other"  # a job, where a city was asked
-    assert qa_outcome("the the the", item) == "other"
-    job = TaskItem("key", "Q: What does Ada work as?\nA:", "a pilot")
-    assert qa_outcome("a nurse", job) == "hallucination" and qa_outcome("Oslo", job) == "other"
+def test_exact_match_ignores_only_the_spaces_around_the_answer():
+    item = TaskItem("key", "12 + 30 =", "42")
+    assert exact_match(" 42 ", item) and exact_match("42", item)
+    assert not exact_match("42.", item) and not exact_match("4 2", item)
