@@ -130,7 +130,7 @@ class Trainer:
     checkpoint to resume from: with resume=True the newest intact one), on resuming (weights,
     optimizer, scaler, each rank's RNG and data position), and after every
     checkpoint_interval-th step and the last one (`save`). A run killed at any point and resumed
-    ends with the same weights, bit for bit, as one never stopped (tests/test_train_restart.py
+    ends with the same weights, bit for bit, as one never stopped (tests/train/test_loop_restart.py
     kills runs with SIGKILL to check it).
     """
 

@@ -1,7 +1,8 @@
 """The trainer's checkpointing component on its own, without a Trainer: what it saves comes back
 whole into freshly built parts (step, tokens seen, optimizer and scaler states, the random
 generators and the data position); a run folder is planned under its lock; without an out_dir it
-does nothing. (Killed runs resuming bit for bit through the Trainer: tests/test_train_restart.py.)
+does nothing. (Killed runs resuming bit for bit through the Trainer:
+tests/train/test_loop_restart.py.)
 """
 
 import pytest

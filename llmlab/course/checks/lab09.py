@@ -497,5 +497,6 @@ EXERCISES = {
     "flushed_sum": exercise_flushed_sum,
     "MyKVCache": exercise_kv_cache,
 }
-# Other definitions of the notebook an exercise's function calls (tests/test_checks.py loads them).
+# Other definitions of the notebook an exercise's function calls
+# (tests/course/checks/test_every_lab.py loads them).
 HELPERS = ("my_softmax_kernel",)
