@@ -88,3 +88,34 @@ def test_exact_match_ignores_only_the_spaces_around_the_answer():
     item = TaskItem("key", "12 + 30 =", "42")
     assert exact_match(" 42 ", item) and exact_match("42", item)
     assert not exact_match("42.", item) and not exact_match("4 2", item)
+
+
+def test_a_tiny_model_learns_the_dates_from_scratch_in_300_steps():
+    # Learnability in steps, not seconds: 2 layers of width 64 (about 0.1 M parameters), a BPE
+    # of 300 tokens trained on the training split, 300 steps of 32 examples: 96% of 50 held-out
+    # dates exact when measured (about 6 s on one thread), where the untrained model gets none.
+    import torch
+
+    from llmlab.data.tokenization import train_bpe
+    from llmlab.evaluate.decoding import complete
+    from llmlab.models import build_model, preset
+    from llmlab.train.finetune import encode_example, finetune, task_batches
+
+    torch.manual_seed(0)
+    splits = task_splits("dates", {"train": 2000, "test": 50})
+    tokenizer = train_bpe([item.prompt + item.target for item in splits["train"]], 300)
+    shape = preset("tiny", n_layer=2, d_model=64, n_head=4, vocab_size=len(tokenizer), context=64)
+    model = build_model(shape, seed=0)
+
+    def score() -> float:
+        outputs = complete(model, tokenizer, [item.prompt for item in splits["test"]],
+                           max_new_tokens=12)
+        return sum(map(exact_match, outputs, splits["test"])) / len(outputs)
+
+    assert score() == 0
+    examples = [encode_example(lambda text: tokenizer(text).input_ids, item.prompt, item.target)
+                for item in splits["train"]]
+    result = finetune(model, task_batches(examples, 32, seed=0), 300, 3e-3, warmup_steps=20,
+                      progress=False)
+    assert result.losses[-1] < result.losses[0] / 20
+    assert score() >= 0.8
