@@ -8,7 +8,11 @@ right answer by a fixed rule, so a model can only score by learning the rule:
 - "number-words": a number written in words ("4071" -> "four thousand seventy-one"): a longer
   translation;
 - "addition": the sum of two two-digit numbers: an answer a program can verify (the reward of
-  reinforcement learning with verifiable rewards).
+  reinforcement learning with verifiable rewards);
+- "facts-qa": where an invented person lives, asked closed-book. The model learns the facts by
+  reading them (`fact_statements`, for every person) and the question form on the training
+  people only; the test asks the others. A wrong answer that names one of the task's cities is
+  fluent and wrong: a hallucination, told apart from other errors by `qa_outcome`.
 
 The splits are drawn from disjoint sets of keys, so no test example's answer was ever trained
 on (a test date never appears among the training dates).
@@ -16,7 +20,8 @@ on (a test date never appears among the training dates).
 
 import calendar
 import random
-from collections.abc import Callable, Hashable, Mapping
+import zlib
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 SPLITS = ("train", "validation", "test")
@@ -26,6 +31,13 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
 ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
         "fifteen sixteen seventeen eighteen nineteen").split()
 TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+# Invented names, so the model knows nothing of them before it reads their facts.
+SYLLABLES = "ka lo mi ra te su no vi da re po zu fe ga".split()
+CITIES = "Oslo Lima Rome Kyiv Cairo Quito Paris Delhi Seoul Tokyo Dakar Perth Riga Sofia".split()
+# The ways a fact is stated for the model to read; more of them is the augmentation that lets it
+# answer a question about a fact it only ever read.
+STATEMENTS = ("{name} lives in", "{name} has a home in", "The city where {name} lives is",
+              "{name} is a resident of")
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,15 @@ def _iso(key: tuple[int, int, int]) -> str:
     return f"{year:04d}-{month:02d}-{day:02d}"
 
 
+def _person(rng: random.Random) -> str:
+    return "".join(rng.choice(SYLLABLES) for _ in range(rng.choice((2, 3)))).capitalize()
+
+
+def city_of(name: str) -> str:
+    """Where an invented person lives: fixed by the name (crc32 is the same on every machine)."""
+    return CITIES[zlib.crc32(name.encode()) % len(CITIES)]
+
+
 TASKS = {task.name: task for task in (
     Task("dates", _date, lambda key: (f"Date: {_iso(key)}\nWritten:", _written(key))),
     Task("dates-back", _date, lambda key: (f"Written: {_written(key)}\nDate:", _iso(key))),
@@ -87,6 +108,7 @@ TASKS = {task.name: task for task in (
          lambda n: (f"Number: {n}\nIn words:", number_words(n))),
     Task("addition", lambda rng: (rng.randrange(10, 100), rng.randrange(10, 100)),
          lambda ab: (f"{ab[0]} + {ab[1]} =", str(ab[0] + ab[1]))),
+    Task("facts-qa", _person, lambda name: (f"Q: Where does {name} live?\nA:", city_of(name))),
 )}
 
 
@@ -119,3 +141,22 @@ def exact_match(output: str, item: TaskItem) -> bool:
     """Whether a completion is the answer, spaces around it ignored."""
     return output.strip() == item.answer
 
+
+
+def fact_statements(items: Sequence[TaskItem], paraphrases: int = 1) -> list[TaskItem]:
+    """The facts behind "facts-qa" items written as statements, in the first `paraphrases` of
+    STATEMENTS each: "Kalo lives in" -> " Oslo.". What the model reads about a person whether or
+    not it is ever asked about them."""
+    if not 1 <= paraphrases <= len(STATEMENTS):
+        raise ValueError(f"paraphrases must be 1 to {len(STATEMENTS)}, got {paraphrases}")
+    return [TaskItem(item.key, template.format(name=item.key), f"{item.answer}.")
+            for item in items for template in STATEMENTS[:paraphrases]]
+
+
+def qa_outcome(output: str, item: TaskItem) -> str:
+    """"correct", "hallucination" (another of the task's cities: a fluent answer, and wrong) or
+    "other" (not a city at all)."""
+    answer = output.strip()
+    if answer == item.answer:
+        return "correct"
+    return "hallucination" if answer in CITIES else "other"

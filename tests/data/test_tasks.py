@@ -6,10 +6,15 @@ import re
 import pytest
 
 from llmlab.data.tasks import (
+    CITIES,
+    STATEMENTS,
     TASKS,
     TaskItem,
+    city_of,
     exact_match,
+    fact_statements,
     number_words,
+    qa_outcome,
     task_splits,
 )
 
@@ -74,6 +79,9 @@ def test_each_answer_follows_its_rule():
         assert dates[key].answer in back[key].prompt and back[key].answer in dates[key].prompt
     for item in splits["number-words"]:
         assert item.answer == number_words(item.key)
+    for item in splits["facts-qa"]:
+        assert item.prompt == f"Q: Where does {item.key} live?\nA:"
+        assert item.answer == city_of(item.key) in CITIES
     assert all(item.target == f" {item.answer}\n" for items in splits.values() for item in items)
 
 
@@ -82,6 +90,27 @@ def test_too_many_items_for_the_task_is_refused():
         task_splits("addition", {"train": 8000, "test": 1000})  # 90 x 90 = 8,100 sums
     with pytest.raises(ValueError, match="unknown task"):
         task_splits("sums", SIZES)
+
+
+def test_facts_are_stated_in_as_many_ways_as_asked_and_keep_their_person():
+    test = task_splits("facts-qa", SIZES)["test"][:3]
+    statements = fact_statements(test, paraphrases=len(STATEMENTS))
+    assert len(statements) == 3 * len(STATEMENTS)
+    for statement in statements:
+        assert statement.key in statement.prompt
+        assert statement.answer == city_of(statement.key) + "."
+    assert [s.prompt for s in fact_statements(test[:1])] == [f"{test[0].key} lives in"]
+    assert city_of("Redaka") == "Lima"  # crc32 of the name: the same city on every machine
+    with pytest.raises(ValueError, match="paraphrases must be 1 to 4"):
+        fact_statements(test, paraphrases=0)
+
+
+def test_qa_outcomes_tell_a_hallucination_from_other_errors():
+    item = TaskItem("Kalo", "Q: Where does Kalo live?\nA:", "Oslo")
+    other_city = next(city for city in CITIES if city != "Oslo")
+    assert qa_outcome(" Oslo", item) == "correct"
+    assert qa_outcome(other_city, item) == "hallucination"  # fluent, and wrong
+    assert qa_outcome("Oslo.", item) == "other" and qa_outcome("the the", item) == "other"
 
 
 def test_exact_match_ignores_only_the_spaces_around_the_answer():
