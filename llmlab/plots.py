@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from llmlab.evaluate.seeds import seed_spread
+
 
 def matmul_throughput(
     results: Sequence, reference_peaks: Mapping[str, float] | None = None, title: str = ""
@@ -560,36 +562,55 @@ def bits_vs_perplexity(
 
 
 def finetune_methods(
-    scores: Mapping[str, tuple[float, float, float]],
-    perplexities: Mapping[str, tuple[float, float]],
-    score_name: str = "BLEU",
+    scores: Mapping[str, Sequence[float]],
+    perplexities: Mapping[str, Sequence[float]],
+    before: float,
+    score_name: str = "chrF",
     title: str = "",
 ) -> Figure:
-    """Fine-tuning methods side by side: the task score with its interval ({method: (score,
-    low, high)}) and the general held-out perplexity before and after ({method: (before,
-    after)}): what each method gains on the task, and what it forgets."""
+    """Fine-tuning methods over seeds: on the left the task score of every seed ({method: one
+    score per seed}) with the mean and its 95% interval; on the right the general held-out
+    perplexity after fine-tuning, seed by seed, against `before` (what each method forgets)."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    methods = list(scores)
-    values = [scores[m][0] for m in methods]
-    errors = [[v - scores[m][1] for m, v in zip(methods, values, strict=True)],
-              [scores[m][2] - v for m, v in zip(methods, values, strict=True)]]
-    left.bar(methods, values, yerr=errors, capsize=4, color="tab:blue")
-    left.set_ylabel(f"task {score_name} (95% interval)")
-    left.set_title("gained on the task")
-    left.tick_params(axis="x", rotation=30, labelsize=8)
-    tuned = list(perplexities)
-    positions = range(len(tuned))
-    right.bar([p - 0.2 for p in positions], [perplexities[m][0] for m in tuned], 0.4,
-              label="before", color="tab:gray")
-    right.bar([p + 0.2 for p in positions], [perplexities[m][1] for m in tuned], 0.4,
-              label="after", color="tab:orange")
-    right.set_xticks(list(positions), tuned, rotation=30, fontsize=8)
-    right.set_ylabel("general held-out perplexity")
-    right.set_title("forgotten elsewhere")
-    right.legend(fontsize=8)
-    for ax in (left, right):
+    for ax, series, label in ((left, scores, f"task {score_name}"),
+                              (right, perplexities, "general held-out perplexity")):
+        for x, (method, values) in enumerate(series.items()):
+            offsets = [(i - (len(values) - 1) / 2) * 0.06 for i in range(len(values))]  # a strip
+            ax.scatter([x + o for o in offsets], values, s=18, color="tab:blue", alpha=0.6,
+                       label="one seed" if x == 0 else None)
+            if len(values) > 1:
+                spread = seed_spread(values)
+                ax.errorbar(x + 0.25, spread.mean, yerr=spread.half_width, fmt="o", color="black",
+                            capsize=4, label="mean, 95% interval" if x == 0 else None)
+        ax.set_xticks(range(len(series)), list(series), rotation=30, fontsize=8)
+        ax.set_ylabel(label)
         ax.grid(True, axis="y", alpha=0.3)
-    fig.suptitle(title or "Fine-tuning methods")
+    right.axhline(before, color="tab:gray", linestyle="--", label="before fine-tuning")
+    left.set_title("gained on the task")
+    right.set_title("forgotten elsewhere")
+    left.legend(fontsize=8)
+    right.legend(fontsize=8)
+    fig.suptitle(title or "Fine-tuning methods over seeds")
+    fig.tight_layout()
+    return fig
+
+
+def bootstrap_draws(differences: Sequence[float], low: float, high: float, observed: float,
+                    title: str = "") -> Figure:
+    """The histogram of a paired bootstrap's drawn differences, with the observed difference and
+    the 95% interval (the middle 95% of the draws): their skew is why the interval is read
+    from percentiles, not from a mean and a standard deviation."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.hist(differences, bins=40, color="tab:blue", alpha=0.7)
+    ax.axvline(observed, color="black", label=f"observed {observed:.3g}")
+    for edge in (low, high):
+        ax.axvline(edge, color="tab:orange", linestyle="--",
+                   label="95% interval" if edge == low else None)
+    ax.axvline(0, color="tab:gray", linewidth=1)
+    ax.set_xlabel("difference b - a on a redrawn test set")
+    ax.set_ylabel("draws")
+    ax.set_title(title or f"{len(differences)} paired bootstrap draws")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

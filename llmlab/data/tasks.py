@@ -102,8 +102,9 @@ def city_of(name: str) -> str:
 
 
 TASKS = {task.name: task for task in (
-    Task("dates", _date, lambda key: (f"Date: {_iso(key)}\nWritten:", _written(key))),
-    Task("dates-back", _date, lambda key: (f"Written: {_written(key)}\nDate:", _iso(key))),
+    # " =" ends a prompt in one token: short prompts make a fine-tuning step cheaper.
+    Task("dates", _date, lambda key: (f"Date: {_iso(key)} =", _written(key))),
+    Task("dates-back", _date, lambda key: (f"Written: {_written(key)} =", _iso(key))),
     Task("number-words", lambda rng: rng.randrange(1, 10_000),
          lambda n: (f"Number: {n}\nIn words:", number_words(n))),
     Task("addition", lambda rng: (rng.randrange(10, 100), rng.randrange(10, 100)),

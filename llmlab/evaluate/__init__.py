@@ -45,16 +45,17 @@ from llmlab.evaluate.ngram_bleu import BleuCounts, corpus_bleu, sentence_counts,
 from llmlab.evaluate.ngram_chrf import corpus_chrf
 from llmlab.evaluate.paired import PairedRatio, paired_perplexity_ratio
 from llmlab.evaluate.samples import generate_samples, samples_table
+from llmlab.evaluate.seeds import SeedSpread, seed_spread
 from llmlab.evaluate.translation import TextScore, bleu, chrf
 from llmlab.evaluate.windows import held_out_windows
 
 __all__ = [
     "BleuCounts", "ChoiceResult", "Interval", "PairedComparison", "PairedRatio", "Question",
-    "STRATEGIES", "TextScore", "TokenScores", "VariantRow", "bits_per_byte", "bleu",
+    "STRATEGIES", "SeedSpread", "TextScore", "TokenScores", "VariantRow", "bits_per_byte", "bleu",
     "bootstrap_interval", "check_plain", "chrf", "compare_variants", "comparison_table",
     "complete", "compressor_bits_per_byte", "continuation_logprob", "corpus_bleu", "corpus_chrf",
     "generate_samples", "held_out_windows", "latency_seconds", "multiple_choice",
     "next_token_accuracy", "paired_bootstrap", "paired_perplexity_ratio", "perplexity",
-    "perplexity_of", "predicted_bytes", "samples_table", "score_tokens", "sentence_counts",
+    "perplexity_of", "predicted_bytes", "samples_table", "score_tokens", "seed_spread", "sentence_counts",
     "size_on_disk", "smoothed_bleu4", "token_byte_lengths", "wilson_interval",
 ]

@@ -71,7 +71,7 @@ def test_each_answer_follows_its_rule():
         assert int(item.answer) == a + b and 10 <= a < 100 and 10 <= b < 100
     for item in splits["dates"]:
         year, month, day = item.key
-        assert item.prompt == f"Date: {year:04d}-{month:02d}-{day:02d}\nWritten:"
+        assert item.prompt == f"Date: {year:04d}-{month:02d}-{day:02d} ="
         assert item.answer.endswith(f" {day}, {year}")
     back = {item.key: item for item in task_splits("dates-back", SIZES, seed=0)["test"]}
     dates = {item.key: item for item in task_splits("dates", SIZES, seed=0)["test"]}

@@ -22,6 +22,7 @@ from llmlab.course.checks import (
     passed,
 )
 from llmlab.evaluate.ngram_bleu import BleuCounts, bleu_from_counts, ngram_counts, sentence_counts
+from llmlab.quant.library import import_gptqmodel
 from llmlab.train.lora import LoRALinear
 
 # ---------------------------------------------------------------- Exercise 2: a LoRA layer
@@ -31,6 +32,9 @@ _LORA = "Exercise 2 (a LoRA layer)"
 
 def _peft_layer(base: nn.Linear, rank: int, alpha: float):
     """peft's LoRA layer around a copy of `base` (the reference the learner's layer must match)."""
+    # peft imports GPTQModel when it is installed, and GPTQModel prints a banner as it loads:
+    # importing it first, quietly, keeps the banner out of the exercise's output.
+    import_gptqmodel(quiet=True)
     from peft import LoraConfig, get_peft_model  # optional: imported only when checked
 
     holder = nn.Sequential()
