@@ -2,8 +2,9 @@
 accuracy on fixed held-out windows, paired perplexity ratios with their noise, generation samples
 side by side, completions by decoding strategy, BLEU and chrF through sacrebleu (and both written
 out, checked against it, with CodeXGLUE's smoothed BLEU-4), bootstrap confidence intervals and
-paired significance tests, multiple choice scored by log-likelihood, and the comparison table
-of model variants (the quantized variants' table and PTQ against QAT, which build and train
+paired significance tests, a score's spread over training seeds, multiple choice scored by log-likelihood, contamination (test examples
+found in the training data, verbatim or reformatted, by MinHash), and the comparison table of
+model variants (the quantized variants' table and PTQ against QAT, which build and train
 models, are llmlab.quant's)."""
 
 from llmlab.evaluate.bits_per_byte import (
@@ -17,6 +18,13 @@ from llmlab.evaluate.bootstrap import (
     PairedComparison,
     bootstrap_interval,
     paired_bootstrap,
+)
+from llmlab.evaluate.contamination import (
+    exact_copies,
+    jaccard,
+    minhashes,
+    near_duplicates,
+    normalized_words,
 )
 from llmlab.evaluate.decoding import STRATEGIES, complete
 from llmlab.evaluate.model_variants import (
@@ -52,10 +60,11 @@ from llmlab.evaluate.windows import held_out_windows
 __all__ = [
     "BleuCounts", "ChoiceResult", "Interval", "PairedComparison", "PairedRatio", "Question",
     "STRATEGIES", "SeedSpread", "TextScore", "TokenScores", "VariantRow", "bits_per_byte", "bleu",
-    "bootstrap_interval", "check_plain", "chrf", "compare_variants", "comparison_table",
-    "complete", "compressor_bits_per_byte", "continuation_logprob", "corpus_bleu", "corpus_chrf",
-    "generate_samples", "held_out_windows", "latency_seconds", "multiple_choice",
-    "next_token_accuracy", "paired_bootstrap", "paired_perplexity_ratio", "perplexity",
-    "perplexity_of", "predicted_bytes", "samples_table", "score_tokens", "seed_spread", "sentence_counts",
-    "size_on_disk", "smoothed_bleu4", "token_byte_lengths", "wilson_interval",
+    "bootstrap_interval", "check_plain", "chrf", "compare_variants", "comparison_table", "complete",
+    "compressor_bits_per_byte", "continuation_logprob", "corpus_bleu", "corpus_chrf",
+    "exact_copies", "generate_samples", "held_out_windows", "jaccard", "latency_seconds",
+    "minhashes", "multiple_choice", "near_duplicates", "next_token_accuracy", "normalized_words",
+    "paired_bootstrap", "paired_perplexity_ratio", "perplexity", "perplexity_of", "predicted_bytes",
+    "samples_table", "score_tokens", "seed_spread", "sentence_counts", "size_on_disk",
+    "smoothed_bleu4", "token_byte_lengths", "wilson_interval",
 ]

@@ -1,6 +1,7 @@
 """Model presets and builders (through `transformers` configs), parameter and FLOP counts, the one
 next-token loss, eval mode with the training flag restored, one way to call Hugging Face's
-`generate`, and an LSTM language model to compare with the transformer."""
+`generate` (one prompt, or a batch of one length that gives the same ids), and an LSTM language
+model to compare with the transformer."""
 
 from llmlab.models.blocks import (
     BLOCK_MATRIX_TYPES,
@@ -22,7 +23,7 @@ from llmlab.models.counts import (
     training_flops_per_token,
 )
 from llmlab.models.eval_mode import eval_mode
-from llmlab.models.generation import generate_continuation
+from llmlab.models.generation import generate_batch, generate_continuation
 from llmlab.models.loss import cross_entropy_on_ids, next_token_cross_entropy, next_token_loss
 from llmlab.models.presets import (
     ATTENTION,
@@ -40,8 +41,8 @@ __all__ = [
     "ATTENTION", "BLOCK_MATRIX_TYPES", "PRESETS", "SMOKE_VOCAB", "FlopCounts", "LSTMLanguageModel",
     "ModelShape", "ParamCounts", "as_shape", "block_matrices", "block_parameters", "build_model",
     "count_model_parameters", "count_parameters", "cross_entropy_on_ids",
-    "enable_activation_checkpointing", "eval_mode", "generate_continuation", "input_dim",
-    "linear_from_conv1d", "lstm_flops_per_token", "lstm_layer_parameters",
+    "enable_activation_checkpointing", "eval_mode", "generate_batch", "generate_continuation",
+    "input_dim", "linear_from_conv1d", "lstm_flops_per_token", "lstm_layer_parameters",
     "measure_training_flops", "named_blocks", "next_token_cross_entropy", "next_token_loss",
     "parameter_table", "preset", "stage_parameters", "training_flops_per_token",
     "transformer_blocks",

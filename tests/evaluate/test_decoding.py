@@ -1,13 +1,22 @@
 """Completions by strategy: greedy is the argmax loop, beam search with one beam is greedy,
-sampling is reproducible and independent of the other prompts, and the text is cut at the stop.
+sampling is reproducible and independent of the other prompts, and the text is cut at the stop;
+greedy and beam search decode prompts of one length together and give the text of one at a time.
 Mistakes caught: the prompt left in the completion, the text not cut at the stop string, one
-seed for the whole list (a prompt's sample then depends on the prompts before it)."""
+seed for the whole list (a prompt's sample then depends on the prompts before it), completions
+handed back in the order of their batches, prompts of other lengths in one batch, batches over
+the size limit, sampling in a batch."""
 
 import pytest
 import torch
 from helpers.evaluation import code_tokenizer, generating_model
 
+from llmlab.evaluate import decoding
 from llmlab.evaluate.decoding import STRATEGIES, complete
+from llmlab.models import generate_continuation
+
+# 1 to 7 tokens long, the lengths mixed up so that batches by length are not in prompt order.
+MIXED = ["def add", "a, b", "def", "# Add", "    return a + b", "return a", "b", "+ b",
+         "# Add two", "return", "(a", "def add(a, b):"]
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +91,38 @@ def test_strategies_are_named(model, tokenizer):
     assert len(complete(model, tokenizer, ["def"], "beam-4", max_new_tokens=4)) == 1
     with pytest.raises(ValueError, match="unknown strategy 'nucleus'"):
         complete(model, tokenizer, ["def"], "nucleus")
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam-4", {"num_beams": 3}])
+@pytest.mark.parametrize("stop", ["\n", " ", None])
+def test_greedy_and_beam_in_batches_give_the_text_of_one_at_a_time(
+    model, tokenizer, monkeypatch, strategy, stop
+):
+    options = STRATEGIES[strategy] if isinstance(strategy, str) else strategy
+    stopping = {"stop_strings": [stop]} if stop else {}
+    expected = []
+    for prompt in MIXED:
+        _, new = generate_continuation(model, tokenizer, prompt, seed=0, max_new_tokens=10,
+                                       **options, **stopping)
+        text = tokenizer.decode(new, skip_special_tokens=True)
+        expected.append(text.split(stop)[0] if stop else text)
+    batches = []
+
+    def recorded(model, tokenizer, prompts, **kwargs):
+        batches.append([len(tokenizer(prompt).input_ids) for prompt in prompts])
+        return generate_batch(model, tokenizer, prompts, **kwargs)
+
+    generate_batch = decoding.generate_batch
+    monkeypatch.setattr(decoding, "generate_batch", recorded)
+    monkeypatch.setattr(decoding, "BATCH", 2)  # so that a length's prompts take several batches
+    assert complete(model, tokenizer, MIXED, strategy, max_new_tokens=10, stop=stop) == expected
+    assert len(set(expected)) > len(MIXED) // 2  # the prompts' texts differ: order would show
+    assert all(len(set(lengths)) == 1 and len(lengths) <= 2 for lengths in batches)
+    assert sorted(n for lengths in batches for n in lengths) == sorted(
+        len(tokenizer(prompt).input_ids) for prompt in MIXED)
+    assert len(batches) < len(MIXED)  # batched, not one prompt a call
+
+
+def test_sampling_is_never_batched(model, tokenizer, monkeypatch):
+    monkeypatch.setattr(decoding, "generate_batch", None)  # calling it would fail
+    assert len(complete(model, tokenizer, MIXED, "sample-t0.7", max_new_tokens=4)) == len(MIXED)
