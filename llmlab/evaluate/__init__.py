@@ -17,6 +17,8 @@ from llmlab.evaluate.bootstrap import (
     PairedComparison,
     bootstrap_interval,
     paired_bootstrap,
+    paired_percentile,
+    percentile_test,
 )
 from llmlab.evaluate.decoding import STRATEGIES, complete
 from llmlab.evaluate.model_variants import (
@@ -54,7 +56,8 @@ __all__ = [
     "bootstrap_interval", "check_plain", "chrf", "compare_variants", "comparison_table",
     "complete", "compressor_bits_per_byte", "continuation_logprob", "corpus_bleu", "corpus_chrf",
     "generate_samples", "held_out_windows", "latency_seconds", "multiple_choice",
-    "next_token_accuracy", "paired_bootstrap", "paired_perplexity_ratio", "perplexity",
-    "perplexity_of", "predicted_bytes", "samples_table", "score_tokens", "sentence_counts",
-    "size_on_disk", "smoothed_bleu4", "token_byte_lengths", "wilson_interval",
+    "next_token_accuracy", "paired_bootstrap", "paired_percentile", "paired_perplexity_ratio",
+    "percentile_test", "perplexity", "perplexity_of", "predicted_bytes", "samples_table",
+    "score_tokens", "sentence_counts", "size_on_disk", "smoothed_bleu4", "token_byte_lengths",
+    "wilson_interval",
 ]
