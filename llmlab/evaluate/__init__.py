@@ -18,6 +18,9 @@ from llmlab.evaluate.bootstrap import (
     PairedComparison,
     bootstrap_interval,
     paired_bootstrap,
+    paired_percentile,
+    percentile_test,
+    resample_indices,
 )
 from llmlab.evaluate.contamination import (
     exact_copies,
@@ -64,7 +67,8 @@ __all__ = [
     "compressor_bits_per_byte", "continuation_logprob", "corpus_bleu", "corpus_chrf",
     "exact_copies", "generate_samples", "held_out_windows", "jaccard", "latency_seconds",
     "minhashes", "multiple_choice", "near_duplicates", "next_token_accuracy", "normalized_words",
-    "paired_bootstrap", "paired_perplexity_ratio", "perplexity", "perplexity_of", "predicted_bytes",
-    "samples_table", "score_tokens", "seed_spread", "sentence_counts", "size_on_disk",
-    "smoothed_bleu4", "token_byte_lengths", "wilson_interval",
+    "paired_bootstrap", "paired_percentile", "paired_perplexity_ratio", "percentile_test",
+    "perplexity", "perplexity_of", "predicted_bytes", "resample_indices", "samples_table",
+    "score_tokens", "seed_spread", "sentence_counts", "size_on_disk", "smoothed_bleu4",
+    "token_byte_lengths", "wilson_interval",
 ]

@@ -7,17 +7,25 @@ spread a fresh test set would show: its middle 95% is a confidence interval.
 
 To compare two systems, draw the *same* sentences for both ("paired") and look at the difference
 of their scores: most of the luck of a draw (easy sentences, hard ones) is shared by both and
-cancels. The p-value asks how often a difference as large as the one observed would come up if
-the systems were equally good: the drawn differences, shifted to mean zero (that is the "equally
-good" world), are compared with the observed one. (sacrebleu's `--paired-bs` draws the same
-indices from the same seed, but shifts the *absolute* differences, so its p-values differ a little.)
+cancels. The interval and the p-value of that difference come from one procedure, the percentile
+bootstrap: the interval holds the middle 95% of the drawn differences, and the two-sided p-value
+is the level at which that interval would start to exclude 0, so the 95% interval excludes 0
+exactly when p < 0.05: a table cannot show an interval clear of 0 beside a large p, or the
+reverse. (sacrebleu's `--paired-bs` takes its p-value from another procedure, the absolute drawn
+differences shifted to mean zero, so its p-value and an interval can disagree.)
+
+Why percentiles rather than BCa (bias-corrected and accelerated): one procedure gives both
+numbers, and it is simple enough to write by hand. BCa also corrects the interval for the bias
+and skew of the draws (BLEU near 0 is skewed), but it needs a jackknife over the test set: the
+metric recomputed once per sentence left out.
 
 Any metric works that takes (hypotheses, references) and returns a number: corpus BLEU, chrF,
 accuracy. The metric is recomputed on each draw (corpus BLEU is not a mean of sentence scores).
 """
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,8 +48,11 @@ class PairedComparison:
     a: Interval
     b: Interval
     difference: Interval  # score of b minus score of a, with its interval
-    p_value: float  # two-sided: how often chance alone gives a difference this large
+    p_value: float  # two-sided, from the same draws and procedure as the interval
     samples: int
+    # b - a on each draw (for a histogram); left out of == and hash, since an array compared
+    # with == gives an array, not a truth value.
+    differences: np.ndarray = field(compare=False, repr=False)
 
 
 def resample_indices(size: int, samples: int, seed: int) -> np.ndarray:
@@ -51,16 +62,60 @@ def resample_indices(size: int, samples: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).choice(size, size=(samples, size), replace=True)
 
 
-def _interval(score: float, draws: np.ndarray, confidence: float) -> Interval:
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(draws, [tail, 100 - tail])
-    return Interval(score, float(low), float(high), confidence)
-
-
-def _scores(metric: Metric, hypotheses, references, indices: np.ndarray) -> np.ndarray:
+def resampled_scores(metric: Metric, hypotheses, references, indices: np.ndarray) -> np.ndarray:
+    """The metric on each draw (a row of `indices`), recomputed from the draw's sentences."""
     return np.array(
-        [metric([hypotheses[i] for i in draw], [references[i] for i in draw]) for draw in indices]
+        [metric([hypotheses[i] for i in draw], [references[i] for i in draw]) for draw in indices],
+        dtype=float,
     )
+
+
+def _ends(draws: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The middle `confidence` of the draws: from the k-th smallest draw to the k-th largest, k
+    the share of one tail times the number of draws, rounded up. The ends are draws themselves,
+    not points interpolated between two (np.percentile's default), so that the p-value of
+    `percentile_test` agrees with the interval exactly."""
+    ordered = np.sort(draws)
+    # round: (1 - 0.95) / 2 * 1000 is 25.00000000000002 in floating point, and k must be 25
+    k = math.ceil(round((1 - confidence) / 2 * ordered.size, 9))
+    return float(ordered[k - 1]), float(ordered[-k])
+
+
+def _interval(score: float, draws: np.ndarray, confidence: float) -> Interval:
+    return Interval(score, *_ends(draws, confidence), confidence)
+
+
+def percentile_test(
+    differences: np.ndarray, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """(low, high, p_value) of drawn differences b - a by the percentile bootstrap.
+
+    The interval holds the middle `confidence` of the differences. The two-sided p-value is twice
+    the share of draws on the smaller side of 0, at most 1: the level at which the interval would
+    start to exclude 0, so the 95% interval excludes 0 exactly when p < 0.05. A draw equal to 0
+    counts on both sides, so identical systems (every difference 0) get p = 1. p = 0 says that
+    no draw reached 0: read it as p < 2 / (number of draws)."""
+    differences = np.asarray(differences, dtype=float)
+    low, high = _ends(differences, confidence)
+    smaller_side = min(np.mean(differences <= 0), np.mean(differences >= 0))
+    return low, high, float(min(1.0, 2 * smaller_side))
+
+
+def paired_percentile(
+    metric: Metric,
+    hypotheses_a: Sequence,
+    hypotheses_b: Sequence,
+    references: Sequence,
+    indices: np.ndarray,
+    confidence: float = 0.95,
+) -> tuple[np.ndarray, float, float, float]:
+    """The paired percentile bootstrap on given draws (the rows of `indices`, as
+    `resample_indices` makes them): a and b scored on the same rows of each draw. Returns the
+    drawn differences metric(b) - metric(a) and their (low, high, p_value) (`percentile_test`)."""
+    differences = resampled_scores(metric, hypotheses_b, references, indices) - resampled_scores(
+        metric, hypotheses_a, references, indices
+    )
+    return (differences, *percentile_test(differences, confidence))
 
 
 def bootstrap_interval(
@@ -74,7 +129,7 @@ def bootstrap_interval(
     """The score of one system with its bootstrap confidence interval (percentile method)."""
     _check(hypotheses, references, confidence)
     indices = resample_indices(len(hypotheses), samples, seed)
-    draws = _scores(metric, hypotheses, references, indices)
+    draws = resampled_scores(metric, hypotheses, references, indices)
     return _interval(metric(hypotheses, references), draws, confidence)
 
 
@@ -88,26 +143,26 @@ def paired_bootstrap(
     seed: int = 0,
 ) -> PairedComparison:
     """Systems a and b on the same test set: each score with its interval, the difference b - a
-    with its interval, and the p-value of that difference (module docstring)."""
+    with its interval and p-value (`percentile_test`), and the drawn differences."""
     _check(hypotheses_a, references, confidence)
     if len(hypotheses_b) != len(references):
         raise ValueError(f"{len(hypotheses_b)} hypotheses of b for {len(references)} references")
     indices = resample_indices(len(references), samples, seed)
-    draws_a = _scores(metric, hypotheses_a, references, indices)
-    draws_b = _scores(metric, hypotheses_b, references, indices)
-    score_a, score_b = metric(hypotheses_a, references), metric(hypotheses_b, references)
-    observed = score_b - score_a
+    # Not paired_percentile: each system's own draws also give its own interval, so each is
+    # scored once.
+    draws_a = resampled_scores(metric, hypotheses_a, references, indices)
+    draws_b = resampled_scores(metric, hypotheses_b, references, indices)
     differences = draws_b - draws_a
-    # Shifted to mean zero, the draws show what chance does when neither system is better;
-    # +1 on both sides counts the observed test set itself, so p is never exactly 0.
-    as_large = np.sum(np.abs(differences - differences.mean()) >= abs(observed))
-    p_value = float((as_large + 1) / (samples + 1))
+    differences.setflags(write=False)  # frozen like the rest of the comparison
+    low, high, p_value = percentile_test(differences, confidence)
+    score_a, score_b = metric(hypotheses_a, references), metric(hypotheses_b, references)
     return PairedComparison(
         _interval(score_a, draws_a, confidence),
         _interval(score_b, draws_b, confidence),
-        _interval(observed, differences, confidence),
+        Interval(score_b - score_a, low, high, confidence),
         p_value,
         samples,
+        differences,
     )
 
 

@@ -3,12 +3,16 @@
 Exercise 2 (a LoRA layer) is checked against peft's own LoRA layer on the same base weights:
 the start, the outputs with the same adapter values, the gradients, the merged weight and its
 outputs, and the unmerge. Exercise 1 (corpus BLEU) is checked against sacrebleu on random
-corpora and edge cases. When an answer differs, the check recomputes each likely mistake and
-names the one the answer matches.
+corpora and edge cases. Exercise 3 (the paired bootstrap) is checked against llmlab's paired
+percentile bootstrap on the same draws, with a corpus metric that is not a mean of sentence
+scores and with an accuracy. When an answer differs, the check recomputes each likely mistake
+and names the one the answer matches.
 """
 
 import math
+from collections import Counter
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -20,6 +24,13 @@ from llmlab.course.checks import (
     expect_real,
     failure_from,
     passed,
+    real_number,
+)
+from llmlab.evaluate.bootstrap import (
+    paired_percentile,
+    percentile_test,
+    resample_indices,
+    resampled_scores,
 )
 from llmlab.evaluate.ngram_bleu import BleuCounts, bleu_from_counts, ngram_counts, sentence_counts
 from llmlab.quant.library import import_gptqmodel
@@ -368,10 +379,234 @@ def exercise_bleu(bleu) -> None:
                  "empty and under-4-word hypotheses and no 4-gram match")
 
 
+# ---------------------------------------------------------------- Exercise 3: the paired bootstrap
+
+_PAIRED = "Exercise 3 (the paired bootstrap)"
+# Answers in float32 (torch's default) are right to about 1e-7; the scores here lie in [0, 1].
+_TOLERANCE = 1e-6
+# np.percentile's ways of reading a percentile that falls between two neighbouring draws: any is a
+# right answer, as is llmlab's (the draws themselves, so that the p-value agrees exactly).
+_PERCENTILE_METHODS = ("inverted_cdf", "averaged_inverted_cdf", "closest_observation",
+                       "interpolated_inverted_cdf", "hazen", "weibull", "linear",
+                       "median_unbiased", "normal_unbiased", "lower", "higher", "midpoint",
+                       "nearest")
+
+
+def paired_bootstrap_reference(metric, outputs_a, outputs_b, references, draws):
+    """The lab's fallback for Exercise 3: (low, high, p_value) of metric(b) - metric(a) over the
+    given draws, by the paired percentile bootstrap (llmlab.evaluate.paired_percentile)."""
+    _, low, high, p_value = paired_percentile(metric, outputs_a, outputs_b, references, draws)
+    return low, high, p_value
+
+
+def word_precision(hypotheses, references) -> float:
+    """The share of the hypotheses' words found in their reference (each reference word used
+    once). The counts are summed over the corpus before dividing, as BLEU's are, so the score is
+    not the mean of the sentences' precisions."""
+    found = sum(sum((Counter(h.split()) & Counter(r.split())).values())
+                for h, r in zip(hypotheses, references, strict=True))
+    return found / sum(len(h.split()) for h in hypotheses)
+
+
+def exact_match(hypotheses, references) -> float:
+    """The share of answers equal to their reference: an accuracy, a mean of 0s and 1s."""
+    return sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(references)
+
+
+def _paired_cases():
+    """(what, metric, outputs_a, outputs_b, references, draws): random corpora and answer sets,
+    then identical systems, a far better system and a test set of 3 sentences."""
+    rng = np.random.default_rng(8)
+    words = "the cat sat on a mat and dog ran fast".split()
+
+    def corpus(size, *rates):
+        """References of 2-11 words and, per rate, hypotheses with that share of words replaced
+        and 0-3 words cut or added: sentences of many lengths, so a mean of sentence scores
+        differs from the corpus score."""
+        references = [list(rng.choice(words, rng.integers(2, 12))) for _ in range(size)]
+        systems = []
+        for rate in rates:
+            outputs = []
+            for reference in references:
+                changed = [str(rng.choice(words)) if rng.random() < rate else w for w in reference]
+                extra = int(rng.integers(-3, 4))
+                outputs.append(" ".join(changed[: max(1, len(changed) + extra)]
+                                        + list(rng.choice(words, max(0, extra)))))
+            systems.append(outputs)
+        return [*systems, [" ".join(r) for r in references]]
+
+    def answers(size, *rates):
+        references = [str(rng.choice(words)) for _ in range(size)]
+        return [*[[r if rng.random() < rate else "?" for r in references] for rate in rates],
+                references]
+
+    def draws(size, samples):
+        return resample_indices(size, samples, seed=int(rng.integers(1000)))
+
+    a, b, refs = corpus(40, 0.5, 0.35)
+    cases = [("40 sentences, b better", word_precision, a, b, refs, draws(40, 300))]
+    a, b, refs = corpus(25, 0.3, 0.45)
+    cases.append(("25 sentences, a better", word_precision, a, b, refs, draws(25, 200)))
+    a, b, refs = answers(60, 0.55, 0.65)
+    cases.append(("60 answers", exact_match, a, b, refs, draws(60, 300)))
+    a, b, refs = answers(30, 0.5, 0.5)
+    cases.append(("30 answers, a close call", exact_match, a, b, refs, draws(30, 200)))
+    a, refs = corpus(20, 0.4)
+    cases.append(("identical systems", word_precision, a, list(a), refs, draws(20, 100)))
+    a, b, refs = answers(50, 0.1, 0.9)
+    cases.append(("b far better", exact_match, a, b, refs, draws(50, 200)))
+    a, b, refs = corpus(3, 0.5, 0.2)
+    cases.append(("3 sentences", word_precision, a, b, refs, draws(3, 40)))
+    return cases
+
+
+def _three_numbers(got) -> tuple[float, float, float] | None:
+    """The answer (low, high, p_value) as floats when it is a tuple, list, numpy array or tensor
+    of three real numbers of any type; else None."""
+    items = list(got) if isinstance(got, tuple | list) or getattr(got, "ndim", None) == 1 else []
+    numbers = [real_number(item) for item in items]
+    return None if len(numbers) != 3 or None in numbers else (numbers[0], numbers[1], numbers[2])
+
+
+def _bands(draws: np.ndarray):
+    """The range each end of the 95% percentile interval of `draws` takes over np.percentile's
+    methods and llmlab's: ((lowest low, highest low), (lowest high, highest high))."""
+    low, high, _ = percentile_test(draws)
+    lows, highs = zip(*(np.percentile(draws, [2.5, 97.5], method=method)
+                        for method in _PERCENTILE_METHODS), strict=True)
+    return (min(*lows, low), max(*lows, low)), (min(*highs, high), max(*highs, high))
+
+
+def _exactly(low: float, high: float):
+    return (low, low), (high, high)
+
+
+def _in_band(value: float, band: tuple[float, float]) -> bool:
+    return band[0] - _TOLERANCE <= value <= band[1] + _TOLERANCE
+
+
+def _matches(interval, bands) -> bool:
+    return _in_band(interval[0], bands[0]) and _in_band(interval[1], bands[1])
+
+
+def _paired_mistakes(metric, a, b, references, draws, differences):
+    """(hint, intervals, p-values) of each likely mistake: the answer has made it when it matches
+    one of its intervals (if it names any) and one of its p-values (if it names any)."""
+    scores_a = resampled_scores(metric, a, references, draws)
+    scores_b = resampled_scores(metric, b, references, draws)
+    observed = metric(b, references) - metric(a, references)
+    below, above = np.mean(differences <= 0), np.mean(differences >= 0)
+    draws_made = len(differences)
+    deviations = np.abs(differences - differences.mean())
+    absolute = np.abs(differences)  # sacrebleu's way: absolute differences shifted to mean zero
+    beyond = [np.sum(deviations >= abs(observed)), np.sum(deviations > abs(observed)),
+              np.sum(absolute - absolute.mean() > abs(observed))]
+
+    def sentence_mean(hypotheses, refs):
+        return np.mean([metric([h], [r]) for h, r in zip(hypotheses, refs, strict=True)])
+
+    per_sentence, *_, per_sentence_p = paired_percentile(sentence_mean, a, b, references, draws)
+    normal = [_exactly(centre - 1.96 * spread, centre + 1.96 * spread)
+              for centre in (differences.mean(), observed)
+              for spread in (differences.std(), differences.std(ddof=1))]
+    return [
+        ("your interval is the mirror image of the right one: the difference is taken the wrong "
+         "way round. The exercise asks for b's score minus a's, so that a positive difference "
+         "says b is better.", [_bands(-differences)], []),
+        ("your interval is that of one system's scores alone, not of the differences between "
+         "the two systems on each draw.", [_bands(scores_b), _bands(scores_a)], []),
+        ("your interval is the mean of the differences plus or minus 1.96 standard deviations "
+         "(a normal approximation): the percentile bootstrap reads its interval off the drawn "
+         "differences themselves. Read np.percentile.", normal, []),
+        ("your scores are means of per-sentence scores. This metric, like corpus BLEU, sums its "
+         "counts over all the sentences of a draw before it divides, so it is not a mean of "
+         "sentence scores: score each draw's outputs as a whole.",
+         [_bands(per_sentence)], [per_sentence_p]),
+        ("your p-value comes from the draws shifted to mean zero (a test of \"no difference\" by "
+         "another procedure), so it can disagree with the percentile interval. Take it from the "
+         "same draws as the interval: at what level would the interval start to exclude 0?",
+         [], [(count + extra) / (draws_made + extra) for count in beyond for extra in (0, 1)]),
+        ("your p-value counts one tail of the draws only: a two-sided p-value asks about a "
+         "difference as far from 0 in either direction, so both tails count.",
+         [], [min(below, above), below, above]),
+        ("your p-value looks at one fixed side of 0, as if b were always the better system: "
+         "here it is not. Which side of 0 holds the fewer draws?",
+         [], [min(1.0, 2 * below), min(1.0, 2 * above)]),
+        ("your p-value is above 1, and a p-value is a probability: when both sides of 0 hold "
+         "more than half of the draws (for identical systems every draw is 0), what is the most "
+         "it can be?", [], [2 * below, 2 * above]),
+        ("your p-value adds one to the draws it counts (as a permutation test does, so that p "
+         "is never 0): the percentile bootstrap's p-value is the level at which its interval "
+         "would start to exclude 0, a share of the draws themselves. p = 0 says that no draw "
+         "reached 0.", [], [min(1.0, 2 * (min(below, above) * draws_made + 1) / (draws_made + 1))]),
+        ("your p-value leaves out the draws where the difference is exactly 0: such a tie "
+         "belongs to both sides of 0 (for identical systems every draw is a tie, and p is 1).",
+         [], [min(1.0, 2 * min(np.mean(differences < 0), np.mean(differences > 0)))]),
+    ]
+
+
+def _paired_hint(paired_bootstrap, answer, wrong_interval, wrong_p, metric, a, b, references,
+                 draws, differences) -> str:
+    """The hint of the first likely mistake the answer matches, else of unpaired draws when the
+    learner's function finds a difference between a system and itself."""
+    low, high, p_value = answer
+    for text, intervals, p_values in _paired_mistakes(metric, a, b, references, draws,
+                                                      differences):
+        names_a_wrong_part = (wrong_interval and intervals) or (wrong_p and p_values)
+        if (names_a_wrong_part
+                and (not intervals or any(_matches((low, high), i) for i in intervals))
+                and (not p_values or any(abs(p_value - p) <= _TOLERANCE for p in p_values))):
+            return text
+    try:
+        itself = _three_numbers(paired_bootstrap(metric, list(a), list(a), list(references),
+                                                 draws.copy()))
+    except Exception:  # the learner's code fails on this probe: nothing more to say
+        return ""
+    if itself is not None and max(abs(itself[0]), abs(itself[1])) > _TOLERANCE:
+        return ("with a and b the same system your interval is not [0, 0], so your draws are "
+                "not paired: score both systems on the same rows of each draw (that is what "
+                "cancels the luck they share).")
+    return ""
+
+
+@exercise(fallback=paired_bootstrap_reference,
+          fallback_name="llmlab.course.checks.lab08.paired_bootstrap_reference")
+def exercise_paired_bootstrap(paired_bootstrap) -> None:
+    """Exercise 3: paired_bootstrap(metric, outputs_a, outputs_b, references, draws) -> (low, high,
+    p_value): the 95% percentile interval of metric(b) - metric(a) over the draws (rows of
+    test-set indices, the same for both systems) and its two-sided p-value."""
+    name = _PAIRED
+    for what, metric, a, b, references, draws in _paired_cases():
+        call_text = (f"paired_bootstrap({metric.__name__}, <{what}>, draws of shape "
+                     f"{draws.shape})")
+        got = call_or_fail(name, call_text, paired_bootstrap, metric, list(a), list(b),
+                           list(references), draws.copy())
+        answer = _three_numbers(got)
+        if answer is None:
+            raise ExerciseFailed(f"{name}: {call_text} returned {got!r}; return three numbers: "
+                                 "(low, high, p_value).")
+        low, high, p_value = answer
+        differences, right_low, right_high, right_p = paired_percentile(metric, a, b, references,
+                                                                        draws)
+        wrong_interval = not _matches((low, high), _bands(differences))
+        wrong_p = abs(p_value - right_p) > _TOLERANCE
+        if not (wrong_interval or wrong_p):
+            continue
+        hint = _paired_hint(paired_bootstrap, answer, wrong_interval, wrong_p, metric, a, b,
+                            references, draws, differences)
+        raise ExerciseFailed(
+            f"{name}: {call_text} returned [{low:.4f}, {high:.4f}] with p = {p_value:.4f}; the "
+            f"paired percentile bootstrap gives [{right_low:.4f}, {right_high:.4f}] with "
+            f"p = {right_p:.4f}. {hint}".strip())
+    passed(name, "the paired percentile interval and p-value on random corpora (a corpus metric "
+                 "and an accuracy), identical systems, a far better system and 3 sentences")
+
+
 NOTEBOOK = "08_finetuning.ipynb"
 # The function or class each exercise asks for -> its check
 # (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "bleu": exercise_bleu,
     "MyLoRALinear": exercise_lora_linear,
+    "paired_bootstrap": exercise_paired_bootstrap,
 }

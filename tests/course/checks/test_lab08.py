@@ -6,6 +6,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers.checks import BUG_NAMED, buggy, fails, stub
@@ -238,6 +239,113 @@ def test_the_bleu_cases_hold_the_edge_cases_the_mistakes_need():
     assert sum(map(len, h)) > sum(map(len, r))
     h, r = cases["hypotheses of fewer than 4 words"]
     assert all(0 < len(hypothesis) < 4 for hypothesis in h)
+
+
+# ---------------------------------------------------------------- Exercise 3: the paired bootstrap
+
+
+def paired_bootstrap(metric, outputs_a, outputs_b, references, draws, *, flip=False,
+                     tails="both", shifted=False, paired=True, per_sentence=False, normal=False,
+                     one_system=False, method="linear", form=tuple):
+    """A learner's paired bootstrap with one switch per likely mistake (defaults: a correct one)."""
+
+    def score(outputs, rows):
+        if per_sentence:
+            return np.mean([metric([outputs[i]], [references[i]]) for i in rows])
+        return metric([outputs[i] for i in rows], [references[i] for i in rows])
+
+    rows_of_b = draws if paired else np.random.default_rng(0).permutation(draws)
+    scores_a = np.array([score(outputs_a, rows) for rows in draws])
+    scores_b = np.array([score(outputs_b, rows) for rows in rows_of_b])
+    d = scores_a - scores_b if flip else scores_b - scores_a
+    low, high = np.percentile(scores_b if one_system else d, [2.5, 97.5], method=method)
+    if normal:
+        low, high = d.mean() - 1.96 * d.std(), d.mean() + 1.96 * d.std()
+    below, above = np.mean(d <= 0), np.mean(d >= 0)
+    p = {"both": min(1.0, 2 * min(below, above)), "one": min(below, above),
+         "b better": min(1.0, 2 * below), "uncapped": 2 * min(below, above),
+         "strict": min(1.0, 2 * min(np.mean(d < 0), np.mean(d > 0))),
+         "plus one": min(1.0, 2 * (min(np.sum(d <= 0), np.sum(d >= 0)) + 1) / (len(d) + 1))}[tails]
+    if shifted:
+        observed = metric(outputs_b, references) - metric(outputs_a, references)
+        p = (np.sum(np.abs(d - d.mean()) >= abs(observed)) + 1) / (len(d) + 1)
+    return form([low, high, p])
+
+
+def by_hand(metric, outputs_a, outputs_b, references, draws):
+    """Another right answer: numpy arrays of outputs, the k-th smallest and largest differences."""
+    outputs_a, outputs_b, references = map(np.asarray, (outputs_a, outputs_b, references))
+    d = np.sort([metric(outputs_b[rows], references[rows]) - metric(outputs_a[rows],
+                                                                    references[rows])
+                 for rows in draws])
+    k = math.ceil(round(0.025 * len(d), 9))
+    return d[k - 1], d[-k], 2 * min(np.mean(d <= 0), np.mean(d >= 0), 0.5)  # 0.5: p at most 1
+
+
+def test_paired_bootstrap_accepts_right_answers_in_their_forms(capsys):
+    answers = [
+        paired_bootstrap,
+        check.paired_bootstrap_reference,
+        by_hand,
+        lambda *args: paired_bootstrap(*args, form=list),
+        lambda *args: paired_bootstrap(*args, form=np.array),
+        lambda *args: paired_bootstrap(*args, form=torch.tensor),  # float64
+        lambda *args: paired_bootstrap(*args, form=lambda v: torch.tensor(v, dtype=torch.float32)),
+        lambda *args: paired_bootstrap(*args, form=lambda v: tuple(map(torch.tensor, v))),
+        *[lambda *args, m=method: paired_bootstrap(*args, method=m)
+          for method in ("inverted_cdf", "hazen", "weibull", "median_unbiased", "lower",
+                         "higher", "nearest", "midpoint")],
+    ]
+    for answer in answers:
+        assert check.exercise_paired_bootstrap(answer) is answer
+    assert capsys.readouterr().out.count("PASSED") == len(answers)
+
+
+@pytest.mark.parametrize(
+    ("switch", "match"),
+    [
+        (dict(flip=True), "taken the wrong way round"),
+        (dict(tails="one"), "one tail of the draws only"),
+        (dict(tails="b better"), "one fixed side of 0"),
+        (dict(tails="uncapped"), "above 1"),
+        (dict(tails="strict"), "exactly 0"),
+        (dict(tails="plus one"), "adds one to the draws it counts"),
+        (dict(shifted=True), "shifted to mean zero"),
+        (dict(paired=False), "not paired"),
+        (dict(per_sentence=True), "means of per-sentence scores"),
+        (dict(normal=True), "normal approximation"),
+        (dict(one_system=True), "one system's scores alone"),
+    ],
+)
+def test_paired_bootstrap_rejects_likely_mistakes(switch, match):
+    fails(check.exercise_paired_bootstrap, lambda *args: paired_bootstrap(*args, **switch), match)
+
+
+def test_paired_bootstrap_rejects_what_is_not_three_numbers():
+    fails(check.exercise_paired_bootstrap, lambda *args: paired_bootstrap(*args)[:2],
+          r"return three numbers: \(low, high, p_value\)")
+    fails(check.exercise_paired_bootstrap, lambda *args: {"p": paired_bootstrap(*args)[2]},
+          "return three numbers")
+
+
+def test_paired_bootstrap_on_the_stub_returns_the_fallback(capsys):
+    assert check.exercise_paired_bootstrap(stub) is check.paired_bootstrap_reference
+    assert "not done yet" in capsys.readouterr().out
+
+
+def test_the_paired_cases_hold_what_the_mistakes_need():
+    cases = {what: (metric, a, b, refs, draws) for what, metric, a, b, refs, draws
+             in check._paired_cases()}
+    metric, a, b, refs, _ = cases["40 sentences, b better"]
+    sentence_mean = np.mean([metric([h], [r]) for h, r in zip(b, refs, strict=True)])
+    assert not math.isclose(metric(b, refs), sentence_mean)  # not a mean of sentence scores
+    assert metric(b, refs) > metric(a, refs)
+    metric, a, b, refs, _ = cases["25 sentences, a better"]
+    assert metric(a, refs) > metric(b, refs)  # a one-sided test looks at the wrong side here
+    assert cases["identical systems"][1] == cases["identical systems"][2]
+    metric, a, b, refs, draws = cases["b far better"]
+    assert check.paired_bootstrap_reference(metric, a, b, refs, draws)[2] == 0
+    assert cases["3 sentences"][4].shape[1] == 3
 
 
 def test_the_lab_pins_the_cpu_threads_before_it_computes_anything():
