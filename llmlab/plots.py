@@ -574,7 +574,7 @@ def finetune_methods(
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, series, label in ((left, scores, f"task {score_name}"),
                               (right, perplexities, "general held-out perplexity")):
-        for x, (method, values) in enumerate(series.items()):
+        for x, values in enumerate(series.values()):
             offsets = [(i - (len(values) - 1) / 2) * 0.06 for i in range(len(values))]  # a strip
             ax.scatter([x + o for o in offsets], values, s=18, color="tab:blue", alpha=0.6,
                        label="one seed" if x == 0 else None)

@@ -2,10 +2,10 @@
 accuracy on fixed held-out windows, paired perplexity ratios with their noise, generation samples
 side by side, completions by decoding strategy, BLEU and chrF through sacrebleu (and both written
 out, checked against it, with CodeXGLUE's smoothed BLEU-4), bootstrap confidence intervals and
-paired significance tests, a score's spread over training seeds, multiple choice scored by log-likelihood, contamination (test examples
-found in the training data, verbatim or reformatted, by MinHash), and the comparison table of
-model variants (the quantized variants' table and PTQ against QAT, which build and train
-models, are llmlab.quant's)."""
+paired significance tests, a score's spread over training seeds, multiple choice scored by
+log-likelihood, contamination (test examples found in the training data, verbatim or
+reformatted, by MinHash), and the comparison table of model variants (the quantized variants'
+table and PTQ against QAT, which build and train models, are llmlab.quant's)."""
 
 from llmlab.evaluate.bits_per_byte import (
     bits_per_byte,

@@ -19,9 +19,12 @@ def test_five_seeds_give_the_t_interval_of_the_mean():
     expected = 2.7764 * statistics.stdev(values) / math.sqrt(5)
     assert spread.mean == pytest.approx(statistics.mean(values))
     assert spread.half_width == pytest.approx(expected, rel=1e-4)
-    assert spread.half_width != pytest.approx(1.96 * statistics.stdev(values) / math.sqrt(5), rel=1e-2)
-    assert spread.half_width != pytest.approx(2.7764 * statistics.pstdev(values) / math.sqrt(5), rel=1e-2)
-    assert (spread.low, spread.high) == pytest.approx((spread.mean - expected, spread.mean + expected), rel=1e-4)
+    normal = 1.96 * statistics.stdev(values) / math.sqrt(5)
+    population = 2.7764 * statistics.pstdev(values) / math.sqrt(5)
+    assert spread.half_width != pytest.approx(normal, rel=1e-2)
+    assert spread.half_width != pytest.approx(population, rel=1e-2)
+    assert (spread.low, spread.high) == pytest.approx(
+        (spread.mean - expected, spread.mean + expected), rel=1e-4)
     assert spread.values == tuple(values)
 
 
