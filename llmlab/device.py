@@ -173,13 +173,17 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
     torch.use_deterministic_algorithms(deterministic)
 
 
-def pin_cpu_threads(device: torch.device | str) -> None:
-    """One math thread on the CPU, so that every machine computes the same numbers: PyTorch
-    splits a sum among its threads and rounds each part, so the thread count changes the last
-    bits of a sum, and over a fine-tune and greedy decoding, which tokens come out. A GPU's
-    results do not depend on the host's threads: nothing changes there."""
+def pin_cpu_threads(device: torch.device | str, threads: int = 1) -> None:
+    """A fixed number of math threads on the CPU (one unless asked), so that every machine
+    computes the same numbers: PyTorch splits a sum among its threads and rounds each part, so
+    the thread count changes the last bits of a sum, and over a fine-tune and greedy decoding,
+    which tokens come out. What fixes the numbers is the count, not the cores: a machine with
+    fewer cores than `threads` runs them in turn, slower, to the same result. A GPU's results
+    do not depend on the host's threads: nothing changes there."""
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
     if torch.device(device).type == "cpu":
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
 
 
 def autocast(

@@ -115,9 +115,16 @@ def test_the_thread_count_moves_a_sum_and_pinning_the_cpu_threads_removes_it(thr
     assert not torch.equal(x.sum(), one_thread)  # four partial sums round differently
     pin_cpu_threads("cpu")
     assert torch.equal(x.sum(), one_thread)
+    torch.set_num_threads(2)
+    two_threads = x.sum()
+    torch.set_num_threads(4)
+    pin_cpu_threads("cpu", threads=2)  # the count fixes the numbers, whatever the cores
+    assert torch.equal(x.sum(), two_threads)
     torch.set_num_threads(4)
     pin_cpu_threads("cuda:0")  # a GPU's results do not depend on the host's threads
     assert torch.get_num_threads() == 4
+    with pytest.raises(ValueError, match="at least 1"):
+        pin_cpu_threads("cpu", threads=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
