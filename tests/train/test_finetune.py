@@ -17,6 +17,7 @@ from llmlab.train.finetune import (
     finetune,
     finetune_copy,
     finetune_memory,
+    finetune_rate,
     lora_targets,
     target_loss,
     task_batch,
@@ -123,3 +124,20 @@ def test_memory_of_the_head_alone_is_planned_as_head_only_and_is_the_smallest():
     assert head.peak_bytes < full.peak_bytes and plan.peak < full_plan.peak
     with pytest.raises(ValueError, match="lora_rank"):
         finetune_memory("tiny", setup.replace(lora_rank=0), "lora")
+
+
+def test_the_rate_warms_up_holds_and_decays_over_the_last_quarter():
+    rates = [finetune_rate(step, 20, 1.0, warmup_steps=4) for step in range(20)]
+    assert rates[:5] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])  # warm-up
+    assert rates[5:15] == [1.0] * 10  # held
+    assert rates[15:] == pytest.approx([1.0, 0.8, 0.6, 0.4, 0.2])  # the last 5 of 20 decay
+    assert min(rates) > 0  # every step trains
+    assert [finetune_rate(s, 4, 2e-3, decay_fraction=0) for s in range(4)] == [2e-3] * 4
+
+
+@pytest.mark.parametrize(("step", "steps", "decay", "match"), [
+    (5, 5, 0.25, "outside"), (-1, 5, 0.25, "outside"), (0, 5, 1.5, "between 0 and 1"),
+])
+def test_the_rate_refuses_steps_and_fractions_out_of_range(step, steps, decay, match):
+    with pytest.raises(ValueError, match=match):
+        finetune_rate(step, steps, 1e-3, decay_fraction=decay)
