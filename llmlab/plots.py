@@ -574,6 +574,8 @@ def finetune_methods(
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, series, label in ((left, scores, f"task {score_name}"),
                               (right, perplexities, "general held-out perplexity")):
+        # Each kind of mark is named once in the legend, at its first appearance.
+        first_spread = next((x for x, v in enumerate(series.values()) if len(v) > 1), None)
         for x, values in enumerate(series.values()):
             offsets = [(i - (len(values) - 1) / 2) * 0.06 for i in range(len(values))]  # a strip
             ax.scatter([x + o for o in offsets], values, s=18, color="tab:blue", alpha=0.6,
@@ -581,7 +583,7 @@ def finetune_methods(
             if len(values) > 1:
                 spread = seed_spread(values)
                 ax.errorbar(x + 0.25, spread.mean, yerr=spread.half_width, fmt="o", color="black",
-                            capsize=4, label="mean, 95% interval" if x == 0 else None)
+                            capsize=4, label="mean, 95% interval" if x == first_spread else None)
         ax.set_xticks(range(len(series)), list(series), rotation=30, fontsize=8)
         ax.set_ylabel(label)
         ax.grid(True, axis="y", alpha=0.3)

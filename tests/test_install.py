@@ -6,6 +6,7 @@ import importlib.util
 import sys
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from packaging.specifiers import SpecifierSet
@@ -125,8 +126,9 @@ def fake_machine(monkeypatch):
     """Linux without a driver; `python -m venv` and pip only record what they were asked."""
     pip_calls = []
 
-    def make_venv(command, check):
+    def make_venv(command):
         fake_venv(Path(command[-1]), ".".join(map(str, THIS[:3])))
+        return SimpleNamespace(returncode=0)
 
     monkeypatch.setattr(install.platform, "system", lambda: "Linux")
     monkeypatch.setattr(install, "has_nvidia_driver", lambda: False)
@@ -157,3 +159,14 @@ def test_a_failed_install_writes_no_stamp(fake_machine, monkeypatch, tmp_path):
     with pytest.raises(SystemExit):
         install.main(["install.py", str(tmp_path / ".venv")])
     assert not (tmp_path / ".venv" / install.STAMP).exists()
+
+
+def test_a_python_without_its_venv_module_says_which_package_to_install(
+    fake_machine, monkeypatch, tmp_path
+):
+    # Debian's python3.X without python3.X-venv: `python -m venv` fails (ensurepip is missing).
+    monkeypatch.setattr(install.subprocess, "run", lambda command: SimpleNamespace(returncode=1))
+    minor = f"{THIS[0]}.{THIS[1]}"
+    with pytest.raises(SystemExit, match=rf"apt install python{minor}-venv"):
+        install.main(["install.py", str(tmp_path / ".venv")])
+    assert fake_machine == []  # nothing installed into a half-made environment

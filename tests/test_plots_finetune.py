@@ -21,6 +21,8 @@ def test_finetune_methods_draws_every_seed_and_the_mean_with_its_interval():
     assert any(y == pytest.approx(full.low) for y in ends)
     assert any(list(line.get_ydata()) == [10.0, 10.0] for line in right.lines)  # "before"
     assert [label.get_text() for label in right.get_xticklabels()] == ["base", "full"]
+    named = [text.get_text() for text in left.get_legend().get_texts()]
+    assert named == ["one seed", "mean, 95% interval"]  # each once, though "base" has no interval
 
 
 def test_bootstrap_draws_marks_the_interval_and_the_observed_difference():

@@ -131,6 +131,17 @@ def pip(venv: Path, args: list[str]) -> None:
         raise SystemExit(f"pip failed (its message is above): {' '.join(command)}")
 
 
+def create_venv(venv: Path) -> None:
+    """`python -m venv`, or what to install when this Python cannot make an environment."""
+    if subprocess.run([sys.executable, "-m", "venv", str(venv)]).returncode != 0:
+        minor = dotted(sys.version_info)
+        raise SystemExit(
+            f"Python {minor} could not create {venv} (its message is above). On Debian and "
+            f"Ubuntu the venv module is a package of its own: `sudo apt install python{minor}-venv`, "
+            "then run the same make command again (the half-made environment is rebuilt)."
+        )
+
+
 def install(venv: Path, stamp_text: str) -> None:
     torch_args = torch_pip_args(platform.system(), has_nvidia_driver(), pinned_version("torch"))
     if torch_args:
@@ -154,7 +165,7 @@ def main(argv: list[str]) -> None:
     if action == "rebuild":
         shutil.rmtree(venv)
     if action in ("create", "rebuild"):
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        create_venv(venv)
     install(venv, stamp_text)
 
 
