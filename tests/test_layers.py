@@ -1,11 +1,11 @@
 """Data flows one way through llmlab: no module imports one above it (DESIGN.md, house rules).
 
 data -> models, kernels -> evaluate -> memory -> scale -> distributed -> train / jobs -> (prune,
-quant) -> inference -> recipes; env, device, units, timing, matmul, gpu_specs, tables, network,
-numerics, files, profiler and vocab_sizes sit underneath everything; course, plots and cli sit on
-top. The metrics (evaluate) sit just above the models and below the trainer, so the trainer, the
-harnesses and every later package use the one next-token loss and perplexity; an experiment that
-trains (PTQ against QAT) lives with its subject (quant). The recipes (Lab 03's model, data and
+quant, posttrain) -> inference -> recipes; env, device, units, timing, matmul, gpu_specs, tables,
+network, numerics, files, profiler and vocab_sizes sit underneath everything; course, plots and cli
+sit on top. The metrics (evaluate) sit just above the models and below the trainer, so the trainer,
+the harnesses and every later package use the one next-token loss and perplexity; an experiment
+that trains (PTQ against QAT) lives with its subject (quant). The recipes (Lab 03's model, data and
 budget, the Hub switches) sit between the libraries and the course, so the CLI and the labs share
 them; models never imports data. The planner (scale) is plain arithmetic below the ranks' code: it
 never imports torch.distributed. The job tooling (jobs) surrounds a run: it never imports the
@@ -26,7 +26,7 @@ LAYER = {
     "gpu_specs": 0, "tables": 0, "numerics": 0, "profiler": 0, "files": 0, "vocab_sizes": 0,
     "data": 1, "models": 2, "kernels": 2,
     "evaluate": 3, "memory": 4, "scale": 5, "distributed": 6, "train": 7, "jobs": 7, "prune": 8,
-    "quant": 8, "inference": 9, "recipes": 10,
+    "quant": 8, "posttrain": 8, "inference": 9, "recipes": 10,
     "course": 11, "plots": 11, "cli": 11, "__main__": 11, "__init__": 11,
 }
 # Imports a package must not make even from below it: the planner stays plain arithmetic, the
@@ -136,7 +136,7 @@ def test_the_trainer_and_its_checkpointer_load_no_job_tooling():
 
 
 def test_the_recipes_sit_between_the_libraries_and_the_course_and_the_cli_trains_with_them():
-    libraries = ("train", "prune", "quant", "evaluate", "inference")
+    libraries = ("train", "prune", "quant", "posttrain", "evaluate", "inference")
     assert max(LAYER[m] for m in libraries) < LAYER["recipes"] < LAYER["course"] == LAYER["cli"]
     cli = imported_modules(PACKAGE / "cli.py")  # `llmlab train` never goes through the course
     assert "llmlab.recipes" in cli and not any(name.startswith("llmlab.course.pre") for name in cli)

@@ -1,0 +1,47 @@
+"""How likely a model finds a completion: the number every post-training loss is built from.
+
+After pretraining, a model is taught to answer: a prompt and a completion are written as one
+sequence, and the losses of post-training are all about the completion's log-probability under
+the model, log p(completion | prompt) = the sum over its tokens of log p(token | all before it).
+- SFT raises it for the completions of a demonstration set (the fine-tuning loss);
+- DPO raises it for the preferred completion of a pair and lowers it for the other, measured
+  against a frozen copy of the model (llmlab.posttrain.dpo): one number per sequence, the sum;
+- GRPO weighs each completion token's log-probability by how much better than its siblings the
+  whole completion scored (llmlab.posttrain.grpo): one number per token.
+
+The labels follow the fine-tuning convention (llmlab.train.finetune.task_batch): the ids where
+the completion is, IGNORE (-100) on the prompt and the padding, so the prompt is given, never
+scored. The logits at position t predict the token at t + 1, so the scores line up with
+labels[:, 1:]: a sequence of length L gets L - 1 of them.
+"""
+
+import torch
+from torch import nn
+
+from llmlab.models import cross_entropy_on_ids
+from llmlab.train.finetune import IGNORE
+
+
+def token_logprobs(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor,
+                   attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(batch, length - 1): log p(labels[:, t + 1] | ids[:, : t + 1]) where that label is a
+    token, 0 where it is IGNORE. `attention_mask` (1 on tokens, 0 on padding) is needed only when
+    padding comes before tokens (prompts padded on the left); padding after them is never read."""
+    device = next(model.parameters()).device
+    mask = None if attention_mask is None else attention_mask.to(device)
+    logits = model(input_ids=ids.to(device), attention_mask=mask).logits
+    # The one next-token cross-entropy, per position: its negative is the log-probability, and
+    # its ignore_index leaves 0 on the prompt and the padding.
+    return -cross_entropy_on_ids(logits, labels.to(device), reduction="none").view(len(ids), -1)
+
+
+def completion_logprobs(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor,
+                        attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(batch,): log p(completion | prompt) of each sequence, the sum of its `token_logprobs`."""
+    return token_logprobs(model, ids, labels, attention_mask).sum(-1)
+
+
+def completion_mask(labels: torch.Tensor) -> torch.Tensor:
+    """(batch, length - 1) of 0 and 1 in the log-probabilities' dtype: 1 where `token_logprobs`
+    scores a completion token, 0 on the prompt and the padding."""
+    return (labels[:, 1:] != IGNORE).to(torch.get_default_dtype())

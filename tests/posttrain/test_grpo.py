@@ -1,0 +1,129 @@
+"""GRPO's advantages and loss are TRL's: the loss, its gradients, the mean KL and the clipped share
+through TRL's own `GRPOTrainer._compute_loss` (loss_type "grpo") on a tiny GPT-2, with the same
+completions, old and reference log-probs and advantages. Mistakes caught: the spread left out of
+the advantage or taken over the batch, padding averaged in, the ratio unclipped, max for min,
+the KL term's sign, a group of equal rewards dividing 0 by 0."""
+
+from dataclasses import fields
+
+import pytest
+import torch
+from helpers.trl_trainers import VOCAB, grpo_trainer, tiny_model, trl_grpo_loss
+from trl import GRPOConfig
+from trl.trainer.utils import nanstd
+
+from llmlab.posttrain import completion_mask, group_advantages, grpo_loss, token_logprobs
+from llmlab.train.finetune import IGNORE
+
+GROUP = 4
+
+
+def test_trl_s_default_grpo_loss_is_dapo_and_this_one_is_its_grpo():
+    defaults = {field.name: field.default for field in fields(GRPOConfig)}
+    assert defaults["loss_type"] == "dapo"
+    assert defaults["beta"] == 0.0 and defaults["epsilon"] == 0.2
+    assert defaults["scale_rewards"] == "group"
+
+
+def test_group_advantages_are_trls():
+    """TRL computes them inside its generation step; its formula, with its own nanstd, is here."""
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.3, 0.9, 0.2, 0.1, 1.0, 1.0, 1.0, 1.0])
+    grouped = rewards.view(-1, GROUP)
+    centred = rewards - grouped.mean(1).repeat_interleave(GROUP)
+    trls = centred / (nanstd(grouped, dim=1).repeat_interleave(GROUP) + 1e-4)
+    torch.testing.assert_close(group_advantages(rewards, GROUP), trls, rtol=0, atol=1e-6)
+    torch.testing.assert_close(group_advantages(rewards, GROUP, scale=False), centred)
+    assert group_advantages(rewards, GROUP)[-GROUP:].tolist() == [0.0] * GROUP  # all equal: 0
+
+
+def test_group_advantages_take_a_list_of_integer_rewards_and_refuse_a_group_of_one():
+    assert group_advantages([1, 0, 0, 1], 2).dtype == torch.float32
+    with pytest.raises(ValueError, match="groups of 3"):
+        group_advantages([1, 0, 0, 1], 3)
+    with pytest.raises(ValueError, match="2 or more completions"):
+        group_advantages([1, 0], 1)
+
+
+def rollouts(seed: int = 0, groups: int = 3, prompt_width: int = 5, width: int = 8):
+    """TRL's inputs: prompts padded on the left, completions of several lengths padded on the
+    right, 0/1 rewards per completion."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = groups * GROUP
+    prompt_ids = torch.randint(0, VOCAB, (groups, prompt_width), generator=generator)
+    prompt_mask = torch.ones(groups, prompt_width, dtype=torch.long)
+    prompt_mask[0, :2] = 0  # a shorter prompt
+    completion_ids = torch.randint(0, VOCAB, (rows, width), generator=generator)
+    completion = torch.ones(rows, width, dtype=torch.long)
+    for row in range(rows):
+        completion[row, width - row % 4 :] = 0  # some completions end early
+    rewards = torch.randint(0, 2, (rows,), generator=generator).float()
+    return {"prompt_ids": prompt_ids.repeat_interleave(GROUP, 0),
+            "prompt_mask": prompt_mask.repeat_interleave(GROUP, 0),
+            "completion_ids": completion_ids, "completion_mask": completion}, rewards
+
+
+def our_token_logprobs(model, inputs):
+    """token_logprobs over prompt and completion, cut to the completion's positions."""
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    scored = torch.cat([torch.zeros_like(inputs["prompt_mask"]), inputs["completion_mask"]], 1)
+    labels = ids.masked_fill(scored == 0, IGNORE)
+    width = inputs["completion_ids"].shape[1]
+    mask = completion_mask(labels)[:, -width:]
+    assert torch.equal(mask, inputs["completion_mask"].float())
+    return token_logprobs(model, ids, labels, attention)[:, -width:]
+
+
+@pytest.mark.parametrize(("beta", "epsilon"), [(0.04, 0.2), (0.3, 0.1)])
+def test_grpo_loss_gradients_and_stats_are_trls_on_a_tiny_model(beta, epsilon):
+    model = tiny_model(seed=0, fused_outputs=("log_probs", "entropy"))
+    inputs, rewards = rollouts()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        now = our_token_logprobs(model, inputs)
+    # The sampling policy and the reference: near the policy, far enough to clip some tokens.
+    old = now + 0.3 * torch.randn(now.shape, generator=generator)
+    reference = now + 0.3 * torch.randn(now.shape, generator=generator)
+    advantages = group_advantages(rewards, GROUP)
+    inputs |= {"advantages": advantages, "old_per_token_logps": old,
+               "ref_per_token_logps": reference}
+    trainer = grpo_trainer(model, beta, epsilon)
+    theirs = trl_grpo_loss(trainer, inputs)
+    their_grads = torch.autograd.grad(theirs, list(model.parameters()))
+
+    logprobs = our_token_logprobs(model, inputs)
+    ours = grpo_loss(logprobs, old, reference, advantages, inputs["completion_mask"], epsilon, beta)
+    our_grads = torch.autograd.grad(ours.loss, list(model.parameters()))
+
+    assert abs(ours.loss.item() - theirs.item()) < 1e-6
+    for mine, trls in zip(our_grads, their_grads, strict=True):
+        torch.testing.assert_close(mine, trls, rtol=1e-4, atol=1e-6)
+    metrics = trainer._metrics["eval"]  # TRL files them by the model's mode: eval, no dropout
+    assert ours.kl.item() == pytest.approx(metrics["kl"][0], abs=1e-6)
+    assert ours.clipped_fraction.item() == pytest.approx(metrics["clip_ratio/region_mean"][0],
+                                                         abs=1e-6)
+    assert 0 < ours.clipped_fraction.item() < 0.5  # the clip is active on some tokens
+
+
+def test_on_policy_with_the_reference_itself_the_loss_is_minus_the_mean_advantage():
+    logprobs = -torch.rand(4, 6)
+    mask = torch.ones(4, 6)
+    mask[0, 3:] = 0
+    advantages = torch.tensor([1.0, -0.5, 0.25, 2.0])
+    result = grpo_loss(logprobs, logprobs, logprobs, advantages, mask)
+    assert result.loss.item() == pytest.approx(-advantages.mean().item())
+    assert result.kl.item() == 0 and result.clipped_fraction.item() == 0
+
+
+def test_padding_values_change_nothing_and_a_clipped_token_gets_no_gradient():
+    logprobs = torch.tensor([[-1.0, -1.0, -9.0], [-1.0, -2.0, -3.0]], requires_grad=True)
+    old = torch.tensor([[-1.5, -1.0, 5.0], [-1.0, -2.0, -3.0]])  # token 0: ratio e^0.5 > 1.2
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    result = grpo_loss(logprobs, old, logprobs.detach(), torch.tensor([1.0, -1.0]), mask)
+    result.loss.backward()
+    assert logprobs.grad[0, 0] == 0 and logprobs.grad[0, 1] != 0 and logprobs.grad[0, 2] == 0
+    assert result.clipped_fraction.item() == pytest.approx(1 / 5)
+    other = logprobs.detach().clone()
+    other[0, 2] = -1.0  # another value in the padding
+    again = grpo_loss(other, old, other, torch.tensor([1.0, -1.0]), mask)
+    assert again.loss.item() == pytest.approx(result.loss.item())
