@@ -63,7 +63,8 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor,
               epsilon: float = 0.2, beta: float = 0.04) -> GRPOLoss:
     """GRPO's loss from per-token log-probabilities (completions, tokens) under the policy, the
     policy that sampled them and the reference, the advantage of each completion (completions,)
-    and the mask (1 on completion tokens, 0 on padding); epsilon and beta as DeepSeekMath's."""
+    and the mask (1 on completion tokens, 0 on padding); epsilon 0.2 as PPO's (and TRL's), beta
+    0.04 as DeepSeekMath's."""
     mask = mask.to(logprobs.dtype)
     advantages = advantages[:, None]  # one per completion, the same for each of its tokens
     ratio = torch.exp(logprobs - old_logprobs)

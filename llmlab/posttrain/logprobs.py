@@ -42,6 +42,6 @@ def completion_logprobs(model: nn.Module, ids: torch.Tensor, labels: torch.Tenso
 
 
 def completion_mask(labels: torch.Tensor) -> torch.Tensor:
-    """(batch, length - 1) of 0 and 1 in the log-probabilities' dtype: 1 where `token_logprobs`
-    scores a completion token, 0 on the prompt and the padding."""
-    return (labels[:, 1:] != IGNORE).to(torch.get_default_dtype())
+    """(batch, length - 1) of 0 and 1, float32 as `token_logprobs`: 1 where it scores a
+    completion token, 0 on the prompt and the padding."""
+    return (labels[:, 1:] != IGNORE).float()

@@ -18,7 +18,7 @@ from llmlab.train.finetune import IGNORE
 GROUP = 4
 
 
-def test_trl_s_default_grpo_loss_is_dapo_and_this_one_is_its_grpo():
+def test_trl_s_defaults_are_the_dapo_loss_with_no_reference_and_group_scaling():
     defaults = {field.name: field.default for field in fields(GRPOConfig)}
     assert defaults["loss_type"] == "dapo"
     assert defaults["beta"] == 0.0 and defaults["epsilon"] == 0.2
