@@ -27,10 +27,16 @@ wrong answer's tokens are each pushed down less than a short one's, so wrong ans
 longer), which DAPO and Dr. GRPO correct.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from llmlab.posttrain.logprobs import completion_mask, token_logprobs
+from llmlab.posttrain.rollouts import sample_groups
 
 STD_EPSILON = 1e-4  # TRL's: keeps a group whose rewards are all equal at advantage 0, not 0 / 0
 
@@ -80,3 +86,77 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor,
     active = ((ratio > 1 + epsilon) & (advantages > 0)) | ((ratio < 1 - epsilon) & (advantages < 0))
     tokens = mask.sum().clamp(min=1)
     return GRPOLoss(loss, (kl.detach() * mask).sum() / tokens, (active * mask).sum() / tokens)
+
+
+@dataclass(frozen=True)
+class GRPOStep:
+    reward: float  # the mean reward of the step's rollouts
+    kl: float  # the mean k3 estimate of KL(policy || reference) over their tokens
+    entropy: float  # the sampled tokens' mean -log p: an estimate of the policy's entropy
+    clipped_fraction: float  # the share of tokens whose ratio the clip held back
+
+
+def train_grpo(
+    policy: nn.Module,
+    reference: nn.Module,
+    tokenizer,
+    prompts: Sequence[str],
+    reward: Callable[[int, str], float],
+    *,
+    steps: int,
+    prompts_per_step: int,
+    group_size: int,
+    lr: float,
+    max_new_tokens: int,
+    stop_id: int,
+    beta: float = 0.04,
+    epsilon: float = 0.2,
+    updates_per_rollout: int = 2,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[GRPOStep]:
+    """GRPO on `prompts`: each step samples `group_size` completions of `prompts_per_step`
+    prompts drawn at random, scores each with `reward(prompt number, completion text)`, and
+    takes `updates_per_rollout` optimizer steps on equal slices of the rollouts. The first slice
+    is on-policy (every ratio is 1); the later ones were sampled by the policy before the first
+    update, so their ratios move and the clip can hold them back. Returns one GRPOStep per step."""
+    if steps < 1 or prompts_per_step < 1:
+        raise ValueError(f"steps and prompts_per_step must be at least 1, got {steps} and "
+                         f"{prompts_per_step}")
+    if (prompts_per_step * group_size) % updates_per_rollout:
+        raise ValueError(f"{prompts_per_step * group_size} rollouts do not split into "
+                         f"{updates_per_rollout} equal updates")
+    reference.eval().requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr,
+                                  weight_decay=0.0)  # no decay: it would pull toward zero
+    draw = torch.Generator().manual_seed(seed)
+    history = []
+    for step in tqdm(range(steps), desc="GRPO", disable=not progress, leave=False):
+        chosen = torch.randint(len(prompts), (prompts_per_step,), generator=draw).tolist()
+        rollouts = sample_groups(policy, tokenizer, [prompts[i] for i in chosen], group_size,
+                                 max_new_tokens=max_new_tokens, stop_id=stop_id,
+                                 seed=seed * 1_000_003 + step)
+        rewards = torch.tensor([reward(chosen[number], text) for number, text in
+                                zip(rollouts.prompt_index, rollouts.completions, strict=True)])
+        advantages = group_advantages(rewards, group_size)
+        mask = completion_mask(rollouts.labels)
+        with torch.no_grad():
+            old = token_logprobs(policy.eval(), rollouts.ids, rollouts.labels)
+            ref = token_logprobs(reference, rollouts.ids, rollouts.labels)
+        policy.train()
+        stats = []
+        for rows in torch.arange(len(rewards)).chunk(updates_per_rollout):
+            result = grpo_loss(token_logprobs(policy, rollouts.ids[rows], rollouts.labels[rows]),
+                               old[rows], ref[rows], advantages[rows], mask[rows], epsilon, beta)
+            result.loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            stats.append((result.kl.item(), result.clipped_fraction.item()))
+        history.append(GRPOStep(
+            reward=rewards.mean().item(),
+            kl=sum(kl for kl, _ in stats) / len(stats),
+            entropy=(-(old * mask).sum() / mask.sum()).item(),
+            clipped_fraction=sum(clipped for _, clipped in stats) / len(stats),
+        ))
+    policy.eval()
+    return history
