@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from llmlab.course.checks import ExerciseFailed, call_or_fail, exercise, passed
+from llmlab.course.checks import ExerciseFailed, call_or_fail, exercise, passed, tensor_of_shape
 from llmlab.data.chat import (
     ChatTokens,
     add_chat_tokens,
@@ -131,15 +131,7 @@ def _trl_batches() -> list[tuple[str, torch.Tensor, ChatTokens, torch.Tensor]]:
 def _as_labels(call_text: str, got, shape: tuple) -> torch.Tensor:
     """`got` (a tensor, a numpy array, nested lists) as an int64 tensor of `shape`, or a failure
     that says what labels are."""
-    try:
-        got = torch.as_tensor(got)
-    except (TypeError, ValueError, RuntimeError):
-        raise ExerciseFailed(f"{_LABELS}: {call_text} returned a {type(got).__name__}; return "
-                             "the labels as a tensor of the ids' shape.") from None
-    if tuple(got.shape) != tuple(shape):
-        raise ExerciseFailed(f"{_LABELS}: {call_text} returned labels of shape "
-                             f"{tuple(got.shape)}; they have the ids' shape {tuple(shape)}, "
-                             "one label per token.")
+    got = tensor_of_shape(_LABELS, call_text, got, shape, "labels", "the ids'")
     if got.dtype == torch.bool:
         raise ExerciseFailed(f"{_LABELS}: {call_text} returned a mask of True and False. Labels "
                              "hold the token's own id where the loss counts it and -100 where "
@@ -148,7 +140,7 @@ def _as_labels(call_text: str, got, shape: tuple) -> torch.Tensor:
         raise ExerciseFailed(f"{_LABELS}: {call_text} returned {got.dtype} labels: make them "
                              "integers (int64). cross_entropy reads integer targets as class "
                              "indices, and floating-point ones as probabilities.")
-    return got.detach().cpu().long()
+    return got.long()
 
 
 # ---------------------------------------------------------------- naming the mistake
