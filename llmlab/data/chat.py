@@ -6,11 +6,11 @@ The format, one string per conversation:
     <|system|>Be brief.<|end|><|user|>2 + 3 =<|end|><|assistant|>5<|end|><|endoftext|>
 
 A message is its role's token, its content and "<|end|>" (the end of a turn: what the model
-learns to write when its reply is done, and where generation stops); the system message is
+learns to write when its reply is done, so generation can stop there); the system message is
 optional, and user and assistant turns may repeat. The tokenizer's eos "<|endoftext|>" ends the
 conversation, as it ends every document since Lab 01, so packed conversations are separated by it.
-The chat template renders the eos itself, so TRL, which adds none to conversations, packs the
-same tokens as `pack_conversations`.
+The chat template renders the eos itself, so TRL, which adds none to conversations, trains on the
+same tokens.
 """
 
 from collections.abc import Sequence
@@ -22,9 +22,7 @@ import torch
 from llmlab.data.packing import IGNORE_INDEX
 from llmlab.data.tasks import TaskItem
 
-SYSTEM, USER, ASSISTANT, END = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
-CHAT_SPECIAL_TOKENS = (SYSTEM, USER, ASSISTANT, END)
-ROLES = ("system", "user", "assistant")
+CHAT_SPECIAL_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>")  # ChatTokens' order
 
 # Jinja, as transformers renders it. {% generation %} marks what the assistant writes (its content
 # and its <|end|>): apply_chat_template(..., return_assistant_tokens_mask=True) turns the marked
@@ -98,10 +96,11 @@ def pack_conversations(
     """Tokenized conversations (each ending with its eos) end to end in rows of `length` ids:
     (rows, length).
 
-    A conversation that does not fit in what is left of a row is cut at the row's end, and the
-    rest of it is dropped (TRL's default packing drops what overflows a row too): every row
-    starts where a conversation starts, so whose tokens a row holds can be read from the row
-    alone. The last row is padded with `pad_id` on the right.
+    A conversation that does not fit in what is left of a row fills it and is cut at the row's
+    end; the rest of it is dropped, so every row starts where a conversation starts, and whose
+    tokens a row holds can be read from the row alone. The last row is padded with `pad_id` on
+    the right. (TRL's default packing, "bfd", moves a conversation that does not fit to a row
+    with room instead, and cuts only one longer than a whole row.)
     """
     if length < 1:
         raise ValueError(f"length must be at least 1, got {length}")
@@ -123,7 +122,8 @@ def assistant_labels(ids, tokens: ChatTokens) -> torch.Tensor:
     are not shifted: a transformers model shifts them itself.
 
     A reply cut off by the row's end, by an eos or by the next message's role token ends there:
-    the labels never run on into the next conversation.
+    the labels never run on into the next conversation. (TRL's padding-free batches put a
+    conversation cut at max_length right before the next one, with no eos between them.)
     """
     ids = torch.as_tensor(ids)
     if ids.dim() != 2:

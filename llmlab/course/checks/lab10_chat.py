@@ -8,7 +8,9 @@ llmlab.data.chat.assistant_labels (the same as TRL's, tests/data/test_chat.py) o
 turns that vary, a system message sometimes, conversations cut at the row's end or cut inside a
 reply and closed by eos, padding. Where the labels differ, the check names the mistake from where
 they differ: the prompt trained on, the end of turn left out, the assistant's role token labelled,
-a reply running on over a boundary, eos or padding labelled, labels shifted by one.
+a reply running on over a boundary, eos or padding labelled, labels shifted by one. No batch has
+a cut reply followed at once by another conversation's role token, so a reply ended by its
+<|end|>, an eos or the row's end is enough (llmlab's version ends one at a role token too).
 """
 
 import random
