@@ -190,7 +190,8 @@ def trl_packed_rows(tokenizer, tmp_path_factory):
     packing with its default "bfd" strategy), one of them too long for a row and cut inside its
     reply. TRL does all of it when the trainer is built: its train_dataset holds the rows."""
     from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+
+    trl = pytest.importorskip("trl")  # the course extra: Lab 10 installs it
 
     long_reply = "The date written out in words, in full, with every part of it spelled out: " * 3
     conversations = [
@@ -203,11 +204,12 @@ def trl_packed_rows(tokenizer, tmp_path_factory):
     ]
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, n_positions=64,
                                        vocab_size=len(tokenizer)))
-    config = SFTConfig(output_dir=str(tmp_path_factory.mktemp("sft")), packing=True,
-                       max_length=64, assistant_only_loss=True, report_to=[], use_cpu=True,
-                       disable_tqdm=True)
-    trainer = SFTTrainer(model=model, args=config, processing_class=tokenizer,
-                         train_dataset=Dataset.from_list([{"messages": c} for c in conversations]))
+    config = trl.SFTConfig(output_dir=str(tmp_path_factory.mktemp("sft")), packing=True,
+                           max_length=64, assistant_only_loss=True, report_to=[], use_cpu=True,
+                           disable_tqdm=True)
+    dataset = Dataset.from_list([{"messages": messages} for messages in conversations])
+    trainer = trl.SFTTrainer(model=model, args=config, processing_class=tokenizer,
+                             train_dataset=dataset)
     rows = list(trainer.train_dataset)
     assert any(len(row["input_ids"]) == 64 and row["input_ids"][-1] != tokenizer.eos_token_id
                for row in rows), "no conversation was cut: the test would miss that case"
