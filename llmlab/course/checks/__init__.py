@@ -21,9 +21,11 @@ from llmlab.course.checks.judge import (
     is_close,
     passed,
     real_number,
+    tensor_of_shape,
 )
 
 __all__ = [
     "ExerciseFailed", "ExerciseNotDone", "call", "call_or_fail", "compare_prediction", "exercise",
     "expect_number", "expect_real", "failure_from", "is_close", "passed", "real_number",
+    "tensor_of_shape",
 ]

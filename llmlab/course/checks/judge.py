@@ -7,6 +7,8 @@ import math
 import numbers
 from collections.abc import Callable, Iterable
 
+import torch
+
 
 class ExerciseFailed(AssertionError):
     """The learner's answer is missing or wrong; the message says what to do."""
@@ -136,6 +138,21 @@ def expect_number(
     raise ExerciseFailed(
         f"{exercise}: {call_text} returned {got!r}, expected about {expected:.6g}. {hint}".strip()
     )
+
+
+def tensor_of_shape(exercise: str, call_text: str, got, shape: tuple, what: str,
+                    whose: str) -> torch.Tensor:
+    """`got` (a tensor, a numpy array, nested lists) as a CPU tensor of `shape`, or a failure that
+    says what to return: `what` the answer is ("a mask"), `whose` shape it has ("the weight's")."""
+    try:
+        tensor = torch.as_tensor(got)
+    except (TypeError, ValueError, RuntimeError):
+        raise ExerciseFailed(f"{exercise}: {call_text} returned a {type(got).__name__}; return "
+                             f"a tensor ({what} of {whose} shape).") from None
+    if tuple(tensor.shape) != tuple(shape):
+        raise ExerciseFailed(f"{exercise}: {call_text} returned {what} of shape "
+                             f"{tuple(tensor.shape)}, expected {whose} shape {tuple(shape)}.")
+    return tensor.detach().cpu()
 
 
 def passed(exercise: str, detail: str) -> None:

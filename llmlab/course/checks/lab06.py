@@ -16,7 +16,14 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import prune
 
-from llmlab.course.checks import ExerciseFailed, call_or_fail, exercise, passed, real_number
+from llmlab.course.checks import (
+    ExerciseFailed,
+    call_or_fail,
+    exercise,
+    passed,
+    real_number,
+    tensor_of_shape,
+)
 from llmlab.models import build_model, input_dim, preset
 from llmlab.models.observe import observe_inputs
 from llmlab.prune import (
@@ -34,18 +41,11 @@ from llmlab.prune.wanda import input_norms
 def _as_mask(name: str, call_text: str, got, shape: tuple) -> torch.Tensor:
     """`got` (a tensor, a numpy array, nested lists) as a bool keep-mask of `shape`, or a failure
     that says what a mask is."""
-    try:
-        got = torch.as_tensor(got)
-    except (TypeError, ValueError, RuntimeError):
-        raise ExerciseFailed(f"{name}: {call_text} returned a {type(got).__name__}; return a "
-                             "tensor (a mask of the weight's shape).") from None
-    if tuple(got.shape) != tuple(shape):
-        raise ExerciseFailed(f"{name}: {call_text} returned a mask of shape {tuple(got.shape)}, "
-                             f"expected the weight's shape {tuple(shape)}.")
+    got = tensor_of_shape(name, call_text, got, shape, "a mask", "the weight's")
     if got.dtype != torch.bool and not bool(((got == 0) | (got == 1)).all()):
         raise ExerciseFailed(f"{name}: {call_text} returned values other than 0 and 1: a mask "
                              "holds True (keep) or False (prune) for each weight.")
-    return got.detach().bool().cpu()
+    return got.bool()
 
 
 # ---------------------------------------------------------------- Exercise 1: global magnitude

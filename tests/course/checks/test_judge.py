@@ -14,6 +14,7 @@ from llmlab.course.checks import (
     exercise,
     expect_number,
     real_number,
+    tensor_of_shape,
 )
 
 
@@ -64,6 +65,21 @@ def _check_without_fallback(fn):
 
 def _stub(x):
     raise NotImplementedError("a hint")
+
+
+@pytest.mark.parametrize("got", [torch.ones(2, 3), np.ones((2, 3)), [[1, 1, 1], [1, 1, 1]]])
+def test_a_tensor_answer_may_come_in_any_array_form(got):
+    tensor = tensor_of_shape("Exercise 1", "f(x)", got, (2, 3), "a mask", "the weight's")
+    assert isinstance(tensor, torch.Tensor) and tensor.shape == (2, 3)
+
+
+@pytest.mark.parametrize("got, match", [
+    ({"a": 1}, r"returned a dict; return a tensor \(a mask of the weight's shape\)"),
+    (torch.ones(3, 2), r"returned a mask of shape \(3, 2\), expected the weight's shape \(2, 3\)"),
+])
+def test_a_tensor_answer_of_another_kind_or_shape_is_named(got, match):
+    with pytest.raises(ExerciseFailed, match=match):
+        tensor_of_shape("Exercise 1", "f(x)", got, (2, 3), "a mask", "the weight's")
 
 
 def test_a_passing_check_returns_the_learners_function(capsys):
