@@ -1,13 +1,30 @@
 """Post-training: the log-probability a model gives a completion (per token and per sequence, the
-prompt unscored), DPO's loss on preference pairs with its implicit rewards, and GRPO's group
-advantages and clipped, KL-regularised loss for rewards a program checks. Each loss is checked
-against TRL's trainers (tests/posttrain)."""
+prompt unscored); rollouts, groups of the policy's own sampled completions; DPO's loss on
+preference pairs with its implicit rewards, the on-policy pairs a checker picks and the loop that
+trains on them; GRPO's group advantages, its clipped, KL-regularised loss and its loop, for
+rewards a program checks. Each loss is checked against TRL's trainers (tests/posttrain)."""
 
-from llmlab.posttrain.dpo import DPOLoss, dpo_loss
-from llmlab.posttrain.grpo import STD_EPSILON, GRPOLoss, group_advantages, grpo_loss
+from llmlab.posttrain.dpo import (
+    DPOLoss,
+    DPOStep,
+    PreferencePair,
+    dpo_loss,
+    preference_pairs,
+    train_dpo,
+)
+from llmlab.posttrain.grpo import (
+    STD_EPSILON,
+    GRPOLoss,
+    GRPOStep,
+    group_advantages,
+    grpo_loss,
+    train_grpo,
+)
 from llmlab.posttrain.logprobs import completion_logprobs, completion_mask, token_logprobs
+from llmlab.posttrain.rollouts import Rollouts, sample_groups
 
 __all__ = [
-    "STD_EPSILON", "DPOLoss", "GRPOLoss", "completion_logprobs", "completion_mask", "dpo_loss",
-    "group_advantages", "grpo_loss", "token_logprobs",
+    "STD_EPSILON", "DPOLoss", "DPOStep", "GRPOLoss", "GRPOStep", "PreferencePair", "Rollouts",
+    "completion_logprobs", "completion_mask", "dpo_loss", "group_advantages", "grpo_loss",
+    "preference_pairs", "sample_groups", "token_logprobs", "train_dpo", "train_grpo",
 ]

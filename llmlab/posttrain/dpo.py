@@ -22,10 +22,18 @@ ones, and whether both fall together (a common sight: the loss only needs the ga
 beta sets how far from the reference the policy may drift: a small beta lets it go further.
 """
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from llmlab.posttrain.logprobs import completion_logprobs
+from llmlab.posttrain.rollouts import sample_groups
+from llmlab.train.finetune import IGNORE, TaskExample, task_batch
 
 
 class DPOLoss(NamedTuple):
@@ -45,3 +53,83 @@ def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor,
     loss = -F.logsigmoid(beta * (chosen_ratio - rejected_ratio)).mean()
     # The rewards are for watching the run, not for the gradient.
     return DPOLoss(loss, beta * chosen_ratio.detach(), beta * rejected_ratio.detach())
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    chosen: TaskExample  # the prompt's ids, then the completion a checker accepted
+    rejected: TaskExample  # the same prompt, then one it refused
+
+
+def preference_pairs(model: nn.Module, tokenizer, prompts: Sequence[str],
+                     reward: Callable[[int, str], float], samples_per_prompt: int, *,
+                     max_new_tokens: int, stop_id: int, seed: int = 0) -> list[PreferencePair]:
+    """On-policy pairs: `samples_per_prompt` of the model's own completions of each prompt, scored
+    by `reward(prompt number, text)`; a prompt gives one pair (its best-scored completion chosen,
+    its worst rejected) when they differ in reward, none when all its completions tie."""
+    rollouts = sample_groups(model, tokenizer, prompts, samples_per_prompt,
+                             max_new_tokens=max_new_tokens, stop_id=stop_id, seed=seed)
+    pairs = []
+    for number in range(len(prompts)):
+        rows = range(number * samples_per_prompt, (number + 1) * samples_per_prompt)
+        scored = sorted(rows, key=lambda row: reward(number, rollouts.completions[row]))
+        worst, best = scored[0], scored[-1]
+        if reward(number, rollouts.completions[best]) > reward(number, rollouts.completions[worst]):
+            pairs.append(PreferencePair(*(_example(rollouts, row) for row in (best, worst))))
+    return pairs
+
+
+def _example(rollouts, row: int) -> TaskExample:
+    completion = (rollouts.labels[row] != IGNORE).nonzero().flatten()
+    end = int(completion[-1]) + 1
+    return TaskExample(tuple(rollouts.ids[row, :end].tolist()), int(completion[0]))
+
+
+@dataclass(frozen=True)
+class DPOStep:
+    loss: float
+    chosen_reward: float  # mean implicit reward, beta * (log pi - log pi_ref), of the chosen
+    rejected_reward: float
+    chosen_logprob: float  # mean log pi(completion | prompt) of the chosen under the policy
+    rejected_logprob: float
+    accuracy: float  # the share of pairs whose chosen completion has the higher implicit reward
+
+
+def train_dpo(policy: nn.Module, reference: nn.Module, pairs: Sequence[PreferencePair], *,
+              steps: int, batch_size: int, lr: float, beta: float = 0.1, pad_id: int = 0,
+              seed: int = 0, progress: bool = True) -> list[DPOStep]:
+    """DPO on `pairs` for `steps` batches of `batch_size` pairs (shuffled with `seed` once per
+    pass), AdamW at a constant `lr`; the reference's log-probabilities are computed once."""
+    if len(pairs) < batch_size:
+        raise ValueError(f"{len(pairs)} pairs cannot fill a batch of {batch_size}")
+    chosen, rejected = (task_batch([getattr(pair, side) for pair in pairs], pad_id)
+                        for side in ("chosen", "rejected"))
+    with torch.no_grad():
+        reference.eval()
+        reference_chosen = completion_logprobs(reference, *chosen)
+        reference_rejected = completion_logprobs(reference, *rejected)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr,
+                                  weight_decay=0.0)
+    order = torch.Generator().manual_seed(seed)
+    rows: list[int] = []
+    history = []
+    policy.train()
+    for _ in tqdm(range(steps), desc="DPO", disable=not progress, leave=False):
+        if len(rows) < batch_size:
+            rows = torch.randperm(len(pairs), generator=order).tolist()
+        batch, rows = rows[:batch_size], rows[batch_size:]
+        policy_chosen = completion_logprobs(policy, chosen[0][batch], chosen[1][batch])
+        policy_rejected = completion_logprobs(policy, rejected[0][batch], rejected[1][batch])
+        result = dpo_loss(policy_chosen, policy_rejected, reference_chosen[batch],
+                          reference_rejected[batch], beta)
+        result.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        history.append(DPOStep(
+            result.loss.item(), result.chosen_rewards.mean().item(),
+            result.rejected_rewards.mean().item(), policy_chosen.mean().item(),
+            policy_rejected.mean().item(),
+            (result.chosen_rewards > result.rejected_rewards).float().mean().item(),
+        ))
+    policy.eval()
+    return history

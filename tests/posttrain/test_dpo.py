@@ -109,3 +109,54 @@ def test_the_gradient_raises_the_chosen_answer_and_lowers_the_rejected_one():
     result.loss.backward()
     assert bool((chosen.grad < 0).all()) and bool((rejected.grad > 0).all())  # descent: up, down
     assert not result.chosen_rewards.requires_grad
+
+
+def test_on_policy_pairs_prefer_the_better_scored_completion_and_skip_ties():
+    from helpers.evaluation import code_tokenizer, generating_model
+
+    from llmlab.posttrain.dpo import preference_pairs
+
+    tokenizer = code_tokenizer()
+    prompts = ["def add", "# Add", "return a", "def"]
+
+    def length(number, text):  # a toy verifier whose scores differ among untrained samples
+        return float(len(text))
+
+    pairs = preference_pairs(generating_model(tokenizer), tokenizer, prompts, length, 6,
+                             max_new_tokens=5, stop_id=tokenizer("\n").input_ids[0])
+    assert pairs
+    for pair in pairs:
+        prompt = pair.chosen.ids[: pair.chosen.prompt_length]
+        assert pair.rejected.ids[: pair.rejected.prompt_length] == prompt
+        number = [tokenizer(p).input_ids for p in prompts].index(list(prompt))
+        chosen, rejected = (tokenizer.decode(example.ids[example.prompt_length :])
+                            for example in (pair.chosen, pair.rejected))
+        assert length(number, chosen) > length(number, rejected)
+    assert not preference_pairs(generating_model(tokenizer), tokenizer, prompts,
+                                lambda number, text: 1.0, 6, max_new_tokens=5, stop_id=0)
+
+
+def test_dpo_training_widens_the_gap_between_chosen_and_rejected():
+    import copy
+
+    from helpers.evaluation import code_tokenizer, generating_model
+
+    from llmlab.posttrain.dpo import PreferencePair, train_dpo
+    from llmlab.train.finetune import TaskExample
+
+    tokenizer = code_tokenizer()
+    prompt = tuple(tokenizer("def add").input_ids)
+    chosen, rejected = (tuple(tokenizer(text).input_ids) for text in ("(a, b):", " return"))
+    pairs = [PreferencePair(TaskExample(prompt + chosen, len(prompt)),
+                            TaskExample(prompt + rejected, len(prompt)))] * 4
+    policy = generating_model(tokenizer)
+    still = train_dpo(copy.deepcopy(policy), policy, pairs, steps=2, batch_size=2, lr=0.0,
+                      progress=False)
+    assert still[0].loss == pytest.approx(math.log(2)) and still[0].chosen_reward == 0
+    history = train_dpo(copy.deepcopy(policy), policy, pairs, steps=10, batch_size=2, lr=1e-2,
+                        progress=False)
+    assert history[-1].loss < math.log(2) / 2
+    assert history[-1].chosen_reward > 0 > history[-1].rejected_reward
+    assert history[-1].accuracy == 1
+    with pytest.raises(ValueError, match="cannot fill a batch"):
+        train_dpo(policy, policy, pairs, steps=1, batch_size=5, lr=1e-3)
