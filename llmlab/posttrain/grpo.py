@@ -97,6 +97,13 @@ class GRPOStep:
     clipped_fraction: float  # the share of tokens whose ratio the clip held back
 
 
+def grpo_optimizer(policy: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """AdamW on the policy's trainable parameters, with no weight decay: it would pull them
+    toward zero, away from the reference."""
+    return torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr,
+                             weight_decay=0.0)
+
+
 def grpo_step(
     policy: nn.Module,
     reference: nn.Module,
@@ -180,8 +187,7 @@ def train_grpo(
         raise ValueError(f"{prompts_per_step * group_size} rollouts do not split into "
                          f"{updates_per_rollout} equal updates")
     reference.eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr,
-                                  weight_decay=0.0)  # no decay: it would pull toward zero
+    optimizer = grpo_optimizer(policy, lr)
     draw = torch.Generator().manual_seed(seed)
     history = []
     for step in tqdm(range(steps), desc="GRPO", disable=not progress, leave=False):
