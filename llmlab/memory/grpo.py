@@ -162,7 +162,9 @@ def estimate_grpo_memory(
     `rollouts` completions of `completion_tokens` tokens after prompts of `prompt_tokens`
     (per data-parallel replica), and takes `updates_per_rollout` optimizer steps on equal slices
     of them: `estimate_grpo_memory("tiny", rollouts=64, prompt_tokens=20, completion_tokens=12,
-    dtype="fp32")`. An upper bound: generation stops early once every completion has stopped."""
+    dtype="fp32")`. An upper bound where generation is smaller: it stops once every completion
+    has stopped, and sample_groups samples prompts of each length apart (the cache then holds
+    the largest such batch, not all the rollouts)."""
     shape = as_shape(model)
     setup = (setup or TrainingSetup()).replace(**changes)
     _check_rollouts(shape, setup, rollouts, prompt_tokens, completion_tokens, updates_per_rollout)
