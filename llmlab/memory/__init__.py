@@ -1,5 +1,6 @@
-"""Training memory: estimate it by formula, measure it (a tensor tracker on any device, a dry
-run on fake tensors), see which GPUs it fits, and turn an out-of-memory error into options."""
+"""Training memory: estimate it by formula (a training step, and a GRPO step with its rollouts'
+KV cache), measure it (a tensor tracker on any device, a dry run on fake tensors), see which GPUs
+it fits, and turn an out-of-memory error into options."""
 
 from llmlab.memory.dryrun import dry_run, measure, prepare
 from llmlab.memory.estimate import (
@@ -19,6 +20,13 @@ from llmlab.memory.estimate import (
     tensor_parallel_problem,
 )
 from llmlab.memory.gpus import GPU_SIZES_GB, fit_table, fits, gpus_with
+from llmlab.memory.grpo import (
+    GRPO_PHASES,
+    GRPOMemoryEstimate,
+    Moment,
+    estimate_grpo_memory,
+    kv_cache_bytes,
+)
 from llmlab.memory.measure import (
     MeasuredStep,
     MemoryTracker,
@@ -36,10 +44,11 @@ from llmlab.memory.optimizers import (
 
 __all__ = [
     "CUDA_CONTEXT_BYTES", "DEEPSPEED_OPTIMIZERS", "DTYPE_BYTES", "GB", "GPU_SIZES_GB",
-    "OPTIMIZER_STATES", "REFERENCE_OPTIMIZERS", "TRAINER_OPTIMIZERS", "WEIGHT_BITS_4BIT",
-    "MeasuredStep", "MemoryEstimate", "MemoryTracker", "Option", "OutOfMemoryWithAdvice",
-    "TrainingSetup", "block_activation_bytes", "bytes_per_parameter", "check_tensor_parallel",
-    "dry_run", "estimate_memory", "fit_table", "fits", "gpus_with", "head_activation_bytes",
+    "GRPO_PHASES", "OPTIMIZER_STATES", "REFERENCE_OPTIMIZERS", "TRAINER_OPTIMIZERS",
+    "WEIGHT_BITS_4BIT", "GRPOMemoryEstimate", "MeasuredStep", "MemoryEstimate", "MemoryTracker",
+    "Moment", "Option", "OutOfMemoryWithAdvice", "TrainingSetup", "block_activation_bytes",
+    "bytes_per_parameter", "check_tensor_parallel", "dry_run", "estimate_grpo_memory",
+    "estimate_memory", "fit_table", "fits", "gpus_with", "head_activation_bytes", "kv_cache_bytes",
     "layer_activations", "measure", "measure_training_step", "memory_options", "model_states",
     "oom_advice", "optimizer_by_name", "prepare", "tensor_parallel_problem", "training_step",
 ]

@@ -27,7 +27,8 @@ wrong answer's tokens are each pushed down less than a short one's, so wrong ans
 longer), which DAPO and Dr. GRPO correct.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -96,6 +97,65 @@ class GRPOStep:
     clipped_fraction: float  # the share of tokens whose ratio the clip held back
 
 
+def grpo_optimizer(policy: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """AdamW on the policy's trainable parameters, with no weight decay: it would pull them
+    toward zero, away from the reference."""
+    return torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr,
+                             weight_decay=0.0)
+
+
+def grpo_step(
+    policy: nn.Module,
+    reference: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tokenizer,
+    prompts: Sequence[str],
+    chosen: Sequence[int],
+    reward: Callable[[int, str], float],
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    stop_id: int,
+    beta: float = 0.04,
+    epsilon: float = 0.2,
+    updates_per_rollout: int = 2,
+    seed: int = 0,
+    watch: Mapping[str, AbstractContextManager] | None = None,
+) -> GRPOStep:
+    """One step of GRPO (see train_grpo) on the prompts numbered `chosen`, each completion scored
+    by `reward(its prompt's number, completion text)`. Each of its three phases runs inside
+    `watch`'s context of its name, when there is one: "generation" (sampling the rollouts),
+    "scoring" (their log-probabilities under the policy that sampled them and the reference)
+    and "update" (llmlab.posttrain.memory watches them with memory trackers)."""
+    watch = watch or {}
+    with watch.get("generation", nullcontext()):
+        rollouts = sample_groups(policy, tokenizer, [prompts[i] for i in chosen], group_size,
+                                 max_new_tokens=max_new_tokens, stop_id=stop_id, seed=seed)
+    rewards = torch.tensor([reward(chosen[number], text) for number, text in
+                            zip(rollouts.prompt_index, rollouts.completions, strict=True)])
+    advantages = group_advantages(rewards, group_size)
+    mask = completion_mask(rollouts.labels)
+    with watch.get("scoring", nullcontext()), torch.no_grad():
+        old = token_logprobs(policy.eval(), rollouts.ids, rollouts.labels)
+        ref = token_logprobs(reference, rollouts.ids, rollouts.labels)
+    policy.train()
+    stats = []
+    with watch.get("update", nullcontext()):
+        for rows in torch.arange(len(rewards)).chunk(updates_per_rollout):
+            result = grpo_loss(token_logprobs(policy, rollouts.ids[rows], rollouts.labels[rows]),
+                               old[rows], ref[rows], advantages[rows], mask[rows], epsilon, beta)
+            result.loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            stats.append((result.kl.item(), result.clipped_fraction.item()))
+    return GRPOStep(
+        reward=rewards.mean().item(),
+        kl=sum(kl for kl, _ in stats) / len(stats),
+        entropy=(-(old * mask).sum() / mask.sum()).item(),
+        clipped_fraction=sum(clipped for _, clipped in stats) / len(stats),
+    )
+
+
 def train_grpo(
     policy: nn.Module,
     reference: nn.Module,
@@ -127,36 +187,15 @@ def train_grpo(
         raise ValueError(f"{prompts_per_step * group_size} rollouts do not split into "
                          f"{updates_per_rollout} equal updates")
     reference.eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr,
-                                  weight_decay=0.0)  # no decay: it would pull toward zero
+    optimizer = grpo_optimizer(policy, lr)
     draw = torch.Generator().manual_seed(seed)
     history = []
     for step in tqdm(range(steps), desc="GRPO", disable=not progress, leave=False):
         chosen = torch.randint(len(prompts), (prompts_per_step,), generator=draw).tolist()
-        rollouts = sample_groups(policy, tokenizer, [prompts[i] for i in chosen], group_size,
-                                 max_new_tokens=max_new_tokens, stop_id=stop_id,
-                                 seed=seed * 1_000_003 + step)
-        rewards = torch.tensor([reward(chosen[number], text) for number, text in
-                                zip(rollouts.prompt_index, rollouts.completions, strict=True)])
-        advantages = group_advantages(rewards, group_size)
-        mask = completion_mask(rollouts.labels)
-        with torch.no_grad():
-            old = token_logprobs(policy.eval(), rollouts.ids, rollouts.labels)
-            ref = token_logprobs(reference, rollouts.ids, rollouts.labels)
-        policy.train()
-        stats = []
-        for rows in torch.arange(len(rewards)).chunk(updates_per_rollout):
-            result = grpo_loss(token_logprobs(policy, rollouts.ids[rows], rollouts.labels[rows]),
-                               old[rows], ref[rows], advantages[rows], mask[rows], epsilon, beta)
-            result.loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            stats.append((result.kl.item(), result.clipped_fraction.item()))
-        history.append(GRPOStep(
-            reward=rewards.mean().item(),
-            kl=sum(kl for kl, _ in stats) / len(stats),
-            entropy=(-(old * mask).sum() / mask.sum()).item(),
-            clipped_fraction=sum(clipped for _, clipped in stats) / len(stats),
+        history.append(grpo_step(
+            policy, reference, optimizer, tokenizer, prompts, chosen, reward,
+            group_size=group_size, max_new_tokens=max_new_tokens, stop_id=stop_id, beta=beta,
+            epsilon=epsilon, updates_per_rollout=updates_per_rollout, seed=seed * 1_000_003 + step,
         ))
     policy.eval()
     return history

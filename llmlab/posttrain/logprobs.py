@@ -29,7 +29,9 @@ def token_logprobs(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor,
     padding comes before tokens (prompts padded on the left); padding after them is never read."""
     device = next(model.parameters()).device
     mask = None if attention_mask is None else attention_mask.to(device)
-    logits = model(input_ids=ids.to(device), attention_mask=mask).logits
+    # No cache: it only helps generation, and a forward that keeps one holds every layer's keys
+    # and values (a fresh transformers config asks for one).
+    logits = model(input_ids=ids.to(device), attention_mask=mask, use_cache=False).logits
     # The one next-token cross-entropy, per position: its negative is the log-probability, and
     # its ignore_index leaves 0 on the prompt and the padding.
     return -cross_entropy_on_ids(logits, labels.to(device), reduction="none").view(len(ids), -1)

@@ -6,6 +6,8 @@ without its log-normaliser."""
 import torch
 from helpers.trl_trainers import VOCAB, tiny_model, trl_sequence_logprobs
 
+from llmlab.memory import MemoryTracker
+from llmlab.models import build_model, preset
 from llmlab.posttrain import completion_logprobs, completion_mask, token_logprobs
 from llmlab.train.finetune import IGNORE
 
@@ -69,3 +71,18 @@ def test_only_the_completion_is_scored_and_the_padding_is_never_read():
     with torch.no_grad():
         again = completion_logprobs(model, other_padding, labels)
     torch.testing.assert_close(again, scores.sum(-1), rtol=0, atol=1e-6)
+
+
+def test_scoring_keeps_no_key_value_cache_whatever_the_config_asks():
+    """A fresh transformers config asks for a cache; a forward with gradients that kept one
+    would hold every layer's keys and values a second time (Lab 02's tracker sees them)."""
+    model = build_model(preset("tiny", vocab_size=VOCAB, n_layer=2, d_model=64, n_head=2))
+    ids, labels, _, _ = right_padded()
+    kept = {}
+    for use_cache in (True, False):
+        model.config.use_cache = use_cache
+        with MemoryTracker(model) as tracker:
+            scores = token_logprobs(model, ids, labels)
+            kept[use_cache] = tracker.current["activations"]
+        del scores
+    assert kept[True] == kept[False]
