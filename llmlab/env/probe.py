@@ -39,6 +39,8 @@ OPTIONAL_PACKAGES: dict[str, str] = {
     "gptqmodel": "Lab 07 GPTQ by library; `make lab` installs it",
     "optimum": "Lab 07 transformers' GPTQConfig; `make lab` installs it",
     "torchao": "Lab 07 int8 weights; `make lab` installs it",
+    "trl": "Lab 10's chat labels and the losses its exercises are checked against; `make lab` "
+           "installs it",
     "jupyterlab": "the notebooks; `make lab` installs it",
     "ipywidgets": "notebook progress bars; `make lab` installs it",
     "nbval": "the notebook tests; `make lab` installs it",
