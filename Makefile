@@ -17,6 +17,8 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # OpenMP threads each on two cores run a training step many times slower than one thread each.
 PYTEST_WORKERS ?= 2
 TEST_THREADS ?= 1
+# The 25 slowest tests close the report: where the CI budget goes (notebooks, mostly).
+DURATIONS ?= 25
 
 .PHONY: lab course test labs solutions doctor gpu-check bench lint clean FORCE
 
@@ -31,7 +33,7 @@ course: $(STAMP)  ## run every solution notebook headless and print a table (PRO
 	$(PY) -m llmlab course --profile $(PROFILE)
 
 test: $(STAMP)  ## every test: unit, notebooks (nbval), labs/solutions sync
-	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder tests solutions --nbval-lax --nbval-current-env -p no:cacheprovider
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder tests solutions --nbval-lax --nbval-current-env -p no:cacheprovider --durations=$(DURATIONS)
 
 labs: $(STAMP)  ## regenerate labs/ from solutions/
 	$(PY) -m llmlab make-labs
