@@ -1,6 +1,7 @@
 """One way to call Hugging Face's `generate` on a text prompt: in eval mode, seeded just before
-it draws, with the prompt's own ids; and `generate_batch`, many prompts of one length in one call
-that give the same ids as one at a time. Completions by decoding strategy
+it draws, with the prompt's own ids; `generate_batch`, many prompts of one length in one call
+that give the same ids as one at a time; and `sample_batch`, a group of samples of each of many
+prompts in one call (post-training's rollouts). Completions by decoding strategy
 (llmlab.evaluate.decoding), samples side by side (llmlab.evaluate.samples) and the trainer's
 samples all go through this module, so the same model, prompt, seed and options give the same
 text wherever they are asked for."""
@@ -67,6 +68,39 @@ def generate_batch(
             max_new_tokens=max_new_tokens,
             pad_token_id=tokenizer.pad_token_id or 0,  # fills rows that stop early: cut below
             tokenizer=tokenizer,
+            **options,
+        )
+    return _cut_where_alone_stops(model, tokenizer, output, batch.shape[1], options)
+
+
+@torch.no_grad()
+def sample_batch(
+    model: torch.nn.Module, tokenizer, prompts: list[str], *, samples: int, max_new_tokens: int,
+    seed: int, **options
+) -> list[torch.Tensor]:
+    """`samples` sampled continuations of each prompt (prompts of one length in tokens), in one
+    call of `generate`: the ids after each, cut where its row stopped, a prompt's samples next to
+    each other. Unlike `generate_continuation`'s, these draws depend on which prompts share the
+    call: right for reinforcement learning's rollouts, where only the distribution matters. The
+    caller's random state is left as it was."""
+    ids = [tokenizer(prompt).input_ids for prompt in prompts]
+    lengths = sorted({len(row) for row in ids})
+    if len(lengths) != 1:
+        raise ValueError(f"sample_batch takes prompts of one length in tokens; got {lengths}")
+    batch = torch.tensor(ids, device=next(model.parameters()).device)
+    options = {"do_sample": True, **options}
+    if "pad_token_id" not in options:  # fills rows that stopped early: cut below
+        options["pad_token_id"] = tokenizer.pad_token_id or 0
+    devices = [batch.device] if batch.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), eval_mode(model):
+        torch.manual_seed(seed)
+        output = model.generate(
+            batch,
+            attention_mask=torch.ones_like(batch),
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=samples,
+            tokenizer=tokenizer,
+            use_cache=True,  # each new token reads the keys and values kept so far
             **options,
         )
     return _cut_where_alone_stops(model, tokenizer, output, batch.shape[1], options)

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from llmlab.models.eval_mode import eval_mode
 from llmlab.posttrain.logprobs import completion_logprobs
 from llmlab.posttrain.rollouts import sample_groups
 from llmlab.train.finetune import IGNORE, TaskExample, task_batch
@@ -99,13 +100,13 @@ def train_dpo(policy: nn.Module, reference: nn.Module, pairs: Sequence[Preferenc
               steps: int, batch_size: int, lr: float, beta: float = 0.1, pad_id: int = 0,
               seed: int = 0, progress: bool = True) -> list[DPOStep]:
     """DPO on `pairs` for `steps` batches of `batch_size` pairs (shuffled with `seed` once per
-    pass), AdamW at a constant `lr`; the reference's log-probabilities are computed once."""
+    pass), AdamW at a constant `lr`; the reference's log-probabilities are computed once. The
+    policy is left in training mode, as llmlab.train.finetune leaves a model."""
     if len(pairs) < batch_size:
         raise ValueError(f"{len(pairs)} pairs cannot fill a batch of {batch_size}")
     chosen, rejected = (task_batch([getattr(pair, side) for pair in pairs], pad_id)
                         for side in ("chosen", "rejected"))
-    with torch.no_grad():
-        reference.eval()
+    with torch.no_grad(), eval_mode(reference):
         reference_chosen = completion_logprobs(reference, *chosen)
         reference_rejected = completion_logprobs(reference, *rejected)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr,
@@ -131,5 +132,4 @@ def train_dpo(policy: nn.Module, reference: nn.Module, pairs: Sequence[Preferenc
             policy_rejected.mean().item(),
             (result.chosen_rewards > result.rejected_rewards).float().mean().item(),
         ))
-    policy.eval()
     return history

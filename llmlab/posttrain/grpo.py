@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from llmlab.models.eval_mode import eval_mode
 from llmlab.posttrain.logprobs import completion_mask, token_logprobs
 from llmlab.posttrain.rollouts import sample_groups
 
@@ -135,8 +136,9 @@ def grpo_step(
                             zip(rollouts.prompt_index, rollouts.completions, strict=True)])
     advantages = group_advantages(rewards, group_size)
     mask = completion_mask(rollouts.labels)
-    with watch.get("scoring", nullcontext()), torch.no_grad():
-        old = token_logprobs(policy.eval(), rollouts.ids, rollouts.labels)
+    with (watch.get("scoring", nullcontext()), torch.no_grad(), eval_mode(policy),
+          eval_mode(reference)):
+        old = token_logprobs(policy, rollouts.ids, rollouts.labels)
         ref = token_logprobs(reference, rollouts.ids, rollouts.labels)
     policy.train()
     stats = []
@@ -179,14 +181,15 @@ def train_grpo(
     prompts drawn at random, scores each with `reward(prompt number, completion text)`, and
     takes `updates_per_rollout` optimizer steps on equal slices of the rollouts. The first slice
     is on-policy (every ratio is 1); the later ones were sampled by the policy before the first
-    update, so their ratios move and the clip can hold them back. Returns one GRPOStep per step."""
+    update, so their ratios move and the clip can hold them back. Returns one GRPOStep per step;
+    the policy is left in training mode, as llmlab.train.finetune leaves a model."""
     if steps < 1 or prompts_per_step < 1:
         raise ValueError(f"steps and prompts_per_step must be at least 1, got {steps} and "
                          f"{prompts_per_step}")
     if (prompts_per_step * group_size) % updates_per_rollout:
         raise ValueError(f"{prompts_per_step * group_size} rollouts do not split into "
                          f"{updates_per_rollout} equal updates")
-    reference.eval().requires_grad_(False)
+    reference.requires_grad_(False)
     optimizer = grpo_optimizer(policy, lr)
     draw = torch.Generator().manual_seed(seed)
     history = []
@@ -197,5 +200,4 @@ def train_grpo(
             group_size=group_size, max_new_tokens=max_new_tokens, stop_id=stop_id, beta=beta,
             epsilon=epsilon, updates_per_rollout=updates_per_rollout, seed=seed * 1_000_003 + step,
         ))
-    policy.eval()
     return history

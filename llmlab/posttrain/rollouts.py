@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from llmlab.models.eval_mode import eval_mode
+from llmlab.models.generation import sample_batch
 from llmlab.train.finetune import IGNORE
 
 
@@ -34,7 +34,6 @@ class Rollouts:
         return self.prompt_index.count(self.prompt_index[0])
 
 
-@torch.no_grad()
 def sample_groups(model: torch.nn.Module, tokenizer, prompts: Sequence[str], group_size: int, *,
                   max_new_tokens: int, stop_id: int, temperature: float = 1.0,
                   seed: int = 0) -> Rollouts:
@@ -43,27 +42,20 @@ def sample_groups(model: torch.nn.Module, tokenizer, prompts: Sequence[str], gro
     if group_size < 1 or not prompts:
         raise ValueError(f"need prompts and a group size of 1 or more, got {len(prompts)} "
                          f"prompts and group_size={group_size}")
-    device = next(model.parameters()).device
     encoded = [tokenizer(prompt).input_ids for prompt in prompts]
     by_length = defaultdict(list)  # token length -> the numbers of the prompts that long
     for number, ids in enumerate(encoded):
         by_length[len(ids)].append(number)
     completions: list[list[int]] = [[] for _ in range(len(prompts) * group_size)]
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
-            eval_mode(model):
-        torch.manual_seed(seed)
-        for length, numbers in sorted(by_length.items()):
-            batch = torch.tensor([encoded[number] for number in numbers], device=device)
-            output = model.generate(
-                batch, attention_mask=torch.ones_like(batch), do_sample=True,
-                temperature=temperature, top_k=0,  # top_k=0: the model's whole distribution
-                max_new_tokens=max_new_tokens, num_return_sequences=group_size,
-                eos_token_id=stop_id, pad_token_id=stop_id, use_cache=True,
-            )
-            for row, new in enumerate(output[:, length:].tolist()):
-                number = numbers[row // group_size]  # generate repeats each prompt's rows together
-                cut = new.index(stop_id) + 1 if stop_id in new else len(new)
-                completions[number * group_size + row % group_size] = new[:cut]
+    for call, (_, numbers) in enumerate(sorted(by_length.items())):
+        rows = sample_batch(model, tokenizer, [prompts[number] for number in numbers],
+                            samples=group_size, max_new_tokens=max_new_tokens,
+                            seed=seed * 1_000_003 + call, temperature=temperature,
+                            top_k=0,  # top_k=0: the model's whole distribution
+                            eos_token_id=stop_id, pad_token_id=stop_id)
+        for row, new in enumerate(rows):
+            number = numbers[row // group_size]  # a prompt's samples come together
+            completions[number * group_size + row % group_size] = new.tolist()
     prompt_index = [number for number in range(len(prompts)) for _ in range(group_size)]
     rows = [encoded[number] + completion
             for number, completion in zip(prompt_index, completions, strict=True)]

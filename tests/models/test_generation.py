@@ -73,4 +73,5 @@ def test_only_this_module_calls_generate():
     assert calls(PACKAGE, {"generate"}, mentioning=r"\.generate\(") == [
         "llmlab/models/generation.py:generate_continuation",
         "llmlab/models/generation.py:generate_batch",
+        "llmlab/models/generation.py:sample_batch",
     ]

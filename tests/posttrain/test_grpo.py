@@ -152,12 +152,13 @@ def grpo_run(beta: float, lr: float = 1e-2, steps: int = 20):
 
 
 def test_grpo_raises_a_verifiers_reward_and_the_kl_term_holds_the_policy_nearer_its_reference():
-    # On an untrained 1-layer model the share of "a" starts near 0.01; measured: about 0.9 after
-    # 20 steps without the KL term (about 2 s on one thread). A flipped sign would drive it to 0.
+    # On an untrained 1-layer model the share of "a" starts near 0.01; after 20 steps without
+    # the KL term it was 0.28 to 0.95 over seeds 0-4 (0.47 for seed 0, the one run here: about
+    # 2 s on one thread), and near 0.02 with beta 2. A flipped sign would drive it to 0.
     free_policy, reference, free = grpo_run(beta=0.0)
     start = sum(step.reward for step in free[:5]) / 5
     end = sum(step.reward for step in free[-5:]) / 5
-    assert start < 0.1 and end > 0.5
+    assert start < 0.05 and end > 0.2
     assert free[-1].entropy < free[0].entropy  # the policy grows sure of what pays
     assert any(step.clipped_fraction > 0 for step in free)  # the second update's ratios move
     assert all(p.grad is None and not p.requires_grad for p in reference.parameters())
