@@ -51,12 +51,15 @@ def _metrics():
     return {"train": defaultdict(list), "eval": defaultdict(list)}
 
 
-def dpo_trainer(model, ref_model, beta: float, precompute_ref_logps: bool = False):
+def dpo_trainer(model, ref_model, beta: float, precompute_ref_logps: bool = False,
+                sft_weight: float = 0.0):
     """A DPOTrainer's `self` with its config's defaults: the sigmoid loss, reverse KL, no length
-    desensitisation, no weighting, no auxiliary loss."""
+    desensitisation, no weighting, no auxiliary loss; with `sft_weight`, loss_type ["sigmoid",
+    "sft"] weighted [1, sft_weight]."""
+    losses = (["sigmoid", "sft"], [1.0, sft_weight]) if sft_weight else (["sigmoid"], [1.0])
     return SimpleNamespace(
         model=model, ref_model=ref_model, beta=beta, precompute_ref_logps=precompute_ref_logps,
-        loss_types=["sigmoid"], loss_weights=[1.0], f_divergence_type="reverse_kl",
+        loss_types=losses[0], loss_weights=losses[1], f_divergence_type="reverse_kl",
         ld_alpha=None, use_weighting=False, aux_loss_enabled=False, accelerator=OneProcess(),
         args=SimpleNamespace(gradient_checkpointing_kwargs=None), _metrics=_metrics(),
         _total_train_tokens=0, _tp_size=1,

@@ -1,7 +1,8 @@
 """DPO's loss is TRL's: on a tiny GPT-2 against a second one as the reference (loss, gradients and
-implicit rewards, through TRL's own `DPOTrainer._compute_loss`), and on given log-probabilities
-as far apart as a trained policy's. Mistakes caught: the reference left out, the margin's sign
-flipped, beta outside the log-sigmoid, a sum over the pairs, log(sigmoid) rounding to -inf."""
+implicit rewards, through TRL's own `DPOTrainer._compute_loss`; with its SFT term on the chosen
+answers too), and on given log-probabilities as far apart as a trained policy's. Mistakes
+caught: the reference left out, the margin's sign flipped, beta outside the log-sigmoid, a sum
+over the pairs, log(sigmoid) rounding to -inf, the SFT term averaged per answer, not per token."""
 
 import math
 from dataclasses import fields
@@ -38,11 +39,11 @@ def test_trl_s_default_dpo_loss_is_the_sigmoid_loss_with_beta_0_1():
     assert defaults["beta"].default == 0.1
 
 
-@pytest.mark.parametrize("beta", [0.1, 0.5])
-def test_dpo_loss_gradients_and_rewards_are_trls_on_a_tiny_model(beta):
+@pytest.mark.parametrize(("beta", "sft_weight"), [(0.1, 0.0), (0.5, 0.0), (0.1, 1.0), (0.5, 0.3)])
+def test_dpo_loss_gradients_and_rewards_are_trls_on_a_tiny_model(beta, sft_weight):
     policy, reference = tiny_model(seed=0, fused_outputs=FUSED), tiny_model(seed=1)
-    inputs = pairs()
-    trainer = dpo_trainer(policy, reference, beta)
+    inputs = pairs()  # answers of two lengths: a mean over answers is not one over tokens
+    trainer = dpo_trainer(policy, reference, beta, sft_weight=sft_weight)
     theirs = trl_dpo_loss(trainer, inputs)
     their_grads = torch.autograd.grad(theirs, list(policy.parameters()))
 
@@ -51,7 +52,9 @@ def test_dpo_loss_gradients_and_rewards_are_trls_on_a_tiny_model(beta):
     with torch.no_grad():
         reference_chosen, reference_rejected = completion_logprobs(reference, *args).chunk(2)
     policy_chosen, policy_rejected = completion_logprobs(policy, *args).chunk(2)
-    ours = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta)
+    chosen_tokens = (labels != IGNORE).sum(dim=1).chunk(2)[0]
+    ours = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta,
+                    sft_weight, chosen_tokens)
     our_grads = torch.autograd.grad(ours.loss, list(policy.parameters()))
 
     assert abs(ours.loss.item() - theirs.item()) < 1e-6
@@ -102,6 +105,16 @@ def test_a_policy_equal_to_its_reference_has_loss_log_2_and_rewards_0():
     assert result.chosen_rewards.tolist() == result.rejected_rewards.tolist() == [0.0, 0.0]
 
 
+def test_the_sft_term_needs_the_chosen_answers_lengths():
+    logps = torch.tensor([-3.0, -7.5])
+    with pytest.raises(ValueError, match="chosen_tokens"):
+        dpo_loss(logps, logps, logps, logps, sft_weight=1.0)
+    plain = dpo_loss(logps, logps - 1, logps, logps - 1).loss
+    with_sft = dpo_loss(logps, logps - 1, logps, logps - 1, sft_weight=2.0,
+                        chosen_tokens=torch.tensor([2, 3])).loss
+    assert with_sft.item() == pytest.approx(plain.item() + 2.0 * 10.5 / 5)
+
+
 def test_the_gradient_raises_the_chosen_answer_and_lowers_the_rejected_one():
     chosen = torch.tensor([-5.0, -2.0], requires_grad=True)
     rejected = torch.tensor([-4.0, -6.0], requires_grad=True)
@@ -134,6 +147,38 @@ def test_on_policy_pairs_prefer_the_better_scored_completion_and_skip_ties():
         assert length(number, chosen) > length(number, rejected)
     assert not preference_pairs(generating_model(tokenizer), tokenizer, prompts,
                                 lambda number, text: 1.0, 6, max_new_tokens=5, stop_id=0)
+
+
+def test_pairs_with_written_answers_choose_the_answer_and_reject_a_worse_sample():
+    from helpers.evaluation import code_tokenizer, generating_model
+
+    from llmlab.posttrain.dpo import preference_pairs
+
+    tokenizer = code_tokenizer()
+    prompts = ["def add", "# Add", "return a", "def"]
+    answers = ["(a, b):", " two numbers", " + b", " mul"]
+    stop = tokenizer("\n").input_ids[0]
+
+    def right(number, text):
+        return float(text == answers[number])
+
+    pairs = preference_pairs(generating_model(tokenizer), tokenizer, prompts, right, 3,
+                             max_new_tokens=5, stop_id=stop, answers=answers)
+    assert len(pairs) == len(prompts)  # an untrained model never writes the answer
+    for number, pair in enumerate(pairs):
+        prompt = tuple(tokenizer(prompts[number]).input_ids)
+        assert pair.chosen.ids == (*prompt, *tokenizer(answers[number]).input_ids, stop)
+        assert pair.chosen.prompt_length == pair.rejected.prompt_length == len(prompt)
+        assert pair.rejected.ids[: len(prompt)] == prompt
+        rejected = tokenizer.decode(pair.rejected.ids[len(prompt) :])
+        assert rejected.removesuffix("\n") != answers[number]
+    # A checker that accepts every sample as well as the answer gives no pair.
+    assert not preference_pairs(generating_model(tokenizer), tokenizer, prompts,
+                                lambda number, text: 1.0, 3, max_new_tokens=5, stop_id=stop,
+                                answers=answers)
+    with pytest.raises(ValueError, match="3 answers for 4 prompts"):
+        preference_pairs(generating_model(tokenizer), tokenizer, prompts, right, 3,
+                         max_new_tokens=5, stop_id=stop, answers=answers[:3])
 
 
 def test_dpo_training_widens_the_gap_between_chosen_and_rejected():
