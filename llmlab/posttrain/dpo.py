@@ -96,7 +96,8 @@ def preference_pairs(model: nn.Module, tokenizer, prompts: Sequence[str],
         scored = sorted(rows, key=lambda row: reward(number, rollouts.completions[row]))
         worst, best = scored[0], scored[-1]
         if answers is None:
-            chosen, best_reward = _example(rollouts, best), reward(number, rollouts.completions[best])
+            chosen = _example(rollouts, best)
+            best_reward = reward(number, rollouts.completions[best])
         else:
             ids = tokenizer.encode(prompt)
             chosen = TaskExample((*ids, *tokenizer.encode(answers[number]), stop_id), len(ids))
