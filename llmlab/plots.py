@@ -561,6 +561,22 @@ def bits_vs_perplexity(
     return fig
 
 
+def _seed_strip(ax, series: Mapping[str, Sequence[float]]) -> None:
+    """Every seed's score as a dot, and beside each method with two or more seeds the mean with
+    its 95% interval; each kind of mark named once in the legend, at its first appearance."""
+    first_spread = next((x for x, v in enumerate(series.values()) if len(v) > 1), None)
+    for x, values in enumerate(series.values()):
+        offsets = [(i - (len(values) - 1) / 2) * 0.06 for i in range(len(values))]  # a strip
+        ax.scatter([x + o for o in offsets], values, s=18, color="tab:blue", alpha=0.6,
+                   label="one seed" if x == 0 else None)
+        if len(values) > 1:
+            spread = seed_spread(values)
+            ax.errorbar(x + 0.25, spread.mean, yerr=spread.half_width, fmt="o", color="black",
+                        capsize=4, label="mean, 95% interval" if x == first_spread else None)
+    ax.set_xticks(range(len(series)), list(series), rotation=30, fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+
+
 def finetune_methods(
     scores: Mapping[str, Sequence[float]],
     perplexities: Mapping[str, Sequence[float]],
@@ -574,19 +590,8 @@ def finetune_methods(
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, series, label in ((left, scores, f"task {score_name}"),
                               (right, perplexities, "general held-out perplexity")):
-        # Each kind of mark is named once in the legend, at its first appearance.
-        first_spread = next((x for x, v in enumerate(series.values()) if len(v) > 1), None)
-        for x, values in enumerate(series.values()):
-            offsets = [(i - (len(values) - 1) / 2) * 0.06 for i in range(len(values))]  # a strip
-            ax.scatter([x + o for o in offsets], values, s=18, color="tab:blue", alpha=0.6,
-                       label="one seed" if x == 0 else None)
-            if len(values) > 1:
-                spread = seed_spread(values)
-                ax.errorbar(x + 0.25, spread.mean, yerr=spread.half_width, fmt="o", color="black",
-                            capsize=4, label="mean, 95% interval" if x == first_spread else None)
-        ax.set_xticks(range(len(series)), list(series), rotation=30, fontsize=8)
+        _seed_strip(ax, series)
         ax.set_ylabel(label)
-        ax.grid(True, axis="y", alpha=0.3)
     right.axhline(before, color="tab:gray", linestyle="--", label="before fine-tuning")
     left.set_title("gained on the task")
     right.set_title("forgotten elsewhere")
@@ -741,5 +746,64 @@ def generation_step_times(
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title or "Time per generated token")
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- Lab 10: post-training
+
+
+def method_scores(scores: Mapping[str, Sequence[float]], before: float, score_name: str,
+                  before_name: str, title: str = "") -> Figure:
+    """Methods over seeds ({method: one score per seed}): every seed's score, the mean with its
+    95% interval, and the score they all started from (`before`, named `before_name`)."""
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    _seed_strip(ax, scores)
+    ax.axhline(before, color="tab:gray", linestyle="--", label=before_name)
+    ax.set_ylabel(score_name)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Methods over seeds")
+    fig.tight_layout()
+    return fig
+
+
+def dpo_training(histories: Mapping[str, Sequence], title: str = "") -> Figure:
+    """DPO runs step by step ({run: its llmlab.posttrain.DPOStep list}): on the left the implicit
+    rewards of the chosen (solid) and the rejected (dashed) answers, on the right their mean
+    log-probabilities under the policy: whether the chosen answers rise, or only fall less."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for index, (run, history) in enumerate(histories.items()):
+        color = f"C{index % 10}"
+        for ax, field in ((left, "reward"), (right, "logprob")):
+            for side, style in (("chosen", "-"), ("rejected", "--")):
+                ax.plot([getattr(step, f"{side}_{field}") for step in history], style,
+                        color=color, label=f"{run}: {side}")
+    left.axhline(0, color="tab:gray", linewidth=1)
+    left.set_ylabel("implicit reward, beta (log pi - log pi_ref)")
+    right.set_ylabel("log pi(answer | prompt)")
+    for ax in (left, right):
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+    left.legend(fontsize=7)
+    fig.suptitle(title or "DPO, step by step")
+    fig.tight_layout()
+    return fig
+
+
+def grpo_training(histories: Mapping[str, Sequence], title: str = "") -> Figure:
+    """GRPO runs step by step ({run: its llmlab.posttrain.GRPOStep list}): the mean reward of the
+    rollouts, the KL estimate to the reference and the entropy of the sampled tokens."""
+    fields = (("reward", "mean reward of the rollouts"), ("kl", "KL(policy || reference)"),
+              ("entropy", "entropy of the sampled tokens"))
+    fig, axes = plt.subplots(1, len(fields), figsize=(12, 3.5))
+    for index, (run, history) in enumerate(histories.items()):
+        for ax, (field, _) in zip(axes, fields, strict=True):
+            ax.plot([getattr(step, field) for step in history], color=f"C{index % 10}", label=run)
+    for ax, (_, label) in zip(axes, fields, strict=True):
+        ax.set_xlabel("step")
+        ax.set_title(label, fontsize=9)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title or "GRPO, step by step")
     fig.tight_layout()
     return fig

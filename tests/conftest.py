@@ -49,14 +49,15 @@ def _transformers_left_as_found():
     assert not left, f"the test left PreTrainedModel.{left} swapped (two loads at once?)"
 
 
-# Labs 06-09 start from the model Lab 03 trains. Lab 03's notebook runs first and those labs last,
+# Labs 06-10 start from the model Lab 03 trains. Lab 03's notebook runs first and those labs last,
 # so they load its model instead of training a copy of their own (labs asking at once wait for
-# one training: llmlab.course.pretrained). The other notebooks go early: long units of work are
-# best started first. The Makefile turns off xdist's own reordering by size, which would undo
-# this order.
+# one training: llmlab.course.pretrained). The other notebooks go early, and the last ones go
+# longest first: long units of work are best started first. The Makefile turns off xdist's own
+# reordering by size, which would undo this order.
 FIRST = "solutions/03_training.ipynb"
-LAST = ("solutions/06_pruning.ipynb", "solutions/07_quantization.ipynb",
-        "solutions/08_finetuning.ipynb", "solutions/09_kernels.ipynb")
+LAST = ("solutions/08_finetuning.ipynb", "solutions/10_post_training.ipynb",
+        "solutions/07_quantization.ipynb", "solutions/06_pruning.ipynb",
+        "solutions/09_kernels.ipynb")
 
 
 def run_order(item) -> int:
@@ -64,7 +65,7 @@ def run_order(item) -> int:
     if path == FIRST:
         return 0
     if path in LAST:
-        return 3
+        return 3 + LAST.index(path)
     return 1 if path.startswith("solutions/") else 2
 
 

@@ -1,8 +1,10 @@
 """Post-training: the log-probability a model gives a completion (per token and per sequence, the
 prompt unscored); rollouts, groups of the policy's own sampled completions; DPO's loss on
-preference pairs with its implicit rewards, the on-policy pairs a checker picks and the loop that
-trains on them; GRPO's group advantages, its clipped, KL-regularised loss and its loop, for
-rewards a program checks. Each loss is checked against TRL's trainers (tests/posttrain)."""
+preference pairs with its implicit rewards (and an optional SFT term on the chosen answers), the
+pairs a checker picks (sample against sample, or a written answer against the model's mistake)
+and the loop that trains on them; GRPO's group advantages, its clipped, KL-regularised loss and
+its loop, for rewards a program checks; a GRPO step's memory beside its plan. Each loss is
+checked against TRL's trainers (tests/posttrain)."""
 
 from llmlab.posttrain.dpo import (
     DPOLoss,

@@ -189,7 +189,6 @@ def train_grpo(
     if (prompts_per_step * group_size) % updates_per_rollout:
         raise ValueError(f"{prompts_per_step * group_size} rollouts do not split into "
                          f"{updates_per_rollout} equal updates")
-    reference.requires_grad_(False)
     optimizer = grpo_optimizer(policy, lr)
     draw = torch.Generator().manual_seed(seed)
     history = []
