@@ -42,7 +42,7 @@ from torch.distributed.tensor.parallel import (
 from transformers.pytorch_utils import Conv1D
 
 from llmlab.distributed.mesh import check_tensor_parallel
-from llmlab.models import ModelShape
+from llmlab.models import model_shape
 from llmlab.models.blocks import linear_from_conv1d, transformer_blocks
 
 # ---------------------------------------------------------------------------------------------
@@ -245,18 +245,6 @@ def _sequence_slicing(model: nn.Module) -> dict[str, ParallelStyle]:
         final_norm: PrepareModuleInput(input_layouts=(Shard(1),),
                                        desired_input_layouts=(Replicate(),), use_local_output=True),
     }
-
-
-def model_shape(model: nn.Module) -> ModelShape:
-    """The ModelShape of a transformers GPT-2 or Llama model, from its config."""
-    c = model.config
-    if _family(model) == "gpt2":
-        return ModelShape("gpt2", c.n_layer, c.n_embd, c.n_head, c.vocab_size, c.n_positions,
-                          d_ff=c.n_inner or 0, tied_embeddings=c.tie_word_embeddings)
-    return ModelShape("llama", c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
-                      c.vocab_size, c.max_position_embeddings, d_ff=c.intermediate_size,
-                      n_kv_head=c.num_key_value_heads,
-                      tied_embeddings=c.tie_word_embeddings)
 
 
 def _family(model: nn.Module) -> str:

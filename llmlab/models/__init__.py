@@ -33,6 +33,7 @@ from llmlab.models.presets import (
     as_shape,
     build_model,
     enable_activation_checkpointing,
+    model_shape,
     preset,
 )
 from llmlab.models.rnn import LSTMLanguageModel, lstm_flops_per_token, lstm_layer_parameters
@@ -43,7 +44,7 @@ __all__ = [
     "count_model_parameters", "count_parameters", "cross_entropy_on_ids",
     "enable_activation_checkpointing", "eval_mode", "generate_batch", "generate_continuation",
     "input_dim", "linear_from_conv1d", "lstm_flops_per_token", "lstm_layer_parameters",
-    "measure_training_flops", "named_blocks", "next_token_cross_entropy", "next_token_loss",
-    "parameter_table", "preset", "stage_parameters", "training_flops_per_token",
-    "transformer_blocks",
+    "measure_training_flops", "model_shape", "named_blocks", "next_token_cross_entropy",
+    "next_token_loss", "parameter_table", "preset", "stage_parameters",
+    "training_flops_per_token", "transformer_blocks",
 ]

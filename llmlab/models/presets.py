@@ -179,6 +179,23 @@ def build_model(
     return model.train()
 
 
+def model_shape(model: nn.Module) -> ModelShape:
+    """The ModelShape of a built transformers GPT-2 or Llama model, read from its config: what
+    build_model would need to build it again, and what the planners take."""
+    c = getattr(model, "config", None)
+    family = getattr(c, "model_type", "")
+    if family == "gpt2":
+        return ModelShape("gpt2", c.n_layer, c.n_embd, c.n_head, c.vocab_size, c.n_positions,
+                          d_ff=c.n_inner or 0, tied_embeddings=c.tie_word_embeddings)
+    if family == "llama":
+        return ModelShape("llama", c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+                          c.vocab_size, c.max_position_embeddings, d_ff=c.intermediate_size,
+                          n_kv_head=c.num_key_value_heads,
+                          tied_embeddings=c.tie_word_embeddings)
+    raise TypeError(f"no ModelShape for a {family or type(model).__name__!r} model: the course's "
+                    "shapes are gpt2 and llama")
+
+
 def enable_activation_checkpointing(model: nn.Module) -> None:
     """Keep only each block's input and recompute its activations during backward.
 

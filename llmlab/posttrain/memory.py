@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from torch import nn
 
 from llmlab.device import dtype_name
-from llmlab.distributed.tensor_parallel import model_shape
 from llmlab.memory import (
     GRPO_PHASES,
     GRPOMemoryEstimate,
@@ -24,6 +23,7 @@ from llmlab.memory import (
     TrainingSetup,
     estimate_grpo_memory,
 )
+from llmlab.models import model_shape
 from llmlab.posttrain.grpo import grpo_optimizer, grpo_step
 
 

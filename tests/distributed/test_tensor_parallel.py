@@ -21,12 +21,11 @@ from llmlab.distributed.tensor_parallel import (
     ColumnRowParallelMLP,
     apply_tensor_parallel,
     gpt2_layout,
-    model_shape,
     prepare_for_tensor_parallel,
     tensor_parallel_plan,
 )
 from llmlab.memory import TrainingSetup, estimate_memory
-from llmlab.models import build_model, preset
+from llmlab.models import build_model, model_shape, preset
 from llmlab.scale import Parallel
 from llmlab.scale.comm_cost import tensor_parallel_bytes
 

@@ -1,6 +1,8 @@
 """Model presets build through transformers, train on the CPU, and refuse bad shapes with a clear
 message."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -74,3 +76,23 @@ def test_activation_checkpointing_switches_on_under_either_transformers_name():
     older = OlderTransformersModel()
     models.enable_activation_checkpointing(older)
     assert older.called
+
+
+@pytest.mark.parametrize("shape", [
+    ModelShape("gpt2", 2, 64, 4, 256, 32, source="a test"),
+    ModelShape("gpt2", 2, 64, 4, 256, 32, d_ff=96, tied_embeddings=False),
+    ModelShape("llama", 2, 64, 4, 256, 32, d_ff=96, n_kv_head=2),
+], ids=["gpt2", "gpt2-untied-narrow-mlp", "llama-gqa"])
+def test_model_shape_reads_back_the_shape_a_model_was_built_from(shape):
+    built = models.build_model(shape, device="meta")
+    read = models.model_shape(built)
+
+    def spelled_out(s):  # d_ff 0 means 4 * d_model; source is a note no config holds
+        return dataclasses.replace(s, d_ff=s.d_ff or 4 * s.d_model, source="")
+
+    assert spelled_out(read) == spelled_out(shape)
+
+
+def test_model_shape_refuses_a_model_of_another_kind():
+    with pytest.raises(TypeError, match="no ModelShape for a 'Linear' model"):
+        models.model_shape(torch.nn.Linear(2, 2))
