@@ -205,3 +205,27 @@ def test_dpo_training_widens_the_gap_between_chosen_and_rejected():
     assert history[-1].accuracy == 1
     with pytest.raises(ValueError, match="cannot fill a batch"):
         train_dpo(policy, policy, pairs, steps=1, batch_size=5, lr=1e-3)
+
+
+def test_the_sft_term_raises_the_chosen_answers_log_probability_where_plain_dpo_need_not():
+    import copy
+
+    from helpers.evaluation import code_tokenizer, generating_model
+
+    from llmlab.posttrain.dpo import PreferencePair, train_dpo
+    from llmlab.train.finetune import TaskExample
+
+    tokenizer = code_tokenizer()
+    prompt = tuple(tokenizer("def add").input_ids)
+    chosen, rejected = (tuple(tokenizer(text).input_ids) for text in ("(a, b):", "(a, c):"))
+    pairs = [PreferencePair(TaskExample(prompt + chosen, len(prompt)),
+                            TaskExample(prompt + rejected, len(prompt)))] * 4
+    policy = generating_model(tokenizer)
+    runs = {weight: train_dpo(copy.deepcopy(policy), policy, pairs, steps=10, batch_size=2,
+                              lr=1e-2, sft_weight=weight, progress=False)
+            for weight in (0.0, 1.0)}
+    plain, with_sft = (runs[weight][-1].chosen_logprob for weight in (0.0, 1.0))
+    start = runs[0.0][0].chosen_logprob
+    assert with_sft > start  # the SFT term lifts the chosen answer itself
+    assert with_sft > plain + 0.5  # and by more than plain DPO, which only widens the gap
+    assert runs[1.0][-1].accuracy == 1
