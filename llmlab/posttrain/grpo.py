@@ -140,6 +140,8 @@ def grpo_step(
           eval_mode(reference)):
         old = token_logprobs(policy, rollouts.ids, rollouts.labels)
         ref = token_logprobs(reference, rollouts.ids, rollouts.labels)
+    # The log-probs are on the model's device; the rewards were scored on the host.
+    advantages, mask = advantages.to(old.device), mask.to(old.device)
     policy.train()
     stats = []
     with watch.get("update", nullcontext()):

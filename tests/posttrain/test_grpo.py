@@ -174,3 +174,20 @@ def test_grpo_refuses_rollouts_that_do_not_split_into_equal_updates():
     with pytest.raises(ValueError, match="equal updates"):
         train_grpo(None, None, None, ["a"], a_share, steps=1, prompts_per_step=3, group_size=3,
                    lr=1e-3, max_new_tokens=2, stop_id=0, updates_per_rollout=2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the rollouts are "
+                    "scored there while the rewards are computed on the host")
+def test_grpo_steps_on_a_gpu_with_rewards_scored_on_the_host():
+    import copy
+
+    from helpers.evaluation import code_tokenizer, generating_model
+
+    from llmlab.posttrain.grpo import train_grpo
+
+    tokenizer = code_tokenizer()
+    policy = generating_model(tokenizer).cuda()
+    history = train_grpo(policy, copy.deepcopy(policy), tokenizer, ["def add", "# Add"], a_share,
+                         steps=2, prompts_per_step=2, group_size=4, lr=1e-3, max_new_tokens=4,
+                         stop_id=tokenizer("\n").input_ids[0], progress=False)
+    assert len(history) == 2 and all(p.device.type == "cuda" for p in policy.parameters())
