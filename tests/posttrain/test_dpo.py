@@ -181,20 +181,28 @@ def test_pairs_with_written_answers_choose_the_answer_and_reject_a_worse_sample(
                          max_new_tokens=5, stop_id=stop, answers=answers[:3])
 
 
-def test_dpo_training_widens_the_gap_between_chosen_and_rejected():
-    import copy
-
+def toy_pairs(rejected: str):
+    """Four copies of one pair on "def add": "(a, b):" chosen over `rejected`; and a small
+    untrained policy for them."""
     from helpers.evaluation import code_tokenizer, generating_model
 
-    from llmlab.posttrain.dpo import PreferencePair, train_dpo
+    from llmlab.posttrain.dpo import PreferencePair
     from llmlab.train.finetune import TaskExample
 
     tokenizer = code_tokenizer()
     prompt = tuple(tokenizer("def add").input_ids)
-    chosen, rejected = (tuple(tokenizer(text).input_ids) for text in ("(a, b):", " return"))
+    chosen, rejected = (tuple(tokenizer(text).input_ids) for text in ("(a, b):", rejected))
     pairs = [PreferencePair(TaskExample(prompt + chosen, len(prompt)),
                             TaskExample(prompt + rejected, len(prompt)))] * 4
-    policy = generating_model(tokenizer)
+    return pairs, generating_model(tokenizer)
+
+
+def test_dpo_training_widens_the_gap_between_chosen_and_rejected():
+    import copy
+
+    from llmlab.posttrain.dpo import train_dpo
+
+    pairs, policy = toy_pairs(" return")
     still = train_dpo(copy.deepcopy(policy), policy, pairs, steps=2, batch_size=2, lr=0.0,
                       progress=False)
     assert still[0].loss == pytest.approx(math.log(2)) and still[0].chosen_reward == 0
@@ -210,17 +218,9 @@ def test_dpo_training_widens_the_gap_between_chosen_and_rejected():
 def test_the_sft_term_raises_the_chosen_answers_log_probability_where_plain_dpo_need_not():
     import copy
 
-    from helpers.evaluation import code_tokenizer, generating_model
+    from llmlab.posttrain.dpo import train_dpo
 
-    from llmlab.posttrain.dpo import PreferencePair, train_dpo
-    from llmlab.train.finetune import TaskExample
-
-    tokenizer = code_tokenizer()
-    prompt = tuple(tokenizer("def add").input_ids)
-    chosen, rejected = (tuple(tokenizer(text).input_ids) for text in ("(a, b):", "(a, c):"))
-    pairs = [PreferencePair(TaskExample(prompt + chosen, len(prompt)),
-                            TaskExample(prompt + rejected, len(prompt)))] * 4
-    policy = generating_model(tokenizer)
+    pairs, policy = toy_pairs("(a, c):")
     runs = {weight: train_dpo(copy.deepcopy(policy), policy, pairs, steps=10, batch_size=2,
                               lr=1e-2, sft_weight=weight, progress=False)
             for weight in (0.0, 1.0)}
