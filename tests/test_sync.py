@@ -6,6 +6,7 @@ import nbformat
 import pytest
 
 from llmlab.course.generate import make_lab, render
+from llmlab.course.setup_cell import SETUP_ID
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -25,10 +26,13 @@ def test_lab_is_generated_from_its_solution(solution):
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
-def test_solution_has_a_parameters_cell_first_among_code_cells(solution):
+def test_solution_has_a_parameters_cell_first_after_the_setup_cell(solution):
+    """Only the setup cell (llmlab.course.setup_cell: it installs the course where it is missing)
+    runs before the profile is chosen."""
     notebook = nbformat.read(solution, as_version=4)
-    first_code = next(cell for cell in notebook.cells if cell.cell_type == "code")
-    assert "parameters" in first_code.metadata.get("tags", [])
+    setup, parameters = [cell for cell in notebook.cells if cell.cell_type == "code"][:2]
+    assert setup.get("id") == SETUP_ID
+    assert "parameters" in parameters.metadata.get("tags", [])
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)

@@ -137,8 +137,9 @@ def create_venv(venv: Path) -> None:
         minor = dotted(sys.version_info)
         raise SystemExit(
             f"Python {minor} could not create {venv} (its message is above). On Debian and "
-            f"Ubuntu the venv module is a package of its own: `sudo apt install python{minor}-venv`, "
-            "then run the same make command again (the half-made environment is rebuilt)."
+            "Ubuntu the venv module is a package of its own: "
+            f"`sudo apt install python{minor}-venv`, then run the same make command again (the "
+            "half-made environment is rebuilt)."
         )
 
 

@@ -3,6 +3,7 @@ problems, each with a concrete fix. A pure function of the report, so every prob
 a fake machine (tests/helpers/fake_machines.py).
 """
 
+import importlib.metadata
 import re
 from dataclasses import dataclass
 
@@ -52,6 +53,28 @@ def _package_problems(report: EnvReport) -> list[Problem]:
         message = f"required packages missing: {', '.join(missing)}"
         problems.append(Problem("error", message, INSTALL_FIX))
     return problems
+
+
+def oldest_supported_torch() -> str | None:
+    """The oldest torch the course is tested with: the `torch>=` bound in pyproject.toml, as the
+    installed llmlab states it (None when llmlab runs from a folder it was not installed from)."""
+    try:
+        requirements = importlib.metadata.requires("llmlab") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    bounds = [m[1] for r in requirements if (m := re.match(r"torch\s*>=\s*([\d.]+)", r))]
+    return bounds[0] if bounds else None
+
+
+def _old_torch_problems(report: EnvReport, oldest: str | None = None) -> list[Problem]:
+    oldest = oldest or oldest_supported_torch()
+    installed = _major_minor(report.torch_version)
+    if oldest is None or installed is None or installed >= _major_minor(oldest):
+        return []
+    message = f"PyTorch {report.torch_version} is older than the course supports ({oldest} on)"
+    fix = (f"upgrade it (`pip install 'torch>={oldest}'`, then restart the kernel), or on a hosted "
+           "runtime choose a newer one")
+    return [Problem("error", message, fix)]
 
 
 def _driver_older_than_runtime(report: EnvReport) -> bool:
@@ -165,7 +188,7 @@ def _resource_problems(report: EnvReport) -> list[Problem]:
 def diagnose(report: EnvReport) -> list[Problem]:
     """What is wrong with this machine for the course, each with a fix (a pure function)."""
     checks = (
-        _package_problems, _cuda_build_problems, _cpu_build_problems, _old_gpu_problems,
-        _framework_problems, _resource_problems,
+        _package_problems, _old_torch_problems, _cuda_build_problems, _cpu_build_problems,
+        _old_gpu_problems, _framework_problems, _resource_problems,
     )
     return [problem for check in checks for problem in check(report)]

@@ -1,9 +1,10 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
 from helpers.fake_machines import ALL_PACKAGES, cuda_box, fake_gpu, h100_box, make_report
 
-from llmlab.env.diagnose import diagnose
+from llmlab.env.diagnose import _old_torch_problems, diagnose, oldest_supported_torch
 from llmlab.env.probe import FrameworkInfo
 from llmlab.units import GB
 
@@ -72,6 +73,23 @@ def test_missing_torch_is_an_error():
     report = make_report(torch_version=None, torch_build="missing", packages={})
     messages = [p.message for p in diagnose(report) if p.severity == "error"]
     assert any("PyTorch" in message for message in messages)
+
+
+@pytest.mark.parametrize(("installed", "refused"), [
+    ("2.9.1+cu126", True), ("2.10.0+cu128", False), ("2.13.0+cpu", False), ("3.0.0", False),
+])
+def test_a_torch_older_than_the_supported_range_is_an_error(installed, refused):
+    problems = _old_torch_problems(make_report(torch_version=installed), oldest="2.10")
+    assert bool(problems) is refused
+    if refused:
+        (problem,) = problems
+        assert "2.9.1" in problem.message and "2.10 on" in problem.message
+        assert "pip install 'torch>=2.10'" in problem.fix
+
+
+def test_the_supported_range_is_what_pyproject_states():
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert f'"torch>={oldest_supported_torch()}"' in pyproject
 
 
 def test_pascal_gpu_warns_about_missing_tensor_cores():
