@@ -192,7 +192,8 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--checkpoint-every {args.checkpoint_every} saves checkpoints into --out, "
                      "and there is none: give --out DIR (or drop --checkpoint-every)")
     try:
-        # Lab 03's rule, as `llmlab doctor` prints it: full only on a GPU with room for its recipe.
+        # Lab 03's rule, as `llmlab doctor` prints it: full on a GPU with room for its recipe,
+        # consumer (the same recipe in smaller micro-batches) on a 12-20 GB one.
         name = profile(args.profile, lab=3).name
     except ValueError as error:  # an unknown profile
         parser.error(str(error))
@@ -228,7 +229,7 @@ def _train_lab03(name: str, args: argparse.Namespace, info):
     if args.checkpoint_every:
         changes["checkpoint_interval"] = args.checkpoint_every
     changes["parallel"] = args.parallel
-    if name == "full" and info.is_main:
+    if name in ("full", "consumer") and info.is_main:  # both train on the full profile's data
         print(full_corpus_line())
     config = lab03_config(name, out_dir=args.out, progress=info.is_main, **changes)
     data = lab03_data(name, config, seed=info.rank)  # each rank draws its own windows
@@ -369,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     p_doctor.add_argument("--json", action="store_true", help="print JSON (for issue reports)")
 
     p_course = commands.add_parser("course", help="run the solution notebooks headless")
-    p_course.add_argument("--profile", default="auto", help="smoke, full or auto (default)")
+    p_course.add_argument("--profile", default="auto",
+                          help="smoke, consumer, full or auto (default)")
     p_course.add_argument("--only", nargs="+", default=None, help="lab prefixes, e.g. 00 03")
     p_course.add_argument("--solutions", type=_path, default=Path("solutions"))
     p_course.add_argument("--out", type=_path, default=Path("build"))
@@ -387,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         "(gloo on CPUs, NCCL on GPUs).",
     )
     p_train.add_argument("--profile", default="auto",
-                         help="smoke, full or auto (default: Lab 03's choice, as llmlab doctor "
-                         "prints it)")
+                         help="smoke, consumer, full or auto (default: Lab 03's choice, as llmlab "
+                         "doctor prints it)")
     p_train.add_argument("--steps", type=_positive, default=None,
                          help="train this many steps (the recipe's warm-up scales with them)")
     p_train.add_argument("--out", type=_path, default=None,

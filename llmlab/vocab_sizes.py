@@ -8,3 +8,4 @@ VOCAB_SIZES = {
     "smoke": 2048,
     "full": 32768,
 }
+VOCAB_SIZES["consumer"] = VOCAB_SIZES["full"]  # consumer trains the full profile's model and data

@@ -9,7 +9,7 @@ import sys
 
 import nbformat
 import pytest
-from helpers.fake_machines import ALL_PACKAGES, cuda_box, h100_box, make_report
+from helpers.fake_machines import ALL_PACKAGES, T4, cuda_box, gpus, h100_box, make_report
 from nbformat.v4 import new_code_cell, new_notebook
 
 from llmlab import cli, env
@@ -56,6 +56,18 @@ def test_doctor_on_a_cpu_machine_says_so_and_gives_smoke_for_every_lab(fake_mach
     out = capsys.readouterr().out
     assert "No CUDA GPU" in out
     assert 'profile("auto", lab=N) picks the same' in out
+
+
+def test_doctor_on_a_t4_shows_the_training_labs_at_consumer_and_why(fake_machine, capsys):
+    fake_machine(cuda_box(gpus=gpus(T4)))
+    cli.main(["doctor"])
+    (lab_03,) = [line for line in capsys.readouterr().out.splitlines()
+                 if "03 Training on one GPU" in line]
+    _, name, why = (cell.strip() for cell in lab_03.split("|")[:3])
+    assert name == "consumer"
+    assert why == ("Tesla T4 has 15.8 GB (full needs 20 GB): GPT-2 small in smaller "
+                   "micro-batches; no bf16 (compute capability 7.5): the trainer runs fp16 "
+                   "with a grad scaler")
 
 
 def test_doctor_says_when_llmlab_profile_overrides_the_table(fake_machine, capsys, monkeypatch):

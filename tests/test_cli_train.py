@@ -12,7 +12,7 @@ import sys
 
 import psutil
 import pytest
-from helpers.fake_machines import L4, T4
+from helpers.fake_machines import L4, RTX_4060, T4
 from helpers.train_fakes import NaNAt, RandomWindows, config, tiny_gpt2, token_stream
 
 from llmlab import cli, env
@@ -154,12 +154,18 @@ def faked_training(monkeypatch):
     return chosen
 
 
-@pytest.mark.parametrize(("gpu", "expected"), [(T4, "smoke"), (L4, "full")], ids=["16GB", "24GB"])
+@pytest.mark.parametrize(("gpu", "expected"), [(RTX_4060, "smoke"), (T4, "consumer"), (L4, "full")],
+                         ids=["8GB", "16GB", "24GB"])
 def test_auto_follows_lab_03s_rule_as_the_doctor_does(faked_training, monkeypatch, gpu, expected):
     monkeypatch.setattr(env, "visible_gpus", lambda: [gpu])
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     assert main(["train", "--profile", "auto"]) == 0
     assert faked_training["profile"] == expected  # a 16 GB T4 is too small for Lab 03's full
+
+
+def test_the_consumer_profile_can_be_asked_for(faked_training):
+    assert main(["train", "--profile", "consumer"]) == 0
+    assert faked_training["profile"] == "consumer"
 
 
 @pytest.mark.parametrize(

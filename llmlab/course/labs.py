@@ -11,10 +11,16 @@ from llmlab.units import GB
 
 Rule = Callable[[Sequence[GpuInfo]], tuple[str, str]]  # the GPUs torch sees -> (profile, why)
 
-# Lab 03's full recipe (GPT-2 small, micro-batch 16 x 1024 tokens): the planner estimates 13.4 GB,
-# and torch.compile's autotuning and allocator fragmentation need more. A 16 GB T4 or V100 holds
-# 15.8-16.9 GB, too tight; the 24 GB class (L4, A10) and larger run it.
+# Lab 03's full recipe (GPT-2 small, micro-batch 16 x 1024 tokens): the planner's peak is 14.1 GB
+# under the trainer's torch.autocast, and torch.compile's autotuning and allocator fragmentation
+# need more. A 16 GB T4 or V100 holds 15.8-16.9 GB, too tight; the 24 GB class (L4, A10) and
+# larger run it.
 TRAINING_GPU_GB = 20
+# Below that, the consumer profile: the same recipe in micro-batches that fit (llmlab.recipes).
+# Lab 03 alone would fit from 4 GB (micro-batch 1), but the labs on this rule keep their full sizes:
+# Lab 08's code fine-tune (GPT-2 small in fp32, 16 x ~430 tokens) plans 9.1 GB beside the lab's
+# other models, about 11 GB, and Lab 03's accumulation comparison needs a micro-batch of 4 or more.
+CONSUMER_GPU_GB = 12
 
 
 @dataclass(frozen=True)
@@ -37,19 +43,38 @@ def _any_gpu(gpus: Sequence[GpuInfo]) -> tuple[str, str]:
     return "smoke", "no CUDA GPU: small sizes on the CPU"
 
 
-def _training_gpu(min_gb: float) -> Rule:
-    """Full when the GPU the labs train on (cuda:0) has `min_gb` GB or more."""
+def _training_gpu(full_gb: float, consumer_gb: float) -> Rule:
+    """Full when the GPU the labs train on (cuda:0) has `full_gb` GB or more, consumer from
+    `consumer_gb` GB, else smoke."""
 
     def rule(gpus: Sequence[GpuInfo]) -> tuple[str, str]:
         if not gpus:
             return "smoke", "no CUDA GPU: a tiny model on the CPU"
-        gpu, needs = gpus[0], f"full needs {min_gb:.0f} GB"
+        gpu, needs = gpus[0], f"full needs {full_gb:.0f} GB"
         size = f"{gpu.name} has {gpu.total_memory_bytes / GB:.1f} GB"
-        if gpu.total_memory_bytes < min_gb * GB:
-            return "smoke", f"{size}; {needs}"
-        return "full", f"{size} ({needs})"
+        if gpu.total_memory_bytes < consumer_gb * GB:
+            return "smoke", f"{size}; consumer needs {consumer_gb:.0f} GB, {needs}"
+        if gpu.total_memory_bytes < full_gb * GB:
+            smaller = "GPT-2 small in smaller micro-batches"
+            return "consumer", f"{size} ({needs}): {smaller}{_precision(gpu)}"
+        return "full", f"{size} ({needs}){_precision(gpu)}"
 
     return rule
+
+
+def _precision(gpu: GpuInfo) -> str:
+    """What the trainer's `auto` dtype does on a GPU without bf16 (nothing to say on one with)."""
+    from llmlab.device import training_dtype_for  # here: `llmlab --help` must not wait for torch
+
+    choice = training_dtype_for("cuda", capability=gpu.capability)
+    if choice.name == "bf16":
+        return ""
+    scaler = " with a grad scaler" if choice.use_grad_scaler else ""
+    major, minor = gpu.capability
+    return f"; no bf16 (compute capability {major}.{minor}): the trainer runs {choice.name}{scaler}"
+
+
+_on_training_gpu = _training_gpu(TRAINING_GPU_GB, CONSUMER_GPU_GB)
 
 
 def _multi_gpu(gpus: Sequence[GpuInfo]) -> tuple[str, str]:
@@ -68,7 +93,7 @@ LABS: tuple[Lab, ...] = (
         "any CUDA GPU (measures GPT-2 124M on it)", _any_gpu),
     Lab(3, "training", "Training on one GPU", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (GPT-2 small, 2000 steps of 65k tokens)",
-        _training_gpu(TRAINING_GPU_GB)),
+        _on_training_gpu),
     Lab(4, "multi_gpu", "Multi-GPU training", True,
         "2 or more GPUs (DDP, ZeRO/FSDP, tensor and pipeline parallelism)", _multi_gpu),
     Lab(5, "at_scale", "Training at scale", True,
@@ -76,18 +101,18 @@ LABS: tuple[Lab, ...] = (
         _multi_gpu),
     Lab(6, "pruning", "Pruning", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (prunes and fine-tunes Lab 03's GPT-2 small)",
-        _training_gpu(TRAINING_GPU_GB)),
+        _on_training_gpu),
     Lab(7, "quantization", "4-bit quantization", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (quantizes and fine-tunes Lab 03's GPT-2 "
-        "small; GPTQ's GPU kernels timed)", _training_gpu(TRAINING_GPU_GB)),
+        "small; GPTQ's GPU kernels timed)", _on_training_gpu),
     Lab(8, "finetuning", "Fine-tuning and evaluation", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (fine-tunes Lab 03's GPT-2 small four ways: "
-        "full, LoRA, QLoRA, head only)", _training_gpu(TRAINING_GPU_GB)),
+        "full, LoRA, QLoRA, head only)", _on_training_gpu),
     Lab(9, "kernels", "Kernels and profiling", True,
         "any CUDA GPU (profiles and times Lab 03's model; Triton kernels run compiled)", _any_gpu),
     Lab(10, "post_training", "Post-training: SFT, DPO and RLVR", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (post-trains Lab 03's GPT-2 small: SFT, DPO "
-        "and GRPO over seeds)", _training_gpu(TRAINING_GPU_GB)),
+        "and GRPO over seeds)", _on_training_gpu),
 )
 
 

@@ -1,7 +1,10 @@
 """Profiles: one switch that sets the scale of every lab.
 
 `smoke` runs in minutes on a laptop-class CPU (what CI and Binder run); `full` uses real sizes on a
-GPU. The environment variable LLMLAB_PROFILE overrides `auto` (the headless course runner sets it).
+GPU; `consumer` is `full` (GPT-2 small, its data and sizes) fitted to a 12-20 GB GPU (a free Colab
+T4, an RTX 3060 or 4080): Lab 03 splits the same 16 sequences per step into smaller micro-batches,
+and a lab whose full size does not fit such a GPU gives its own with `pick(consumer=...)`.
+The environment variable LLMLAB_PROFILE overrides `auto` (the headless course runner sets it).
 Otherwise `profile("auto", lab=N)` follows lab N's rule on this machine, the answer `llmlab doctor`
 prints; without a lab, `auto` picks `full` when a CUDA device is present, else `smoke`.
 """
@@ -13,7 +16,7 @@ from typing import TypeVar
 from llmlab import env
 from llmlab.course.labs import find_lab
 
-PROFILES = ("smoke", "full")
+PROFILES = ("smoke", "consumer", "full")
 ENV_VARIABLE = "LLMLAB_PROFILE"
 
 T = TypeVar("T")
@@ -24,9 +27,15 @@ class Profile:
     name: str
     reason: str
 
-    def pick(self, *, smoke: T, full: T) -> T:
-        """The value for this profile: `sizes = P.pick(smoke=[256, 512], full=[4096, 8192])`."""
-        return smoke if self.name == "smoke" else full
+    def pick(self, *, smoke: T, full: T, consumer: T | None = None) -> T:
+        """The value for this profile: `sizes = P.pick(smoke=[256, 512], full=[4096, 8192])`.
+        `consumer` is given only where the full value does not fit a 12-20 GB GPU; left out
+        (None), the consumer profile takes the full value."""
+        if self.name == "smoke":
+            return smoke
+        if self.name == "consumer" and consumer is not None:
+            return consumer
+        return full
 
     def __str__(self) -> str:
         return f"profile {self.name!r} ({self.reason})"

@@ -56,6 +56,7 @@ PROFILE_SPECS = {
     "smoke": DatasetSpec("builtin-smoke", vocab_size=VOCAB_SIZES["smoke"]),
     "full": DatasetSpec("builtin", vocab_size=VOCAB_SIZES["full"]),  # offline; see profile_spec
 }
+PROFILE_SPECS["consumer"] = PROFILE_SPECS["full"]  # consumer: full's data (see profile_spec)
 FULL_ONLINE_CORPUS = "fineweb-edu"  # what `full` trains on with LLMLAB_ONLINE=1
 
 
@@ -228,12 +229,13 @@ def prepare_dataset(out_dir: str | Path, spec: DatasetSpec) -> DatasetPaths:
 
 
 def profile_spec(profile_name: str) -> DatasetSpec:
-    """What a profile trains on: PROFILE_SPECS, except that `full` with LLMLAB_ONLINE=1 streams
-    a FineWeb-Edu sample instead of the built-in corpus (12 MB, which GPT-2 small soon overfits)."""
+    """What a profile trains on: PROFILE_SPECS, except that `full` (and `consumer`, which shares
+    its data) with LLMLAB_ONLINE=1 streams a FineWeb-Edu sample instead of the built-in corpus
+    (12 MB, which GPT-2 small soon overfits)."""
     if profile_name not in PROFILE_SPECS:
         raise ValueError(f"unknown profile {profile_name!r}: use one of {sorted(PROFILE_SPECS)}")
     spec = PROFILE_SPECS[profile_name]
-    if profile_name == "full" and online():
+    if spec == PROFILE_SPECS["full"] and online():
         spec = replace(spec, corpus=FULL_ONLINE_CORPUS)
     return spec
 

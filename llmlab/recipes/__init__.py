@@ -22,11 +22,13 @@ from llmlab.recipes.pretraining import (
     full_budget,
     lab03_config,
     lab03_shape,
+    micro_batch_for,
 )
 
 __all__ = [
     "ARTIFACTS_VARIABLE", "FULL_PASSES", "FULL_TRAIN_TOKENS", "HUB_MODEL", "HubTask", "Lab03Data",
     "MODEL_PRESET", "RATE_GPU", "RATE_MFU", "RECIPES", "TrainingBudget", "artifacts_dir",
     "full_budget", "hub_model", "hub_task", "hub_tokenizer", "lab03_config", "lab03_data",
-    "lab03_shape", "published_references", "training_budget", "where_artifacts_live",
+    "lab03_shape", "micro_batch_for", "published_references", "training_budget",
+    "where_artifacts_live",
 ]

@@ -1,14 +1,19 @@
-"""Lab 03's pretraining recipe: the model preset, the training settings per profile, and the full
-profile's length, which comes from its data. `llmlab train` and the labs both train with it."""
+"""Lab 03's pretraining recipe: the model preset, the training settings per profile, the full
+profile's length, which comes from its data, and the consumer profile's micro-batch, which comes
+from the GPU's memory. `llmlab train` and the labs both train with it."""
 
+from llmlab import env
 from llmlab.data import DatasetPaths, prepare_default_dataset
 from llmlab.data.pipeline import FULL_ONLINE_CORPUS, profile_spec
+from llmlab.device import training_dtype_for
+from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import ModelShape, preset, training_flops_per_token
 from llmlab.recipes.artifacts import artifacts_dir
 from llmlab.recipes.budget import TrainingBudget, training_budget
 from llmlab.train import TrainConfig
+from llmlab.units import GB
 
-MODEL_PRESET = {"smoke": "tiny", "full": "gpt2-124m"}
+MODEL_PRESET = {"smoke": "tiny", "full": "gpt2-124m", "consumer": "gpt2-124m"}
 # Training tokens of the full profile's offline dataset (the whole built-in corpus, 32768-token
 # BPE), as prepare_default_dataset(..., "full") reports them on Python 3.11 (the built-in corpus
 # is its standard library). Recorded, so the offline recipe is known without building it.
@@ -47,19 +52,58 @@ RECIPES = {
         compile=True,
     ),
 }
+# GPT-2 small on a 12-20 GB GPU: the full recipe, its 16 sequences per optimizer step split into
+# micro-batches that fit (micro_batch_for), so the tokens per step and the steps are full's.
+RECIPES["consumer"] = RECIPES["full"]
+# The share of the GPU's memory the planned step (CUDA context included) may take: the allocator's
+# fragmentation and torch.compile's autotuning need the rest.
+CONSUMER_MEMORY_FRACTION = 0.85
+
+
+def micro_batch_for(memory_bytes: float, dtype: str = "bf16") -> int:
+    """The consumer profile's micro-batch on a GPU of `memory_bytes`: the largest power of two
+    dividing the full recipe's 16 sequences per step whose step, in `dtype` with accumulation
+    over the rest, Lab 02's planner fits in CONSUMER_MEMORY_FRACTION of the memory."""
+    recipe = RECIPES["full"]
+    sequences = recipe["micro_batch_size"]
+    shape = preset(MODEL_PRESET["full"], vocab_size=profile_spec("full").vocab_size)
+    micro = sequences  # 16: halving it keeps it a divisor
+    while micro >= 1:
+        # As the trainer runs: torch.autocast (fp32 weights and gradients) and fused AdamW.
+        setup = TrainingSetup(batch=micro, seq=recipe["seq_len"], dtype=dtype, fp32_grads=True,
+                              fused_optimizer=True, grad_accumulation=sequences // micro)
+        if estimate_memory(shape, setup).total <= CONSUMER_MEMORY_FRACTION * memory_bytes:
+            return micro
+        micro //= 2
+    raise ValueError(f"GPT-2 small does not fit a {memory_bytes / GB:.1f} GB GPU even one "
+                     "sequence at a time: use the smoke profile")
+
+
+def _training_gpu() -> tuple[int, str]:
+    """cuda:0's memory, and the dtype the trainer's `auto` picks there."""
+    gpus = env.visible_gpus()
+    if not gpus:
+        raise ValueError("the consumer profile sizes its micro-batch to a GPU's memory, and torch "
+                         "sees no CUDA GPU: use the smoke profile (or full, to train it here)")
+    return gpus[0].total_memory_bytes, training_dtype_for("cuda", gpus[0].capability).name
 
 
 def lab03_config(profile_name: str, **changes) -> TrainConfig:
-    """Lab 03's training settings for a profile (smoke: a few minutes on 2 CPU cores).
+    """Lab 03's training settings for a profile (smoke: a few minutes on 2 CPU cores; consumer:
+    full's, in micro-batches that fit cuda:0).
 
     Asking for another max_steps scales the warm-up with it (unless warmup_steps is given too):
     a shorter run is the recipe in miniature, where a fixed warm-up could outlast the run.
     """
     if profile_name not in RECIPES:
-        raise ValueError(f"unknown profile {profile_name!r}: use 'smoke' or 'full'")
+        raise ValueError(f"unknown profile {profile_name!r}: use one of {', '.join(RECIPES)}")
     recipe = RECIPES[profile_name]
-    if profile_name == "full":
+    if profile_name in ("full", "consumer"):
         recipe = {**recipe, "max_steps": full_budget().steps}
+    if profile_name == "consumer":
+        micro = micro_batch_for(*_training_gpu())
+        recipe = {**recipe, "micro_batch_size": micro,
+                  "grad_accum_steps": recipe["micro_batch_size"] // micro}
     if "max_steps" in changes and "warmup_steps" not in changes:
         fraction = recipe["warmup_steps"] / recipe["max_steps"]
         changes["warmup_steps"] = round(fraction * changes["max_steps"])

@@ -8,6 +8,9 @@ from helpers.fake_machines import (
     A100_80GB,
     H100,
     L4,
+    RTX_3060,
+    RTX_4060,
+    RTX_4080,
     T4,
     cuda_box,
     gpus,
@@ -15,7 +18,14 @@ from helpers.fake_machines import (
     make_report,
 )
 
-from llmlab.course.labs import LABS, TRAINING_GPU_GB, capability_table, find_lab
+from llmlab.course.labs import (
+    CONSUMER_GPU_GB,
+    LABS,
+    TRAINING_GPU_GB,
+    capability_table,
+    find_lab,
+)
+from llmlab.course.profiles import PROFILES
 from llmlab.units import GB
 
 
@@ -33,27 +43,54 @@ def test_an_8_gpu_node_runs_everything_at_full_scale():
 
 @pytest.mark.parametrize(
     ("gpu", "training"),
-    [(T4, "smoke"), (L4, "full"), (A100_40GB, "full"), (A100_80GB, "full"), (H100, "full")],
-    ids=["T4", "L4", "A100-40GB", "A100-80GB", "H100"],
+    [(RTX_4060, "smoke"), (RTX_3060, "consumer"), (T4, "consumer"), (RTX_4080, "consumer"),
+     (L4, "full"), (A100_40GB, "full"), (A100_80GB, "full"), (H100, "full")],
+    ids=["RTX-4060-8GB", "RTX-3060-12GB", "T4", "RTX-4080-16GB", "L4", "A100-40GB",
+         "A100-80GB", "H100"],
 )
-def test_one_gpu_trains_at_full_scale_only_with_enough_memory(gpu, training):
+def test_one_gpu_trains_gpt2_small_from_12_gb_and_at_full_scale_from_20(gpu, training):
     result = profiles(cuda_box(gpus=gpus(gpu)))
     assert result["environment"] == "full"
-    # Labs 06 and 07 start from Lab 03's full model, trained first when it is missing.
-    assert result["training"] == result["pruning"] == result["quantization"] == training
+    # Labs 06-10 start from Lab 03's model of their profile, trained first when it is missing.
+    training_labs = ("training", "pruning", "quantization", "finetuning", "post_training")
+    assert {result[slug] for slug in training_labs} == {training}
     assert result["multi_gpu"] == result["at_scale"] == "smoke"  # 2 CPU processes stand in
 
 
-def test_a_t4_is_told_how_much_memory_full_training_needs():
+def test_a_t4_is_told_its_memory_and_that_it_trains_in_fp16():
     _, name, why = capability_table(cuda_box(gpus=gpus(T4)))[3]
-    assert name == "smoke"
+    assert name == "consumer"
     assert "Tesla T4 has 15.8 GB" in why and f"full needs {TRAINING_GPU_GB} GB" in why
+    assert "no bf16 (compute capability 7.5): the trainer runs fp16 with a grad scaler" in why
+
+
+def test_a_gpu_with_bf16_is_not_told_about_fp16():
+    for gpu in (RTX_4080, H100):
+        _, _, why = capability_table(cuda_box(gpus=gpus(gpu)))[3]
+        assert "fp16" not in why and "bf16" not in why
+
+
+def test_a_gpu_below_the_consumer_bound_is_told_what_each_profile_needs():
+    _, name, why = capability_table(cuda_box(gpus=gpus(RTX_4060)))[3]
+    assert name == "smoke"
+    assert "RTX 4060 has 8.6 GB" in why
+    assert f"consumer needs {CONSUMER_GPU_GB} GB, full needs {TRAINING_GPU_GB} GB" in why
+
+
+def test_the_consumer_bound_leaves_lab_03_a_micro_batch_of_4():
+    """At the bound the planner gives Lab 03 a micro-batch of 4 or more (its accumulation
+    comparison quarters it); one sequence at a time would fit far below it."""
+    from llmlab.recipes import micro_batch_for
+
+    assert micro_batch_for(CONSUMER_GPU_GB * GB) >= 4
+    assert micro_batch_for(CONSUMER_GPU_GB * GB, "fp32") >= 4  # a GPU before Volta: no fp16
+    assert micro_batch_for(4 * GB) == 1  # Lab 03 alone would run from 4 GB
 
 
 def test_two_small_gpus_run_the_multi_gpu_labs_at_full_scale():
     result = profiles(cuda_box(gpus=gpus(T4, 2)))
     assert result["multi_gpu"] == result["at_scale"] == "full"
-    assert result["training"] == "smoke"
+    assert result["training"] == "consumer"
 
 
 def test_lab_03s_full_recipe_fits_the_memory_its_rule_asks_for():
@@ -86,7 +123,7 @@ def test_the_labs_follow_the_course_plan():
 
 def test_every_lab_gives_a_reason_and_notebook_names_follow_the_numbering():
     for lab, name, why in capability_table(make_report()):
-        assert name in {"full", "smoke"} and why
+        assert name in PROFILES and why
         assert lab.notebook.startswith(f"{lab.number:02d}_")
     assert [lab.number for lab in LABS] == list(range(len(LABS)))
 

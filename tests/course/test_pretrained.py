@@ -4,10 +4,12 @@ with Lab 03's recipe when it did not."""
 import json
 
 import pytest
+from helpers.fake_machines import T4
 from helpers.model_files import pickle_the_weights
 from helpers.train_fakes import tiny_gpt2, tiny_tokenizer
 from transformers import GPT2LMHeadModel
 
+from llmlab import env
 from llmlab.course import pretrained
 from llmlab.files import write_folder_checksums
 from llmlab.train import TrainConfig
@@ -28,6 +30,20 @@ def test_a_saved_model_is_loaded_without_training(artifacts, monkeypatch):
     assert isinstance(model, GPT2LMHeadModel)
     assert model.state_dict()["transformer.wte.weight"].equal(saved.transformer.wte.weight)
     assert tokenizer.eos_token == "<|endoftext|>"
+
+
+def test_the_consumer_model_is_kept_apart_from_the_full_one(artifacts, monkeypatch):
+    """Labs 06-10 at consumer load the model Lab 03 trained at consumer: same model and data as
+    full, its own folder, its own recipe stamp (micro-batches of 8 on a T4)."""
+    monkeypatch.setattr(env, "visible_gpus", lambda: [T4])
+    folder = pretrained.save_trained_model(tiny_gpt2(), tiny_tokenizer(), "consumer")
+    assert folder == artifacts / "lab03-consumer-model" != pretrained.model_folder("full")
+    monkeypatch.setattr(pretrained, "train_lab03_model", lambda *a, **k: pytest.fail("trained"))
+    pretrained.trained_model("consumer")
+    consumer, full = pretrained.recipe_stamp("consumer"), pretrained.recipe_stamp("full")
+    assert consumer["recipe"]["micro_batch_size"] == 8 != full["recipe"]["micro_batch_size"]
+    assert {k: v for k, v in consumer.items() if k != "recipe"} == (
+        {k: v for k, v in full.items() if k != "recipe"})
 
 
 def test_a_missing_model_is_trained_with_the_recipe_then_saved(artifacts, monkeypatch):

@@ -10,6 +10,8 @@ from helpers.fake_machines import (
     A100_80GB,
     H100,
     L4,
+    RTX_3060,
+    RTX_4060,
     T4,
     cuda_box,
     gpus,
@@ -46,17 +48,29 @@ def test_unknown_profile_names_the_valid_ones(monkeypatch, where):
         request = "auto"
     else:
         request = "huge"
-    with pytest.raises(ValueError, match="'smoke', 'full', 'auto'"):
+    with pytest.raises(ValueError, match="'smoke', 'consumer', 'full', 'auto'"):
         profile(request)
 
 
 def test_pick_returns_the_value_for_the_profile():
     assert profile("smoke").pick(smoke=1, full=2) == 1
     assert profile("full").pick(smoke=1, full=2) == 2
+    assert profile("full").pick(smoke=1, full=2, consumer=3) == 2
+
+
+def test_consumer_picks_its_own_value_when_given_and_the_full_one_otherwise(monkeypatch):
+    monkeypatch.setenv("LLMLAB_PROFILE", "consumer")  # named everywhere a profile can be
+    consumer = profile("auto")
+    assert consumer.name == "consumer"
+    assert consumer.pick(smoke=1, full=2, consumer=3) == 3
+    assert consumer.pick(smoke=1, full=2) == 2  # the labs' existing picks: GPT-2 small's sizes
+    assert consumer.pick(smoke=[1], full=[2], consumer=[]) == []  # a falsy value is a value
 
 
 MACHINES = {
     "cpu": make_report(),
+    "RTX-4060": cuda_box(gpus=gpus(RTX_4060)),
+    "RTX-3060": cuda_box(gpus=gpus(RTX_3060)),
     "T4": cuda_box(gpus=gpus(T4)),
     "L4": cuda_box(gpus=gpus(L4)),
     "A100-40GB": cuda_box(gpus=gpus(A100_40GB)),
@@ -89,10 +103,10 @@ def test_auto_for_a_lab_gives_the_doctors_answer(machine, capsys, name):
 
 @pytest.mark.parametrize(
     ("name", "lab_03"),
-    [("cpu", "smoke"), ("T4", "smoke"), ("L4", "full"), ("A100-40GB", "full"),
-     ("A100-80GB", "full"), ("H100", "full")],
+    [("cpu", "smoke"), ("RTX-4060", "smoke"), ("RTX-3060", "consumer"), ("T4", "consumer"),
+     ("L4", "full"), ("A100-40GB", "full"), ("A100-80GB", "full"), ("H100", "full")],
 )
-def test_lab_03_trains_at_full_scale_only_where_it_fits(machine, name, lab_03):
+def test_lab_03_trains_gpt2_small_where_it_fits(machine, name, lab_03):
     machine(MACHINES[name])
     chosen = profile("auto", lab=3)
     assert chosen.name == lab_03

@@ -29,6 +29,14 @@ def test_profiles_use_vocabularies_that_fit_uint16():
         prepare_default_dataset("unused", "tiny")
 
 
+def test_consumer_trains_on_the_full_profiles_data_online_and_offline(monkeypatch):
+    monkeypatch.delenv("LLMLAB_ONLINE", raising=False)
+    assert pipeline.profile_spec("consumer") == pipeline.profile_spec("full")
+    monkeypatch.setenv("LLMLAB_ONLINE", "1")
+    assert pipeline.profile_spec("consumer") == pipeline.profile_spec("full")
+    assert pipeline.profile_spec("consumer").corpus == "fineweb-edu"
+
+
 def test_full_trains_on_fineweb_edu_online_and_on_the_builtin_corpus_offline(tmp_path, monkeypatch):
     """The one switch picks full's corpus, and the line says which; the two datasets never
     share a folder or a tokenizer fingerprint, so an offline build is never taken for an online

@@ -10,6 +10,9 @@ from llmlab.units import GB
 ALL_PACKAGES = {name: "1.0" for name in env.COURSE_PACKAGES}
 
 T4 = GpuInfo(0, "Tesla T4", (7, 5), int(15.8 * GB), 40)
+RTX_4060 = GpuInfo(0, "NVIDIA GeForce RTX 4060", (8, 9), int(8.6 * GB), 24)
+RTX_3060 = GpuInfo(0, "NVIDIA GeForce RTX 3060", (8, 6), int(12.6 * GB), 28)
+RTX_4080 = GpuInfo(0, "NVIDIA GeForce RTX 4080", (8, 9), int(17.2 * GB), 76)
 L4 = GpuInfo(0, "NVIDIA L4", (8, 9), int(24.1 * GB), 58)
 A100_40GB = GpuInfo(0, "NVIDIA A100-SXM4-40GB", (8, 0), int(42.3 * GB), 108)
 A100_80GB = GpuInfo(0, "NVIDIA A100-SXM4-80GB", (8, 0), int(85.1 * GB), 108)

@@ -6,6 +6,7 @@ import math
 import pytest
 from helpers.train_fakes import NaNAt, RandomWindows, config, tiny_gpt2, token_stream
 
+from llmlab.models import build_model, preset
 from llmlab.train import Trainer, TrainingDiverged
 
 
@@ -33,3 +34,16 @@ def test_fp16_stop_policy_raises_at_the_first_non_finite_step():
     with pytest.raises(TrainingDiverged, match="step 2"):
         trainer.fit()
     assert trainer.step == 1
+
+
+def test_the_smoke_model_trains_in_fp16_with_accumulation_as_on_a_t4():
+    """The consumer profile's path on a GPU without bf16 (fp16 autocast, a grad scaler, and
+    accumulation over micro-batches), on the CPU with the smoke model: no step skipped, every
+    loss finite, and the weights moved."""
+    model = build_model(preset("tiny"))
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = fp16_trainer(model, max_steps=3, grad_accum_steps=2)
+    history = trainer.fit().history
+    assert [m.skipped for m in history] == [False, False, False]
+    assert all(math.isfinite(m.loss) for m in history)
+    assert all(not p.equal(q) for p, q in zip(trainer.model.parameters(), before, strict=True))
