@@ -2,8 +2,10 @@
 
 import tempfile
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from statistics import median
 
 import torch
 
@@ -58,6 +60,27 @@ def eval_latency_seconds(model: torch.nn.Module, ids: torch.Tensor, repeats: int
         return latency_seconds(model, ids, repeats)
 
 
+def interleaved_latency_seconds(
+    models: Mapping[str, torch.nn.Module], ids: torch.Tensor, repeats: int = 5
+) -> dict[str, float]:
+    """Each model's median seconds of one no-grad forward pass over `ids` in eval mode, timed in
+    turns (A, B, C, A, B, C, ...) after one warm-up each: a slow spell of a shared machine then
+    slows every model alike, instead of only the one being timed (a 1.8x "speed-up" of a zeroed
+    model over its dense twin came from exactly that)."""
+    seconds: dict[str, list[float]] = {name: [] for name in models}
+    with ExitStack() as modes, torch.no_grad():
+        for model in models.values():
+            modes.enter_context(eval_mode(model))
+        for turn in range(repeats):
+            for name, model in models.items():
+                device = next(model.parameters()).device
+                ids_here = ids.to(device)
+                timing = time_fn(lambda m=model, x=ids_here: m(x), warmup=int(turn == 0),
+                                 repeats=1, device=device)
+                seconds[name].append(timing.median_s)
+    return {name: median(times) for name, times in seconds.items()}
+
+
 def timed_batch(windows: Sequence[torch.Tensor], batch_size: int = 8) -> torch.Tensor:
     """The batch latency is measured on: up to `batch_size` windows as long as the first."""
     length = windows[0].numel()
@@ -74,13 +97,14 @@ def compare_variants(
     """Measure every variant on the same held-out windows; latency on their first full batch."""
     if not variants or not windows:
         raise ValueError("need at least one variant and one held-out window to compare")
-    timed = timed_batch(windows, batch_size)
-    rows = []
     for name, model in variants.items():
         check_plain(model, name)
+    latencies = interleaved_latency_seconds(variants, timed_batch(windows, batch_size), repeats)
+    rows = []
+    for name, model in variants.items():
         scores = score_tokens(model, windows, batch_size)
         parameters = list(model.parameters())  # a tied matrix is yielded once
-        latency = eval_latency_seconds(model, timed, repeats)
+        latency = latencies[name]
         rows.append(VariantRow(
             variant=name,
             perplexity=scores.perplexity,

@@ -39,3 +39,30 @@ def test_a_masked_model_must_be_made_permanent_before_comparing(uneven_windows):
     assert row.parameters - row.nonzero >= 0.5 * sum(
         p.numel() for n, p in model.named_parameters() if ".h." in n and n.endswith(".weight")
         and p.dim() == 2)
+
+
+def test_latencies_are_timed_in_turns_so_a_slow_spell_slows_every_variant_alike(monkeypatch):
+    """A fake timer: the first three timings fall in a slow spell of the machine (10 s), the rest
+    take 1 s. Timed in turns, neither variant's median sees it; timed one variant after the
+    other, the first would be the slow one."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from llmlab.evaluate import model_variants
+
+    timed = []
+
+    def fake_time_fn(fn, *, warmup, repeats, device):
+        fn()
+        timed.append(warmup)
+        return SimpleNamespace(median_s=10.0 if len(timed) <= 3 else 1.0)
+
+    monkeypatch.setattr(model_variants, "time_fn", fake_time_fn)
+    models = {"dense": build_model(TINY, seed=0), "zeros": build_model(TINY, seed=1)}
+    models["dense"].eval()  # built in training mode, as "zeros" stays
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    latencies = model_variants.interleaved_latency_seconds(models, ids, repeats=5)
+    assert latencies == {"dense": 1.0, "zeros": 1.0}
+    assert timed == [1, 1] + [0] * 8  # one warm-up per variant, in the first turn only
+    assert models["zeros"].training and not models["dense"].training  # modes come back
