@@ -98,7 +98,9 @@ class _Watch:
         self.sent = 0
         self.peers: dict[str, set[int]] = {"to": set(), "from": set()}
         self.collectives: set[str] = set()
-        self.saved = {name: getattr(dist, name) for name in (*POINT_TO_POINT, *COLLECTIVES)}
+        # hasattr: torch 2.10 has no reduce_scatter_single yet; what a torch lacks, no one calls.
+        self.saved = {name: getattr(dist, name) for name in (*POINT_TO_POINT, *COLLECTIVES)
+                      if hasattr(dist, name)}
         self.replaced: list[tuple[object, str, Callable]] = []  # (module, name, original)
         self.inside = False  # within a watched call
 
