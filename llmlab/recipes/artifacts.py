@@ -23,6 +23,10 @@ def _course_root(start: Path) -> Path | None:
     return None
 
 
+def _home_cache() -> Path:
+    return Path.home() / ".cache" / "llmlab" / "artifacts"
+
+
 def artifacts_dir(create: bool = True, drive: Path = DRIVE) -> Path:
     if os.environ.get(ARTIFACTS_VARIABLE):
         path = Path(os.environ[ARTIFACTS_VARIABLE])
@@ -31,7 +35,7 @@ def artifacts_dir(create: bool = True, drive: Path = DRIVE) -> Path:
     elif drive.is_dir():
         path = drive / "llmlab-artifacts"
     else:
-        path = Path.home() / ".cache" / "llmlab" / "artifacts"
+        path = _home_cache()
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path
@@ -41,11 +45,9 @@ def where_artifacts_live(drive: Path = DRIVE, hosted_homes: tuple[Path, ...] = H
     """Where the labs keep what they build for each other, and how to keep it, in a sentence."""
     path = artifacts_dir(create=False, drive=drive)
     where = f"What the labs build for each other (Lab 03's model, token shards) is kept in {path}"
-    if os.environ.get(ARTIFACTS_VARIABLE) or _course_root(Path.cwd().resolve()):
-        return f"{where}."
     if path.is_relative_to(drive):
         return f"{where}, on Google Drive: it outlives this runtime."
-    if any(home.is_dir() for home in hosted_homes):  # a hosted runtime: its disk goes with it
+    if path == _home_cache() and any(home.is_dir() for home in hosted_homes):  # goes with it
         return (f"{where}, which is lost when this runtime ends (Labs 06-10 would then train Lab "
                 "03's model again). To keep it, mount Google Drive (Colab: the folder icon, then "
                 f"the Drive icon), or set {ARTIFACTS_VARIABLE} to a folder that lasts.")
