@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from llmlab.data.documents import Document, read_document
-from llmlab.data.errors import DataError
-from llmlab.network import ONLINE_VARIABLE, online
+from llmlab.data.errors import DataError, require_online
+from llmlab.network import ONLINE_VARIABLE
 
 # Folders of the standard library left out of the corpus, and why.
 SKIPPED_FOLDERS = {
@@ -151,12 +151,7 @@ def hub_documents(
 
     if name not in HUB_DATASETS:
         raise DataError(f"unknown Hub dataset {name!r}: use one of {sorted(HUB_DATASETS)}")
-    if not online():
-        raise DataError(
-            f"{name!r} comes from the Hugging Face Hub and the course is offline: set "
-            f"{ONLINE_VARIABLE}=1 before starting Python (or Jupyter) to download it, or use "
-            "the built-in corpus ('builtin')."
-        )
+    require_online(repr(name), instead="the built-in corpus ('builtin')")
     repository, config, field = HUB_DATASETS[name]
     try:
         rows = datasets.load_dataset(repository, config, split=split, streaming=True)

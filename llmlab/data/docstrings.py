@@ -24,8 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from llmlab.data.corpus import builtin_corpus
-from llmlab.data.errors import DataError
-from llmlab.network import ONLINE_VARIABLE, online
+from llmlab.data.errors import DataError, require_online
 
 SPLITS = ("train", "validation", "test")
 HUB_TASK = ("google/code_x_glue_ct_code_to_text", "python")  # (repository, configuration)
@@ -149,11 +148,7 @@ def hub_docstring_pairs(
     import datasets  # (here: it takes a while to import, and only online users need it)
 
     repository, config = HUB_TASK
-    if not online():
-        raise DataError(
-            f"{repository} comes from the Hugging Face Hub and the course is offline: set "
-            f"{ONLINE_VARIABLE}=1 before starting Python to use it, or use docstring_splits()."
-        )
+    require_online(repository, instead="docstring_splits()")
     pairs = []
     try:
         for row in datasets.load_dataset(repository, config, split=split, streaming=True):

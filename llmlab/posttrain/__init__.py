@@ -3,7 +3,8 @@ prompt unscored); rollouts, groups of the policy's own sampled completions; DPO'
 preference pairs with its implicit rewards (and an optional SFT term on the chosen answers), the
 pairs a checker picks (sample against sample, or a written answer against the model's mistake)
 and the loop that trains on them; GRPO's group advantages, its clipped, KL-regularised loss and
-its loop, for rewards a program checks; a GRPO step's memory beside its plan. Each loss is
+its loop, for rewards a program checks; a GRPO step's memory beside its plan; the same RL
+through TRL's own GRPOTrainer, with Lab 10's choices (trl_grpo: `full`, online). Each loss is
 checked against TRL's trainers (tests/posttrain)."""
 
 from llmlab.posttrain.dpo import (
