@@ -27,7 +27,8 @@ wrong answer's tokens are each pushed down less than a short one's, so wrong ans
 longer), which DAPO and Dr. GRPO correct.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -160,6 +161,24 @@ def grpo_step(
     )
 
 
+def same_length_draws(tokenizer, prompts: Sequence[str], count: int,
+                      seed: int) -> Iterator[list[int]]:
+    """Endless draws of `count` prompt numbers, all of one length in tokens: a prompt drawn at
+    random, then `count` drawn (with replacement) among the prompts as long as it. Each prompt
+    is still drawn as often as any other, and a step's rollouts are sampled in one call
+    (llmlab.posttrain.rollouts samples prompts of one length together, nothing padded), where a
+    draw across lengths makes one call per length."""
+    lengths = [len(tokenizer(prompt).input_ids) for prompt in prompts]
+    by_length = defaultdict(list)
+    for number, length in enumerate(lengths):
+        by_length[length].append(number)
+    draw = torch.Generator().manual_seed(seed)
+    while True:
+        first = int(torch.randint(len(prompts), (1,), generator=draw))
+        same = by_length[lengths[first]]
+        yield [same[i] for i in torch.randint(len(same), (count,), generator=draw).tolist()]
+
+
 def train_grpo(
     policy: nn.Module,
     reference: nn.Module,
@@ -180,11 +199,12 @@ def train_grpo(
     progress: bool = True,
 ) -> list[GRPOStep]:
     """GRPO on `prompts`: each step samples `group_size` completions of `prompts_per_step`
-    prompts drawn at random, scores each with `reward(prompt number, completion text)`, and
-    takes `updates_per_rollout` optimizer steps on equal slices of the rollouts. The first slice
-    is on-policy (every ratio is 1); the later ones were sampled by the policy before the first
-    update, so their ratios move and the clip can hold them back. Returns one GRPOStep per step;
-    the policy is left in training mode, as llmlab.train.finetune leaves a model."""
+    prompts drawn at random (of one length in tokens: same_length_draws), scores each with
+    `reward(prompt number, completion text)`, and takes `updates_per_rollout` optimizer steps on
+    equal slices of the rollouts. The first slice is on-policy (every ratio is 1); the later
+    ones were sampled by the policy before the first update, so their ratios move and the clip
+    can hold them back. Returns one GRPOStep per step; the policy is left in training mode, as
+    llmlab.train.finetune leaves a model."""
     if steps < 1 or prompts_per_step < 1:
         raise ValueError(f"steps and prompts_per_step must be at least 1, got {steps} and "
                          f"{prompts_per_step}")
@@ -192,10 +212,10 @@ def train_grpo(
         raise ValueError(f"{prompts_per_step * group_size} rollouts do not split into "
                          f"{updates_per_rollout} equal updates")
     optimizer = grpo_optimizer(policy, lr)
-    draw = torch.Generator().manual_seed(seed)
+    draws = same_length_draws(tokenizer, prompts, prompts_per_step, seed)
     history = []
     for step in tqdm(range(steps), desc="GRPO", disable=not progress, leave=False):
-        chosen = torch.randint(len(prompts), (prompts_per_step,), generator=draw).tolist()
+        chosen = next(draws)
         history.append(grpo_step(
             policy, reference, optimizer, tokenizer, prompts, chosen, reward,
             group_size=group_size, max_new_tokens=max_new_tokens, stop_id=stop_id, beta=beta,

@@ -44,6 +44,7 @@ def trl_grpo_trainer(
     max_completion_length: int = 256,
     learning_rate: float = 1e-6,
     beta: float = 0.04,
+    eval_prompts=None,
     seed: int = 0,
 ):
     """TRL's GRPOTrainer for `model` (a transformers causal LM loaded from a folder or the Hub)
@@ -51,7 +52,9 @@ def trl_grpo_trainer(
     conversational "prompt" column, as llmlab.data.gsm8k.grpo_prompts makes), scored by
     `rewards` (TRL's form: see trl_reward). Each of `steps` steps samples `num_generations`
     completions of `prompts_per_step` prompts and takes one optimizer step on them. Call
-    `.train()` on it. No checkpoints are saved; `output_dir` (the lab's: a folder under
+    `.train()` on it; with `eval_prompts` (the same form), `.evaluate()["eval_reward"]` is the
+    mean reward of `num_generations` sampled completions of each: sampled pass@1 for a 0/1
+    reward. No checkpoints are saved; `output_dir` (the lab's: a folder under
     llmlab.recipes.artifacts_dir()) holds TRL's run files."""
     from trl import GRPOConfig, GRPOTrainer  # (here: TRL is the course's extra, not a requirement)
 
@@ -68,6 +71,9 @@ def trl_grpo_trainer(
         max_steps=steps,
         num_generations=num_generations,
         per_device_train_batch_size=num_generations,  # one prompt's group per forward and backward
+        # Evaluation samples as a step does, prompts_per_step groups per call: one group per
+        # call would make a 200-problem evaluation 200 calls of generate.
+        per_device_eval_batch_size=num_generations * prompts_per_step,
         # ... and prompts_per_step groups, sampled together, make one optimizer step: on-policy.
         gradient_accumulation_steps=prompts_per_step,
         max_completion_length=max_completion_length,
@@ -84,7 +90,8 @@ def trl_grpo_trainer(
         seed=seed,
     )
     return GRPOTrainer(model=model, reward_funcs=list(rewards), args=config,
-                       train_dataset=prompts, processing_class=tokenizer)
+                       train_dataset=prompts, eval_dataset=eval_prompts,
+                       processing_class=tokenizer)
 
 
 def trl_steps(log_history: Sequence[dict]) -> list[GRPOStep]:

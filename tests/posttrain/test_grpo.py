@@ -5,6 +5,7 @@ the advantage or taken over the batch, padding averaged in, the ratio unclipped,
 the KL term's sign, a group of equal rewards dividing 0 by 0."""
 
 from dataclasses import fields
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -166,6 +167,28 @@ def test_grpo_raises_a_verifiers_reward_and_the_kl_term_holds_the_policy_nearer_
     assert all(p.grad is None and p.requires_grad for p in reference.parameters())
     _, _, held = grpo_run(beta=2.0)
     assert held[-1].kl < free[-1].kl
+
+
+class WordTokenizer:
+    """A stand-in tokenizer: one token per word."""
+
+    def __call__(self, text: str):
+        return SimpleNamespace(input_ids=text.split())
+
+
+def test_a_steps_prompts_share_a_length_and_every_prompt_is_drawn_as_often():
+    from llmlab.posttrain.grpo import same_length_draws
+
+    prompts = [f"short {n}" for n in range(90)] + [f"a long {n}" for n in range(10)]
+    draws = same_length_draws(WordTokenizer(), prompts, count=4, seed=0)
+    picks = [next(draws) for _ in range(5000)]
+    assert all(len({len(prompts[n].split()) for n in pick}) == 1 for pick in picks)
+    # The long prompts are a tenth of the prompts, so a tenth of the draws; choosing a length
+    # first, each as likely, would give them half.
+    long_share = sum(n >= 90 for pick in picks for n in pick) / (4 * 5000)
+    assert 0.08 < long_share < 0.12
+    again = same_length_draws(WordTokenizer(), prompts, count=4, seed=0)
+    assert [next(again) for _ in range(5)] == picks[:5]
 
 
 def test_grpo_refuses_rollouts_that_do_not_split_into_equal_updates():

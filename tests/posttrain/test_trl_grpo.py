@@ -157,7 +157,13 @@ def test_two_steps_of_trls_grpo_on_the_cpu_log_reward_and_kl_and_move_the_weight
     trainer = trl_grpo_trainer(
         model, tokenizer, grpo_prompts([parse_record(r) for r in RECORDS]),
         [trl_reward(gsm8k_spy), length], output_dir=tmp_path, steps=2, prompts_per_step=2,
-        num_generations=4, max_completion_length=8, learning_rate=1e-2)
+        num_generations=4, max_completion_length=8, learning_rate=1e-2,
+        eval_prompts=grpo_prompts([parse_record(r) for r in RECORDS[:2]]))
+    evaluation = trainer.evaluate()  # the lab's score before and after: sampled, as in training
+    assert len(answers_seen) == 8 and set(answers_seen) <= {"3", "7"}  # 2 problems x 4 samples
+    assert 0 <= evaluation["eval_rewards/gsm8k_spy/mean"] <= 1
+    assert evaluation["eval_reward"] > 0  # the length stand-in's share of the summed reward
+    answers_seen.clear()
     trainer.train()
 
     steps = trl_steps(trainer.state.log_history)
