@@ -55,7 +55,7 @@ def _transformers_left_as_found():
 # longest first: long units of work are best started first. The Makefile turns off xdist's own
 # reordering by size, which would undo this order.
 FIRST = "solutions/03_training.ipynb"
-LAST = ("solutions/08_finetuning.ipynb", "solutions/10_post_training.ipynb",
+LAST = ("solutions/10_post_training.ipynb", "solutions/08_finetuning.ipynb",
         "solutions/07_quantization.ipynb", "solutions/06_pruning.ipynb",
         "solutions/09_kernels.ipynb")
 
