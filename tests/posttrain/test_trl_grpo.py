@@ -78,6 +78,8 @@ def test_the_config_makes_lab_10s_choices(monkeypatch):
     # One group per micro-batch, prompts_per_step of them to an optimizer step.
     assert config["per_device_train_batch_size"] == config["num_generations"] == 8
     assert config["gradient_accumulation_steps"] == 8
+    # Evaluation samples as a step does: 8 groups to a call, not one (200 calls for 200 problems).
+    assert config["per_device_eval_batch_size"] == 64
 
 
 @pytest.mark.parametrize(("gpu", "vllm", "bf16", "uses_vllm", "uses_bf16"), [
