@@ -147,11 +147,11 @@ def hub_documents(
 ) -> list[Document]:
     """A Hub dataset's texts (only with LLMLAB_ONLINE=1), streamed so only what is used comes:
     at most `max_documents` texts, and no more once they hold `max_bytes` of UTF-8."""
-    import datasets
-
     if name not in HUB_DATASETS:
         raise DataError(f"unknown Hub dataset {name!r}: use one of {sorted(HUB_DATASETS)}")
     require_online(repr(name), instead="the built-in corpus ('builtin')")
+    import datasets  # (after the refusal: offline, the slow import is not needed)
+
     repository, config, field = HUB_DATASETS[name]
     try:
         rows = datasets.load_dataset(repository, config, split=split, streaming=True)

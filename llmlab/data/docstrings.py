@@ -145,10 +145,10 @@ def hub_docstring_pairs(
 ) -> list[DocstringPair]:
     """CodeXGLUE's Python functions (only with LLMLAB_ONLINE=1), streamed, each cut into (code,
     summary) by `function_pairs` like the standard library's; its splits are by repository."""
-    import datasets  # (here: it takes a while to import, and only online users need it)
-
     repository, config = HUB_TASK
     require_online(repository, instead="docstring_splits()")
+    import datasets  # (here: it takes a while to import, and only online users need it)
+
     pairs = []
     try:
         for row in datasets.load_dataset(repository, config, split=split, streaming=True):

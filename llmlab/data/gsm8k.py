@@ -79,10 +79,10 @@ def grpo_prompts(problems: Sequence[Problem]):
 def hub_gsm8k(split: str = "train", limit: int | None = None) -> list[Problem]:
     """The first `limit` problems of GSM8K's `split` ("train": 7473, "test": 1319), streamed
     from the Hub, only with LLMLAB_ONLINE=1 (else a DataError that names the switch)."""
-    import datasets
-
     repository, config = HUB_DATASET
     require_online(repository, instead="Lab 10's dates (task_splits('dates', ...))")
+    import datasets  # (after the refusal: offline, the slow import is not needed)
+
     try:
         rows = datasets.load_dataset(repository, config, split=split, streaming=True)
         return [parse_record(row) for row in itertools.islice(rows, limit)]
