@@ -75,13 +75,16 @@ class TrainingSetup:
     lora_rank: int = 0
     weights_4bit: str = ""
     head_only: bool = False
+    # Tokens per sequence given logits, the last ones (transformers' logits_to_keep: a completion
+    # after its prompt, in post-training); 0 means every token, as in pretraining.
+    scored_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("batch", "grad_accumulation", "gpus", "tensor_parallel"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("seq", "lora_rank"):
+        for name in ("seq", "lora_rank", "scored_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
@@ -161,6 +164,11 @@ class TrainingSetup:
 def _seq(shape: ModelShape, setup: TrainingSetup) -> int:
     """The setup's sequence length, or the model's context when it says 0."""
     return setup.seq or shape.context
+
+
+def _scored(shape: ModelShape, setup: TrainingSetup) -> int:
+    """Positions per sequence whose logits are computed: all, or the last `scored_tokens`."""
+    return min(setup.scored_tokens or _seq(shape, setup), _seq(shape, setup))
 
 
 def _state_bytes(setup: TrainingSetup) -> int:
@@ -296,8 +304,10 @@ def head_activation_bytes(model: str | ModelShape, setup: TrainingSetup) -> floa
     final_norm = d * residual if shape.family == "gpt2" else 4 * d + d * residual
     if setup.head_only:  # the frozen final norm's input needs no gradient: it is not kept
         final_norm = 0
-    per_token = final_norm + d * a + shape.vocab_size * 4 / setup.tensor_parallel
-    return setup.batch * _seq(shape, setup) * per_token
+    # The final norm runs on every token; the head and the loss only on the scored ones (the
+    # head's input, a slice, keeps the whole normalised output alive).
+    log_probs = _scored(shape, setup) * shape.vocab_size * 4 / setup.tensor_parallel
+    return setup.batch * (_seq(shape, setup) * (final_norm + d * a) + log_probs)
 
 
 @dataclass(frozen=True)
@@ -417,7 +427,7 @@ def estimate_memory(
     if last:  # the LM head and the loss run on the last stage, one micro-batch at a time
         items["head activations"] = head_activation_bytes(shape, setup)
         # The gradients of the fp32 log-probabilities and of the logits, as backward starts.
-        items["loss buffers"] = 2 * tokens * shape.vocab_size * 4 / tp
+        items["loss buffers"] = 2 * setup.batch * _scored(shape, setup) * shape.vocab_size * 4 / tp
         if setup.autocast and setup.checkpointing and not setup.lora_rank:
             # The head is not checkpointed: its 16-bit weight copy stays for its backward.
             items["head weight copy"] = shape.vocab_size * shape.d_model * (

@@ -6,18 +6,19 @@ A step has three phases, and the memory of each is mostly one thing:
 - generation: the policy samples every rollout with a KV cache, keys and values of every layer
   for every token so far. Its widest moments are the prompt's forward (all prompts at once,
   through the last block's MLP) and the end of sampling (the cache at its longest);
-- scoring: the policy before the update and the frozen reference score the rollouts' tokens
-  without gradients, each pass holding the logits of every rollout token, vocabulary-wide;
+- scoring: the frozen reference (and, for the slices updated after the first, the policy before
+  the update) score the rollouts' tokens without gradients: a forward through the blocks, then
+  the logits of every completion token, vocabulary-wide;
 - the update: a training step on a slice of the rollouts: Lab 02's plan (`estimate_memory`)
-  with the slice as its batch.
+  with the slice as its batch and logits for the completion's tokens alone.
 
 Throughout, the policy's weights and optimizer states stay (Lab 02's states; the optimizer makes
 its states in the first update, so this is every step after the first), and so do the frozen
 reference's weights, with no gradients and no optimizer. The step peaks at whichever
 phase holds the most beside them, and that is a matter of shape: per token, the cache holds
-2 x layers x key/value width numbers and a scoring pass about 3 x vocabulary, so a small model
-with short rollouts peaks in its update, a small model with many long rollouts in scoring, and a
-7B model with long completions at the end of sampling.
+2 x layers x key/value width numbers and a scoring pass about 3 x vocabulary per completion
+token, so a small model with short rollouts peaks in its update, a small model with many long
+completions in scoring, and a 7B model with long completions at the end of sampling.
 """
 
 from dataclasses import dataclass
@@ -169,8 +170,9 @@ def estimate_grpo_memory(
     setup = (setup or TrainingSetup()).replace(**changes)
     _check_rollouts(shape, setup, rollouts, prompt_tokens, completion_tokens, updates_per_rollout)
     tokens = prompt_tokens + completion_tokens
+    # The update scores the completion's tokens: logits for them and the position before.
     update = estimate_memory(shape, setup.replace(batch=rollouts // updates_per_rollout,
-                                                  seq=tokens))
+                                                  seq=tokens, scored_tokens=completion_tokens + 1))
     items = {name: update.items[name] for name in STATES if name in update.items}
     items["reference weights"] = update.items["weights"]  # frozen: no gradients, no optimizer
     # generate() reads all the prompts in one forward, then one token at a time.
@@ -185,11 +187,19 @@ def estimate_grpo_memory(
         2 * shape.n_layer)
     # The last step's logits, copied to fp32, and the probabilities sampled from them.
     items["sampling buffers"] = 2 * rollouts * shape.vocab_size * 4
-    # Each scoring pass (the policy's, then the reference's) holds its logits for every token,
-    # and cross-entropy's fp32 contiguous copy of the shifted ones and their log-softmax: more
-    # than any block's working set, since the vocabulary is wider than d_model and d_ff.
+    # Scoring's forward through the blocks, every rollout's tokens at once (the reference's
+    # pass): wider than its logits where prompts are long and completions short. GPT-2's
+    # position embeddings are one row shared by the batch here (no position ids are given),
+    # where generate gives each rollout its own.
+    shared = (rollouts - 1) * tokens * shape.d_model * DTYPE_BYTES[setup.dtype] * (
+        shape.family == "gpt2")
+    items["scoring forward"] = rollouts * tokens * _forward_bytes_per_token(
+        shape, setup.dtype) - shared
+    # Each scoring pass (the reference's, then the policy's) holds its logits for the positions
+    # that predict a completion token and the one after (llmlab.posttrain.logprobs keeps no
+    # more), and cross-entropy's fp32 contiguous copy of the shifted ones and their log-softmax.
     items["log-prob logits"] = rollouts * shape.vocab_size * (
-        tokens * DTYPE_BYTES[setup.dtype] + 2 * (tokens - 1) * 4)
+        (completion_tokens + 1) * DTYPE_BYTES[setup.dtype] + 2 * completion_tokens * 4)
     states = (*(name for name in STATES if name in items), "reference weights")
     update_items = tuple(name for name in update.peak_items if name not in states)
     items |= {name: update.items[name] for name in update_items}
@@ -198,6 +208,7 @@ def estimate_grpo_memory(
                (*states, "prompt's KV cache", "prompt's forward")),
         Moment("generation", "end of sampling",
                (*states, "KV cache", "cache growth", "sampling buffers")),
+        Moment("scoring", "forward", (*states, "scoring forward")),
         Moment("scoring", "log-prob passes", (*states, "log-prob logits")),
         Moment("update", update.peak_phase, (*states, *update_items)),
     )

@@ -127,8 +127,9 @@ def grpo_step(
     """One step of GRPO (see train_grpo) on the prompts numbered `chosen`, each completion scored
     by `reward(its prompt's number, completion text)`. Each of its three phases runs inside
     `watch`'s context of its name, when there is one: "generation" (sampling the rollouts),
-    "scoring" (their log-probabilities under the policy that sampled them and the reference)
-    and "update" (llmlab.posttrain.memory watches them with memory trackers)."""
+    "scoring" (their log-probabilities under the reference, and under the policy that sampled
+    them for the rows the first update moves the policy before) and "update"
+    (llmlab.posttrain.memory watches them with memory trackers)."""
     watch = watch or {}
     with watch.get("generation", nullcontext()):
         rollouts = sample_groups(policy, tokenizer, [prompts[i] for i in chosen], group_size,
@@ -137,18 +138,28 @@ def grpo_step(
                             zip(rollouts.prompt_index, rollouts.completions, strict=True)])
     advantages = group_advantages(rewards, group_size)
     mask = completion_mask(rollouts.labels)
+    slices = torch.arange(len(rewards)).chunk(updates_per_rollout)
+    later = torch.arange(len(slices[0]), len(rewards))  # the rows updated after the policy moved
     with (watch.get("scoring", nullcontext()), torch.no_grad(), eval_mode(policy),
           eval_mode(reference)):
-        old = token_logprobs(policy, rollouts.ids, rollouts.labels)
         ref = token_logprobs(reference, rollouts.ids, rollouts.labels)
+        old = torch.zeros_like(ref)
+        if len(later):  # none when every rollout is updated at once
+            old[later] = token_logprobs(policy, rollouts.ids[later], rollouts.labels[later])
     # The log-probs are on the model's device; the rewards were scored on the host.
-    advantages, mask = advantages.to(old.device), mask.to(old.device)
+    advantages, mask = advantages.to(ref.device), mask.to(ref.device)
     policy.train()
     stats = []
     with watch.get("update", nullcontext()):
-        for rows in torch.arange(len(rewards)).chunk(updates_per_rollout):
-            result = grpo_loss(token_logprobs(policy, rollouts.ids[rows], rollouts.labels[rows]),
-                               old[rows], ref[rows], advantages[rows], mask[rows], epsilon, beta)
+        for number, rows in enumerate(slices):
+            logprobs = token_logprobs(policy, rollouts.ids[rows], rollouts.labels[rows])
+            if number == 0:
+                # The first slice is on-policy: the policy that sampled it is the one scoring it
+                # now, so its old log-probs are this forward's, detached (as TRL's, a forward
+                # saved: every ratio is exactly 1).
+                old[rows] = logprobs.detach()
+            result = grpo_loss(logprobs, old[rows], ref[rows], advantages[rows], mask[rows],
+                               epsilon, beta)
             result.loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

@@ -227,6 +227,23 @@ def test_lora_under_autocast_keeps_frozen_weights_in_fp32_with_16_bit_copies():
     assert "16-bit weight copies" not in plain.items
 
 
+def test_scoring_the_last_tokens_alone_keeps_their_log_probabilities_alone():
+    # logits_to_keep=13 on 128-token rows (a completion after its prompt): the final norm and
+    # the head's input stay for all 128 tokens, the fp32 log-probabilities and the loss's two
+    # buffers only for the 13 scored.
+    full = estimate_memory(SMALL, batch=2, seq=128, dtype="fp32")
+    kept = estimate_memory(SMALL, batch=2, seq=128, dtype="fp32", scored_tokens=13)
+    assert full.items["head activations"] == 2 * 128 * (64 * 4 + 64 * 4 + 1000 * 4)
+    assert kept.items["head activations"] == 2 * (128 * (64 * 4 + 64 * 4) + 13 * 1000 * 4)
+    assert kept.items["loss buffers"] == 2 * 2 * 13 * 1000 * 4
+    assert kept.items["block activations"] == full.items["block activations"]
+    # More than the sequence is the whole sequence; a negative count is refused.
+    whole = estimate_memory(SMALL, batch=2, seq=128, dtype="fp32", scored_tokens=500)
+    assert whole.items == full.items
+    with pytest.raises(ValueError, match="scored_tokens"):
+        TrainingSetup(scored_tokens=-1)
+
+
 # A small GPT-2 in 2 pipeline stages of 2 blocks: width 64, 4 heads, 1000 tokens, 128 positions.
 SMALL = ModelShape("gpt2", n_layer=4, d_model=64, n_head=4, vocab_size=1000, context=128)
 SMALL_BLOCK = 12 * 64 * 64 + 13 * 64  # 49,984 parameters

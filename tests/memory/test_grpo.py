@@ -29,14 +29,20 @@ def test_each_part_of_the_smoke_step_by_hand():
     assert items["cache growth"] == 64 * 30 * 256 * 4  # one layer's keys one token shorter
     assert items["prompt's forward"] == 64 * 20 * (6 * 256 + 2 * 1024) * 4
     assert items["sampling buffers"] == 2 * 64 * 2048 * 4
-    assert items["log-prob logits"] == 64 * 2048 * (32 * 4 + 2 * 31 * 4)
-    # The update is Lab 02's training step on half the rollouts (2 updates), all 32 tokens long.
-    update = estimate_memory("tiny", TrainingSetup(batch=32, seq=32, dtype="fp32"))
+    # Scoring: the forward through the blocks of all 64 rollouts' 32 tokens (one row of
+    # position embeddings for the batch), then logits for the 12 completion tokens and the
+    # position before them, and cross-entropy's two fp32 copies of the 12 shifted ones.
+    assert items["scoring forward"] == 64 * 32 * (5 * 256 + 2 * 1024) * 4 + 32 * 256 * 4
+    assert items["log-prob logits"] == 64 * 2048 * (13 * 4 + 2 * 12 * 4)
+    # The update is Lab 02's training step on half the rollouts (2 updates), all 32 tokens long,
+    # with logits for the same 13 positions.
+    update = estimate_memory("tiny", TrainingSetup(batch=32, seq=32, dtype="fp32",
+                                                   scored_tokens=13))
     assert plan.update == update
     assert plan.phase_peak("update") == update.peak + items["reference weights"]
     assert plan.phase_peak("scoring") == (
         items["weights"] + items["optimizer states"] + items["reference weights"]
-        + items["log-prob logits"])
+        + max(items["scoring forward"], items["log-prob logits"]))
 
 
 def test_the_kv_cache_is_the_size_of_transformers_own():

@@ -169,6 +169,36 @@ def test_grpo_raises_a_verifiers_reward_and_the_kl_term_holds_the_policy_nearer_
     assert held[-1].kl < free[-1].kl
 
 
+def test_the_first_update_scores_its_rollouts_with_its_own_forward_even_with_dropout(monkeypatch):
+    # The first slice's old log-probs are the update's own forward, detached: its ratios are
+    # exactly 1. A separate scoring forward (eval mode: no dropout) would differ from the
+    # training forward wherever dropout is on; the later slices' old log-probs are that forward.
+    from helpers.evaluation import code_tokenizer, generating_model
+
+    from llmlab.posttrain import grpo
+
+    calls = []
+
+    def watched(logprobs, old_logprobs, *args):
+        calls.append((logprobs.detach().clone(), old_logprobs.clone()))
+        return loss(logprobs, old_logprobs, *args)
+
+    loss = grpo.grpo_loss
+    monkeypatch.setattr(grpo, "grpo_loss", watched)
+    tokenizer = code_tokenizer()
+    policy = generating_model(tokenizer)
+    for module in policy.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.5
+    grpo.train_grpo(policy, generating_model(tokenizer), tokenizer, ["def add", "# Add"], a_share,
+                    steps=2, prompts_per_step=2, group_size=4, lr=1e-2, max_new_tokens=6,
+                    stop_id=tokenizer("\n").input_ids[0], updates_per_rollout=2, progress=False)
+    firsts, seconds = calls[0::2], calls[1::2]
+    assert len(firsts) == len(seconds) == 2
+    assert all(torch.equal(logprobs, old) for logprobs, old in firsts)
+    assert not any(torch.equal(logprobs, old) for logprobs, old in seconds)
+
+
 class WordTokenizer:
     """A stand-in tokenizer: one token per word."""
 

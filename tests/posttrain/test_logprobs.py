@@ -86,3 +86,18 @@ def test_scoring_keeps_no_key_value_cache_whatever_the_config_asks():
             kept[use_cache] = tracker.current["activations"]
         del scores
     assert kept[True] == kept[False]
+
+
+def test_the_head_sees_only_the_positions_that_predict_a_completion_token():
+    # Prompts of 8 and 9 tokens, completions to the end of 12: the logits at positions 7 to 11
+    # (the one before the first completion token, through the last) are all that is needed.
+    model = tiny_model(seed=3)
+    ids, labels, _, _ = right_padded(rows=2, width=12, seed=3)
+    labels[0, :8], labels[1, :9] = IGNORE, IGNORE
+    widths = []
+    model.lm_head.register_forward_hook(lambda module, args, out: widths.append(args[0].shape[1]))
+    with torch.no_grad():
+        scores = token_logprobs(model, ids, labels)
+    assert widths == [5]
+    torch.testing.assert_close(scores.sum(-1), by_hand(model, ids, labels), rtol=0, atol=1e-5)
+    assert torch.equal(scores != 0, completion_mask(labels) == 1)
