@@ -4,15 +4,12 @@ Invariant: each rank computes the gradient of its half of the global batch; DDP 
 two during backward (on the last micro-step only), which is the gradient of the whole batch.
 """
 
-import json
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from helpers.train_fakes import FixedRows, global_rows, tiny_gpt2
 
+from llmlab.distributed import launch
 from llmlab.train import TrainConfig, Trainer
 
 STEPS = 4
@@ -25,32 +22,19 @@ def settings(micro_batch_size: int, grad_accum_steps: int) -> TrainConfig:
                        progress=False)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def train_on_rank(rank: int, world_size: int, port: int, micro: int, accum: int, out) -> None:
-    torch.set_num_threads(1)  # two processes on two cores: one math thread each (as torchrun does)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size)
-    try:
-        source = FixedRows(global_rows(8), micro, rank=rank, world_size=world_size)
-        history = Trainer(tiny_gpt2(), settings(micro, accum), source).fit().history
-        if rank == 0:
-            with open(out, "w") as f:
-                json.dump([m.loss for m in history], f)
-    finally:
-        dist.destroy_process_group()
+def rank_losses(micro: int, accum: int) -> list[float]:
+    """One rank's losses, training on its half of every global batch of 8 (DDP, the default)."""
+    source = FixedRows(global_rows(8), micro, rank=dist.get_rank(),
+                       world_size=dist.get_world_size())
+    return [m.loss for m in Trainer(tiny_gpt2(), settings(micro, accum), source).fit().history]
 
 
 @pytest.mark.parametrize("micro, accum", [(4, 1), (2, 2)], ids=["no-accumulation", "accumulation"])
-def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, micro, accum):
+def test_two_processes_match_one_process_with_the_same_global_batch(micro, accum):
     one_process = Trainer(tiny_gpt2(), settings(8, 1), FixedRows(global_rows(8), 8)).fit()
-    out = tmp_path / "losses.json"
-    mp.spawn(train_on_rank, args=(2, free_port(), micro, accum, str(out)), nprocs=2, join=True)
-    two_processes = json.loads(out.read_text())
+    # Forked ranks (launch), not spawned ones: a spawned rank imports torch and llmlab again,
+    # seconds each, where the training itself takes a fraction of one.
+    two_processes = launch(rank_losses, 2, args=(micro, accum))[0]  # rank 0 keeps the history
     expected = [m.loss for m in one_process.history]
     assert two_processes == pytest.approx(expected, rel=1e-5)
     assert len(two_processes) == STEPS and two_processes[-1] < two_processes[0]
