@@ -1,4 +1,4 @@
-"""Run under `torchrun --nproc_per_node 2 --max-restarts 1`: the DDP run of ddp_resume_worker.py
+"""Run under `torchrun --nproc_per_node 2 --max-restarts 1`: the DDP run of test_loop_ddp_resume.py
 (dropout, per-rank random windows, a checkpoint every 4 of 8 steps, resume=True), which SIGKILLs
 one of its own ranks on the first attempt only, as a crash would:
 

@@ -1,31 +1,44 @@
-"""A 2-process torchrun run (gloo, CPU) killed mid-run and resumed trains exactly like one that was
+"""A 2-process DDP run (gloo, CPU) killed mid-run and resumed trains exactly like one that was
 never interrupted: every rank gets back its own data position and RNG state.
 
 Invariant: rank 1 draws other windows than rank 0 (its own seed) and its dropout masks come from
 its own RNG; a resume that gave it rank 0's states would change the losses from the first resumed
 step on, and the final weights.
+
+The ranks are forked by launch(): torchrun's own kills and restarts of this run are
+test_loop_elastic_restart.py's, and `llmlab train`'s second call under torchrun is
+test_cli_train.py's.
 """
 
 import json
-import subprocess
-import sys
+import os
+import signal
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import WORKERS
+import torch.distributed as dist
 from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
 from safetensors.torch import load_file
 
+from llmlab.distributed import LaunchError, launch
 from llmlab.train import CheckpointMismatch, TrainConfig, Trainer, read_metrics
 
-WORKER = WORKERS / "ddp_resume_worker.py"
 
+def ddp_run(out_dir: str, kill_at: int = 0) -> None:
+    """One rank of a short DDP run with dropout and per-rank random windows, checkpointing every
+    4 steps into `out_dir` and resuming from there; with `kill_at`, rank 0 (which logs) is
+    killed (SIGKILL) right after logging that step, as a crash would."""
 
-def torchrun_worker(out_dir: Path, kill_at: int = 0) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               str(WORKER), str(out_dir), str(kill_at)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    def kill(metrics):
+        if metrics.step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    config = TrainConfig(max_steps=8, micro_batch_size=4, seq_len=16, dtype="fp32", device="cpu",
+                         warmup_steps=2, lr=3e-3, log_interval=1, eval_interval=100,
+                         checkpoint_interval=4, out_dir=out_dir, progress=False)
+    data = RandomWindows(token_stream(), 4, seed=dist.get_rank())  # each rank its own windows
+    Trainer(tiny_gpt2(dropout=0.1), config, data, callbacks=[kill]).fit(resume=True)
 
 
 def losses_by_step(out_dir: Path) -> list[tuple[int, float]]:
@@ -37,16 +50,16 @@ def final_weights(out_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(out_dir / "checkpoints" / "step_0000008" / "model.safetensors")
 
 
-def test_a_killed_two_process_run_resumes_bit_for_bit(tmp_path):
+def test_a_killed_two_process_run_resumes_bit_for_bit(tmp_path, capsys):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    done = torchrun_worker(straight)
-    assert done.returncode == 0, done.stderr[-3000:]
+    launch(ddp_run, 2, args=(str(straight),))
 
-    crash = torchrun_worker(killed, kill_at=7)  # rank 0 dies after step 7: step 4 is saved
-    assert crash.returncode != 0
-    resumed = torchrun_worker(killed)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from step 4" in resumed.stdout
+    # Rank 0 dies after step 7, with step 4 saved.
+    with pytest.raises(LaunchError, match="rank 0 was killed by signal SIGKILL"):
+        launch(ddp_run, 2, args=(str(killed), 7))
+    capsys.readouterr()
+    launch(ddp_run, 2, args=(str(killed),))
+    assert "resumed from step 4" in capsys.readouterr().out
 
     expected = losses_by_step(straight)
     assert [step for step, _ in expected] == list(range(1, 9))
