@@ -1,6 +1,6 @@
-"""Run under `torchrun --nproc_per_node 2 --max-restarts 1`: the DDP run of test_loop_ddp_resume.py
-(dropout, per-rank random windows, a checkpoint every 4 of 8 steps, resume=True), which SIGKILLs
-one of its own ranks on the first attempt only, as a crash would:
+"""Run under `torchrun --nproc_per_node 2 --max-restarts 1`: the DDP run of
+train_fakes.ddp_resume_run (dropout, per-rank random windows, a checkpoint every 4 of 8 steps,
+resume=True), which SIGKILLs one of its own ranks on the first attempt only, as a crash would:
 
   KILL_RANK=R KILL_AFTER_STEP=N   rank R dies when it asks for step N+1's batch (step N is done)
   KILL_RANK=0 KILL_IN_SAVE=N      rank 0 dies inside checkpoint N's save, after its weights, state
@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 import torch
-from train_fakes import RandomWindows, tiny_gpt2, token_stream
+from train_fakes import RandomWindows, ddp_resume_config, tiny_gpt2, token_stream
 
 import llmlab.train.checkpoint as checkpoint_module
 from llmlab.distributed import process_group
-from llmlab.train import TrainConfig, Trainer
+from llmlab.train import Trainer
 
 
 def die() -> None:
@@ -60,15 +60,11 @@ def main(out_dir: Path) -> None:
     first_attempt = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"  # set by the elastic agent
     doomed = first_attempt and os.environ.get("KILL_RANK") == os.environ["RANK"]
     with process_group("gloo") as info:
-        config = TrainConfig(max_steps=8, micro_batch_size=4, seq_len=16, dtype="fp32",
-                             device="cpu", warmup_steps=2, lr=3e-3, log_interval=1,
-                             eval_interval=100, checkpoint_interval=4, out_dir=out_dir,
-                             progress=False)
         die_at = int(os.environ.get("KILL_AFTER_STEP", -1)) + 1 if doomed else 0
         data = DyingWindows(token_stream(), 4, seed=info.rank, die_at=die_at)
         if doomed and "KILL_IN_SAVE" in os.environ:
             kill_inside_save(int(os.environ["KILL_IN_SAVE"]))
-        trainer = Trainer(tiny_gpt2(dropout=0.1), config, data)
+        trainer = Trainer(tiny_gpt2(dropout=0.1), ddp_resume_config(out_dir), data)
         trainer.fit(resume=True)
         del trainer  # before the process group goes (llmlab.distributed.leave_process_group)
 

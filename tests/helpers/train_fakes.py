@@ -1,10 +1,15 @@
-"""Tiny models and batch sources for the trainer's tests (fast on a CPU)."""
+"""Tiny models and batch sources for the trainer's tests (fast on a CPU), and the short DDP run
+that the resume tests kill and resume."""
+
+import os
+import signal
 
 import torch
+import torch.distributed as dist
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from llmlab.train import TrainConfig
+from llmlab.train import TrainConfig, Trainer
 
 VOCAB, CONTEXT = 128, 16
 
@@ -107,3 +112,25 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     tokenizer.train_from_iterator(["def add(a, b):\n    return a + b\n"] * 20, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>",
                                    pad_token="<|endoftext|>")
+
+
+def ddp_resume_config(out_dir) -> TrainConfig:
+    """The run that tests/train/test_loop_ddp_resume.py and elastic_worker.py kill and resume:
+    8 steps with a checkpoint every 4 and a loss logged every step."""
+    return TrainConfig(max_steps=8, micro_batch_size=4, seq_len=16, dtype="fp32", device="cpu",
+                       warmup_steps=2, lr=3e-3, log_interval=1, eval_interval=100,
+                       checkpoint_interval=4, out_dir=out_dir, progress=False)
+
+
+def ddp_resume_run(out_dir: str, kill_at: int = 0) -> None:
+    """One rank of that run under llmlab.distributed.launch, with dropout and per-rank random
+    windows, resuming from `out_dir`'s checkpoints; with `kill_at`, rank 0 (the one that logs)
+    is killed (SIGKILL) right after logging that step, as a crash would."""
+
+    def kill(metrics):
+        if metrics.step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    data = RandomWindows(token_stream(), 4, seed=dist.get_rank())  # each rank its own windows
+    model = tiny_gpt2(dropout=0.1)
+    Trainer(model, ddp_resume_config(out_dir), data, callbacks=[kill]).fit(resume=True)

@@ -11,34 +11,15 @@ test_cli_train.py's.
 """
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-from helpers.train_fakes import RandomWindows, tiny_gpt2, token_stream
+from helpers.train_fakes import RandomWindows, ddp_resume_run, tiny_gpt2, token_stream
 from safetensors.torch import load_file
 
 from llmlab.distributed import LaunchError, launch
 from llmlab.train import CheckpointMismatch, TrainConfig, Trainer, read_metrics
-
-
-def ddp_run(out_dir: str, kill_at: int = 0) -> None:
-    """One rank of a short DDP run with dropout and per-rank random windows, checkpointing every
-    4 steps into `out_dir` and resuming from there; with `kill_at`, rank 0 (which logs) is
-    killed (SIGKILL) right after logging that step, as a crash would."""
-
-    def kill(metrics):
-        if metrics.step == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    config = TrainConfig(max_steps=8, micro_batch_size=4, seq_len=16, dtype="fp32", device="cpu",
-                         warmup_steps=2, lr=3e-3, log_interval=1, eval_interval=100,
-                         checkpoint_interval=4, out_dir=out_dir, progress=False)
-    data = RandomWindows(token_stream(), 4, seed=dist.get_rank())  # each rank its own windows
-    Trainer(tiny_gpt2(dropout=0.1), config, data, callbacks=[kill]).fit(resume=True)
 
 
 def losses_by_step(out_dir: Path) -> list[tuple[int, float]]:
@@ -52,13 +33,13 @@ def final_weights(out_dir: Path) -> dict[str, torch.Tensor]:
 
 def test_a_killed_two_process_run_resumes_bit_for_bit(tmp_path, capsys):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    launch(ddp_run, 2, args=(str(straight),))
+    launch(ddp_resume_run, 2, args=(str(straight),))
 
     # Rank 0 dies after step 7, with step 4 saved.
     with pytest.raises(LaunchError, match="rank 0 was killed by signal SIGKILL"):
-        launch(ddp_run, 2, args=(str(killed), 7))
+        launch(ddp_resume_run, 2, args=(str(killed), 7))
     capsys.readouterr()
-    launch(ddp_run, 2, args=(str(killed),))
+    launch(ddp_resume_run, 2, args=(str(killed),))
     assert "resumed from step 4" in capsys.readouterr().out
 
     expected = losses_by_step(straight)

@@ -17,8 +17,10 @@ import pytest
 import torch
 from helpers import WORKERS
 from helpers.launch import LAUNCHER_NAMES, run
+from helpers.train_fakes import ddp_resume_run
 from safetensors.torch import load_file
 
+from llmlab.distributed import launch
 from llmlab.train import read_metrics
 
 WORKER = WORKERS / "elastic_worker.py"
@@ -53,9 +55,10 @@ def final_weights(out_dir: Path) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory) -> Path:
-    """The reference: the same run, never interrupted."""
+    """The reference: the same run, never interrupted. Its ranks are forked (launch), not started
+    by torchrun: the same sums on two ranks, without two more interpreters importing torch."""
     out_dir = tmp_path_factory.mktemp("straight")
-    assert "SIGKILL" not in elastic_run(out_dir)
+    launch(ddp_resume_run, 2, args=(str(out_dir),))
     return out_dir
 
 
