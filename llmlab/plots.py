@@ -7,6 +7,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from llmlab.evaluate.seeds import seed_spread
+from llmlab.scale.schedules import bubble
 
 
 def matmul_throughput(
@@ -317,6 +318,38 @@ def bubble_sweep(rows: Sequence[Mapping], title: str = "") -> Figure:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title or "Pipeline bubble against micro-batches")
+    fig.tight_layout()
+    return fig
+
+
+def pipeline_schedules(time_lines: Mapping[str, Sequence], title: str = "") -> Figure:
+    """One panel per schedule ({name: llmlab.scale.schedules time line}): a row per stage, a box
+    per piece of work, coloured by kind (forward, backward, weight gradient) and labelled with
+    its micro-batch (and chunk, when a stage has several); the idle share in each title."""
+    colours = {"F": "C0", "B": "C1", "W": "C2"}
+    length = max(float(slot.end) for slots in time_lines.values() for slot in slots)
+    fig, axes = plt.subplots(len(time_lines), 1, figsize=(11, 1.3 + 1.1 * len(time_lines)),
+                             sharex=True, squeeze=False)
+    for ax, (name, slots) in zip((row[0] for row in axes), time_lines.items(), strict=True):
+        stages = 1 + max(slot.stage for slot in slots)
+        chunked = any(slot.piece.chunk for slot in slots)
+        for slot in slots:
+            start, width = float(slot.start), float(slot.end - slot.start)
+            ax.broken_barh([(start, width)], (slot.stage - 0.4, 0.8),
+                           color=colours[slot.piece.kind], edgecolor="white", linewidth=0.5)
+            label = f"{slot.piece.micro_batch}" + (f".{slot.piece.chunk}" if chunked else "")
+            ax.text(start + width / 2, slot.stage, label, ha="center", va="center",
+                    fontsize=6 if chunked else 7, color="white")
+        ax.set_yticks(range(stages), [f"stage {s}" for s in range(stages)], fontsize=8)
+        ax.invert_yaxis()  # stage 0 on top
+        ax.set_xlim(0, length)
+        ax.set_title(f"{name}: idle {float(bubble(slots)):.0%} of the step", fontsize=9,
+                     loc="left")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in colours.values()]
+    fig.legend(handles, ["forward", "backward (with W unless split)", "weight gradient (W)"],
+               loc="upper right", fontsize=8, ncols=3)
+    axes[-1][0].set_xlabel("time, in forwards of one micro-batch through one stage")
+    fig.suptitle(title or "Pipeline schedules", x=0.01, ha="left")
     fig.tight_layout()
     return fig
 

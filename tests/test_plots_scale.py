@@ -1,4 +1,5 @@
-"""Lab 05's figures: all-reduce time against ranks, and each rank's step times."""
+"""Lab 05's figures: all-reduce time against ranks, and each rank's step times; Lab 04's
+pipeline schedules as time lines."""
 
 import matplotlib
 
@@ -24,3 +25,16 @@ def test_step_times_by_rank_shows_each_ranks_median_and_the_threshold():
     lines = {line.get_label(): line.get_ydata() for line in ax.get_lines()}
     assert list(lines["median rank"]) == [1.0, 1.0]
     assert list(lines["threshold: 50% slower"]) == [1.5, 1.5]
+
+
+def test_pipeline_schedules_draws_a_box_per_piece_of_work_and_the_idle_share():
+    from llmlab.scale.schedules import schedule_time_line
+
+    lines = {"1F1B": schedule_time_line("1f1b", 2, 3),
+             "ZB-H1": schedule_time_line("zb-h1", 2, 3)}
+    axes = plots.pipeline_schedules(lines).axes
+    assert [ax.get_title(loc="left") for ax in axes] == ["1F1B: idle 25% of the step",
+                                                         "ZB-H1: idle 10% of the step"]
+    # One box per piece: 2 stages x 3 micro-batches x (F, B) and x (F, B, W).
+    assert [len(ax.collections) for ax in axes] == [12, 18]
+    assert [ax.get_yticklabels()[1].get_text() for ax in axes] == ["stage 1", "stage 1"]

@@ -2,7 +2,12 @@
 on; the batch is cut into micro-batches so the stages can work at the same time.
 
 `torch.distributed.pipelining` runs the schedules (`ScheduleGPipe`: all forwards, then all
-backwards; `Schedule1F1B`: one forward, one backward in turn once the pipe is full). Its
+backwards; `Schedule1F1B`: one forward, one backward in turn once the pipe is full;
+`ScheduleInterleaved1F1B`: the same with several chunks of layers per rank, the model cut into
+ranks x chunks stages and chunk c of rank r the stage c x ranks + r;
+`ScheduleInterleavedZeroBubble`: interleaved, with each backward split into the input's gradient
+and the weights', the latter run where the pipe would idle, as llmlab.scale.schedules' ZB-H1).
+Its
 `PipelineStage` passes one tensor from stage to stage, and a transformers model's forward takes
 keywords and returns a ModelOutput, so each stage here is a small nn.Module that takes a tensor
 and returns a tensor: token ids -> hidden states -> ... -> logits.
@@ -19,7 +24,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+)
 
 from llmlab.distributed.harness.equivalence import SMOKE_SHAPE, reference_optimizer
 from llmlab.distributed.harness.model_parallel import STEPS, token_batches
@@ -27,7 +38,11 @@ from llmlab.models import ModelShape, build_model, next_token_cross_entropy, pre
 from llmlab.models.blocks import transformer_blocks
 from llmlab.scale.comm_cost import bubble_fraction
 
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B,
+             "interleaved-1f1b": ScheduleInterleaved1F1B,
+             "interleaved-zero-bubble": ScheduleInterleavedZeroBubble}
+# The schedules that take several stages per rank.
+INTERLEAVED = ("interleaved-1f1b", "interleaved-zero-bubble")
 
 
 class GPT2Stage(nn.Module):
@@ -95,59 +110,70 @@ def train_pipeline(
     schedule: str = "gpipe",
     sync_tied: bool = True,
     optimizer: str = "sgd-momentum",
+    chunks: int = 1,
 ) -> PipelineRun:
-    """Train with one pipeline stage per rank (call on every rank, inside `launch`), on
-    `equivalence`'s batches and optimizer. `sync_tied=False` skips the tied embedding's
-    gradient all-reduce (to see the comparison catch it)."""
+    """Train with a pipeline over the ranks (call on every rank, inside `launch`), on
+    `equivalence`'s batches and optimizer: one stage per rank, or `chunks` per rank with an
+    interleaved schedule. `sync_tied=False` skips the tied embedding's gradient all-reduce (to
+    see the comparison catch it)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}: use one of {tuple(SCHEDULES)}")
+    if (schedule in INTERLEAVED) != (chunks > 1):
+        raise ValueError(f"{schedule} with {chunks} chunk(s) per rank: the interleaved schedules "
+                         f"{INTERLEAVED} take 2 or more, the others 1")
     shape = shape or SMOKE_SHAPE
     if batch % microbatches:
         raise ValueError(f"a batch of {batch} does not cut into {microbatches} equal "
                          "micro-batches")
-    rank, stages = dist.get_rank(), dist.get_world_size()
-    if schedule == "1f1b" and microbatches < stages:
-        raise ValueError(f"1F1B needs at least as many micro-batches as stages ({stages}): "
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    if schedule != "gpipe" and microbatches < ranks:
+        raise ValueError(f"{schedule} needs at least as many micro-batches as ranks ({ranks}): "
                          f"got {microbatches}")
-    model = build_model(shape)  # every rank builds it whole (same seed), then keeps its stage
-    first, last = stage_bounds(shape.n_layer, stages)[rank]
-    module = GPT2Stage(model, first, last)
+    model = build_model(shape)  # every rank builds it whole (same seed), then keeps its stages
+    bounds = stage_bounds(shape.n_layer, ranks * chunks)
+    # Chunk c of this rank is stage c x ranks + rank: the layers go round the ranks `chunks` times.
+    modules = [GPT2Stage(model, *bounds[chunk * ranks + rank]) for chunk in range(chunks)]
     names = {id(p): name for name, p in model.named_parameters()}
-    stage = PipelineStage(module, rank, stages, torch.device("cpu"))
-    busy = _time_chunks(stage)
+    stages = [PipelineStage(module, chunk * ranks + rank, ranks * chunks, torch.device("cpu"))
+              for chunk, module in enumerate(modules)]
+    busy = [0.0]
+    for stage in stages:
+        _time_chunks(stage, busy)
     # The schedule cuts the batch into micro-batches and divides the summed gradients by their
     # number, so with a mean loss per micro-batch the gradient is the global batch's mean.
-    runner = SCHEDULES[schedule](stage, microbatches, loss_fn=next_token_cross_entropy)
-    optimizer = reference_optimizer(module.parameters(), optimizer)
-    tied = shape.tied_embeddings and stages > 1 and (module.is_first or module.is_last)
-    tie_group = dist.new_group([0, stages - 1])  # every rank must take part in creating it
+    runner = SCHEDULES[schedule](stages if schedule in INTERLEAVED else stages[0], microbatches,
+                                 loss_fn=next_token_cross_entropy)
+    parameters = [p for module in modules for p in module.parameters()]
+    optimizer = reference_optimizer(parameters, optimizer)
+    first, last = modules[0], modules[-1]  # the embedding is on rank 0, the head on the last
+    tied = shape.tied_embeddings and ranks > 1 and (first.is_first or last.is_last)
+    tie_group = dist.new_group([0, ranks - 1])  # every rank must take part in creating it
     losses, step_times, busy_times = [], [], []
     for tokens in token_batches(shape, steps, batch, seq):
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         dist.barrier()  # start the clocks together
         busy[0], start = 0.0, time.perf_counter()
         step_losses = []
-        if module.is_first:
-            runner.step(inputs, target=targets if module.is_last else None)
+        if first.is_first:
+            runner.step(inputs, target=targets if last.is_last else None)
         else:
             runner.step(target=targets, losses=step_losses)
         step_times.append(time.perf_counter() - start)
         busy_times.append(busy[0])
         if tied and sync_tied:
-            weight = module.wte.weight if module.is_first else module.lm_head.weight
+            weight = first.wte.weight if first.is_first else last.lm_head.weight
             dist.all_reduce(weight.grad, group=tie_group)  # embedding + LM-head gradient
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if step_losses:
             losses.append(torch.stack(step_losses).mean().item())
-    params = {names[id(p)]: p.detach().clone() for p in module.parameters()}
+    params = {names[id(p)]: p.detach().clone() for p in parameters}
     return PipelineRun(rank, params, losses, step_times, busy_times)
 
 
-def _time_chunks(stage: PipelineStage) -> list[float]:
+def _time_chunks(stage: PipelineStage, busy: list[float]) -> None:
     """Add the seconds the stage spends in its forward and backward chunks to `busy[0]`;
     everything else in a step (waiting for a neighbour's activations or gradients) is idle."""
-    busy = [0.0]
     for name in ("forward_one_chunk", "backward_one_chunk"):
         work = getattr(stage, name)
 
@@ -159,7 +185,6 @@ def _time_chunks(stage: PipelineStage) -> list[float]:
                 busy[0] += time.perf_counter() - start
 
         setattr(stage, name, timed)  # the schedule calls these by attribute
-    return busy
 
 
 # The bubble sweep's model: the smoke shape with room for 128-token sequences, so that one

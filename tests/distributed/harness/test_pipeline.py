@@ -1,5 +1,7 @@
-"""Pipeline parallelism: two stages under GPipe and 1F1B train like one process; stage bounds.
-(The bubble's formula: tests/scale/test_comm_cost.py.)"""
+"""Pipeline parallelism: two stages under GPipe and 1F1B, and two ranks of two chunks each under
+interleaved 1F1B and interleaved zero bubble, train like one process; stage bounds. (The
+bubble's formula: tests/scale/test_comm_cost.py; the schedules' time lines:
+tests/scale/test_schedules.py.)"""
 
 from functools import partial
 
@@ -29,6 +31,16 @@ def test_two_stages_match_one_process_after_five_steps(schedule, smoke_reference
     assert all(0 <= run.idle_fraction < 1 for run in runs)
 
 
+@pytest.mark.parametrize("schedule", ["interleaved-1f1b", "interleaved-zero-bubble"])
+def test_interleaved_schedules_with_two_chunks_a_rank_match_one_process(schedule,
+                                                                        smoke_reference):
+    # The smoke model's 4 blocks in 4 stages: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3.
+    runs = launch(partial(train_pipeline, schedule=schedule, chunks=2), nprocs=2, timeout_s=120)
+    assert parameters_error(_whole_model(runs), smoke_reference) < TOLERANCE
+    assert {name.split(".")[2] for name in runs[0].params if ".h." in name} == {"0", "2"}
+    assert len(runs[1].losses) == 5 and runs[0].losses == []
+
+
 def test_the_comparison_fails_without_the_tied_embedding_all_reduce(smoke_reference):
     runs = launch(partial(train_pipeline, sync_tied=False), nprocs=2, timeout_s=120)
     assert parameters_error(_whole_model(runs), smoke_reference) > 1e-2
@@ -44,5 +56,8 @@ def test_stage_bounds():
 def test_bad_input_is_named():
     with pytest.raises(LaunchError, match="unknown schedule 'zb'"):
         launch(partial(train_pipeline, steps=1, schedule="zb"), nprocs=2, timeout_s=60)
+    with pytest.raises(LaunchError, match="take 2 or more"):
+        launch(partial(train_pipeline, steps=1, schedule="interleaved-1f1b"), nprocs=2,
+               timeout_s=60)
     with pytest.raises(LaunchError, match="does not cut into 3 equal micro-batches"):
         launch(partial(train_pipeline, steps=1, microbatches=3), nprocs=2, timeout_s=60)
