@@ -19,7 +19,7 @@ SEVERITY_MARK = {"error": "ERROR", "warning": "WARNING", "info": "note"}
 def _labs_section(report: env.EnvReport) -> str:
     rows = [
         {"lab": f"{lab.number:02d} {lab.title}{'' if lab.ready else ' (planned)'}",
-         "profile": name, "why": why}
+         "profile": name, "why": why, "smoke run, 2 cores": f"{lab.smoke_seconds} s"}
         for lab, name, why in capability_table(report)
     ]
     return "Labs on this machine\n" + markdown_table(rows, aligned=True)
@@ -65,7 +65,8 @@ def doctor(as_json: bool) -> int:
             for variable, setting in nccl_env.explain(os.environ)
         ]
         payload["labs"] = [
-            {"lab": lab.notebook, "ready": lab.ready, "profile": name, "why": why}
+            {"lab": lab.notebook, "ready": lab.ready, "profile": name, "why": why,
+             "smoke_seconds": lab.smoke_seconds}
             for lab, name, why in capability_table(report)
         ]
         print(json.dumps(payload, indent=2))

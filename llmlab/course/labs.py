@@ -31,6 +31,10 @@ class Lab:
     ready: bool  # False: planned, not written yet
     full_needs: str
     profile_on: Rule
+    # The stored smoke run's wall time, alone on 2 idle CPU cores with 2 math threads (with Lab
+    # 03's model there, for the labs that load it): measured, and quoted by the README's table
+    # and the lab's introduction (tests/course/test_labs.py holds them to it).
+    smoke_seconds: int
 
     @property
     def notebook(self) -> str:
@@ -85,34 +89,36 @@ def _multi_gpu(gpus: Sequence[GpuInfo]) -> tuple[str, str]:
 
 LABS: tuple[Lab, ...] = (
     Lab(0, "environment", "Environment setup and GPU check", True,
-        "any CUDA GPU; about 1 minute", _any_gpu),
+        "any CUDA GPU; about 1 minute", _any_gpu, smoke_seconds=12),
     Lab(1, "data", "Data preprocessing and tokenization", True,
         "no GPU needed; all of the built-in corpus (about 12 MB, 32k-token vocabulary)",
-        _any_gpu),
+        _any_gpu, smoke_seconds=24),
     Lab(2, "memory", "Model configuration and training memory", True,
-        "any CUDA GPU (measures GPT-2 124M on it)", _any_gpu),
+        "any CUDA GPU (measures GPT-2 124M on it)", _any_gpu, smoke_seconds=23),
     Lab(3, "training", "Training on one GPU", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (GPT-2 small, 2000 steps of 65k tokens)",
-        _on_training_gpu),
+        _on_training_gpu, smoke_seconds=316),
     Lab(4, "multi_gpu", "Multi-GPU training", True,
-        "2 or more GPUs (DDP, ZeRO/FSDP, tensor and pipeline parallelism)", _multi_gpu),
+        "2 or more GPUs (DDP, ZeRO/FSDP, tensor and pipeline parallelism)", _multi_gpu,
+        smoke_seconds=68),
     Lab(5, "at_scale", "Training at scale", True,
         "2 or more GPUs (launchers, failures and restarts; the cluster planner needs none)",
-        _multi_gpu),
+        _multi_gpu, smoke_seconds=99),
     Lab(6, "pruning", "Pruning", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (prunes and fine-tunes Lab 03's GPT-2 small)",
-        _on_training_gpu),
+        _on_training_gpu, smoke_seconds=80),
     Lab(7, "quantization", "4-bit quantization", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (quantizes and fine-tunes Lab 03's GPT-2 "
-        "small; GPTQ's GPU kernels timed)", _on_training_gpu),
+        "small; GPTQ's GPU kernels timed)", _on_training_gpu, smoke_seconds=168),
     Lab(8, "finetuning", "Fine-tuning and evaluation", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (fine-tunes Lab 03's GPT-2 small four ways: "
-        "full, LoRA, QLoRA, head only)", _on_training_gpu),
+        "full, LoRA, QLoRA, head only)", _on_training_gpu, smoke_seconds=248),
     Lab(9, "kernels", "Kernels and profiling", True,
-        "any CUDA GPU (profiles and times Lab 03's model; Triton kernels run compiled)", _any_gpu),
+        "any CUDA GPU (profiles and times Lab 03's model; Triton kernels run compiled)", _any_gpu,
+        smoke_seconds=63),
     Lab(10, "post_training", "Post-training: SFT, DPO and RLVR", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (post-trains Lab 03's GPT-2 small: SFT, DPO "
-        "and GRPO over seeds)", _on_training_gpu),
+        "and GRPO over seeds)", _on_training_gpu, smoke_seconds=350),
 )
 
 

@@ -140,3 +140,20 @@ def test_a_ready_lab_has_its_solution_and_lab_notebooks_and_a_planned_one_has_no
     for lab in LABS:
         present = [(root / folder / lab.notebook).is_file() for folder in ("solutions", "labs")]
         assert present == [lab.ready, lab.ready], lab.notebook
+
+
+def test_each_labs_measured_smoke_time_is_the_one_the_readme_and_its_introduction_quote():
+    # One number per lab (LABS), quoted in two places a learner reads: a re-stored lab whose
+    # new time reaches only one of them fails here.
+    import json
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text().splitlines()
+    for lab in LABS:
+        row = next(line for line in readme if line.startswith(f"| [{lab.number:02d}]("))
+        assert row.split("|")[3].strip().removesuffix("\\*") == f"{lab.smoke_seconds} s", row
+        cells = json.loads((root / "solutions" / lab.notebook).read_text())["cells"]
+        introduction = "".join(cells[0]["source"])
+        quoted = re.findall(r"(?:measured: |the stored run: )(\d+) s", introduction)
+        assert quoted == [str(lab.smoke_seconds)], (lab.notebook, quoted)
