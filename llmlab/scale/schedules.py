@@ -61,7 +61,7 @@ def stage_orders(schedule: str, stages: int, micro_batches: int,
             for stage in range(stages)]
     if schedule == "interleaved-1f1b":
         return [_interleaved(stage, stages, micro_batches, chunks) for stage in range(stages)]
-    return [_zero_bubble_h1(stage, stages, micro_batches) for stage in range(stages)]
+    return [_zero_bubble_h1(stage, stages, micro_batches, owed=stage) for stage in range(stages)]
 
 
 def _one_forward_one_backward(forwards: list[Piece], backwards: list[Piece],
@@ -90,22 +90,22 @@ def _interleaved(stage: int, stages: int, micro_batches: int, chunks: int) -> li
                                      warm_up=2 * (stages - 1 - stage) + (chunks - 1) * stages)
 
 
-def _zero_bubble_h1(stage: int, stages: int, micro_batches: int) -> list[Piece]:
-    """1F1B's order with each B followed by a W, except that stage s keeps s W's owed: they run
-    after its last B, where 1F1B's stage idles waiting for the backwards to come back. Stage s
-    then holds at most p micro-batches (a micro-batch is held until its W): the most any 1F1B
-    stage holds, its first's."""
+def _zero_bubble_h1(stage: int, stages: int, micro_batches: int, owed: int) -> list[Piece]:
+    """1F1B's order with each B followed by a W, except that the stage keeps `owed` W's for
+    after its last B. ZB-H1 has stage s owe s: they then run where 1F1B's stage idles waiting
+    for the backwards to come back, and stage s holds at most p micro-batches (a micro-batch is
+    held until its W): the most any 1F1B stage holds, its first's."""
     warm_up = min(stages - stage, micro_batches)
     order = [Piece("F", i) for i in range(warm_up)]
-    owed: list[int] = []
+    waiting: list[int] = []  # the micro-batches whose W is still to run
     for backward in range(micro_batches):
         order.append(Piece("B", backward))
-        owed.append(backward)
-        if len(owed) > stage:
-            order.append(Piece("W", owed.pop(0)))
+        waiting.append(backward)
+        if len(waiting) > owed:
+            order.append(Piece("W", waiting.pop(0)))
         if warm_up + backward < micro_batches:
             order.append(Piece("F", warm_up + backward))
-    return order + [Piece("W", number) for number in owed]
+    return order + [Piece("W", number) for number in waiting]
 
 
 def time_line(orders: list[list[Piece]], chunks: int = 1,

@@ -1,5 +1,7 @@
 """The labs and the rule per lab that picks its profile on a given machine, and why."""
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -145,9 +147,6 @@ def test_a_ready_lab_has_its_solution_and_lab_notebooks_and_a_planned_one_has_no
 def test_each_labs_measured_smoke_time_is_the_one_the_readme_and_its_introduction_quote():
     # One number per lab (LABS), quoted in two places a learner reads: a re-stored lab whose
     # new time reaches only one of them fails here.
-    import json
-    import re
-
     root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text().splitlines()
     for lab in LABS:

@@ -11,6 +11,7 @@ import pytest
 from llmlab.scale.schedules import (
     SCHEDULES,
     Piece,
+    _zero_bubble_h1,
     bubble,
     bubble_formula,
     peak_held,
@@ -72,29 +73,13 @@ def test_interleaving_trades_messages_for_bubble():
     assert sends[1] == 2 * sends[0]
 
 
-def zb_orders(stages, micro_batches, owed):
-    """ZB-H1's orders with stage s owing owed(s) W's: a plausible wrong version for owed != s."""
-    orders = []
-    for stage in range(stages):
-        warm_up = min(stages - stage, micro_batches)
-        order, waiting = [Piece("F", i) for i in range(warm_up)], []
-        for backward in range(micro_batches):
-            order.append(Piece("B", backward))
-            waiting.append(backward)
-            if len(waiting) > owed(stage):
-                order.append(Piece("W", waiting.pop(0)))
-            if warm_up + backward < micro_batches:
-                order.append(Piece("F", warm_up + backward))
-        orders.append(order + [Piece("W", number) for number in waiting])
-    return orders
-
-
 def test_zb_h1_needs_its_owed_ws_and_the_check_sees_when_they_are_wrong():
+    # Plausible wrong versions: every W at once (none owed), and the owing reversed.
     p, m = 4, 8
-    assert zb_orders(p, m, owed=lambda stage: stage) == stage_orders("zb-h1", p, m)
     formula = bubble_formula("zb-h1", p, m)
-    for owed in (lambda stage: 0, lambda stage: p - 1 - stage):  # W at once; reversed
-        slots = time_line(zb_orders(p, m, owed), split_backward=True)
+    for owed in (lambda stage: 0, lambda stage: p - 1 - stage):
+        orders = [_zero_bubble_h1(stage, p, m, owed=owed(stage)) for stage in range(p)]
+        slots = time_line(orders, split_backward=True)
         assert float(bubble(slots)) > formula + 0.05
 
 
