@@ -42,6 +42,7 @@ from llmlab.evaluate.multiple_choice import (
     ChoiceResult,
     Question,
     continuation_logprob,
+    continuation_logprobs,
     multiple_choice,
     wilson_interval,
 )
@@ -64,7 +65,7 @@ __all__ = [
     "BleuCounts", "ChoiceResult", "Interval", "PairedComparison", "PairedRatio", "Question",
     "STRATEGIES", "SeedSpread", "TextScore", "TokenScores", "VariantRow", "bits_per_byte", "bleu",
     "bootstrap_interval", "check_plain", "chrf", "compare_variants", "comparison_table", "complete",
-    "compressor_bits_per_byte", "continuation_logprob", "corpus_bleu", "corpus_chrf",
+    "compressor_bits_per_byte", "continuation_logprob", "continuation_logprobs", "corpus_bleu", "corpus_chrf",
     "exact_copies", "generate_samples", "held_out_windows", "jaccard", "latency_seconds",
     "minhashes", "multiple_choice", "near_duplicates", "next_token_accuracy", "normalized_words",
     "paired_bootstrap", "paired_percentile", "paired_perplexity_ratio", "percentile_test",

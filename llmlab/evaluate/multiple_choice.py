@@ -25,6 +25,7 @@ import torch
 from llmlab.models.eval_mode import eval_mode
 
 NORMALIZATIONS = ("none", "tokens", "characters")
+ROWS = 64  # (prompt, choice) pairs per forward pass: a CPU's matmuls fill up, a GPU's memory does not
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,6 @@ def split_tokens(
     return context, whole[len(context) :]
 
 
-@torch.no_grad()
 def continuation_logprob(
     model: torch.nn.Module, context: Sequence[int], continuation: Sequence[int]
 ) -> float:
@@ -79,24 +79,41 @@ def continuation_logprob(
 
     Longer than the model's context, the context is cut from the left, as lm-eval-harness does:
     the continuation is scored on the nearest tokens before it."""
-    if not context or not continuation:
-        raise ValueError(
-            "need at least one context token (start the prompt with a BOS token if it is empty) "
-            f"and one continuation token; got {len(context)} and {len(continuation)}"
-        )
-    ids = [*context, *continuation][:-1]  # the last token is only predicted, never read
+    return continuation_logprobs(model, [(context, continuation)])[0]
+
+
+@torch.no_grad()
+def continuation_logprobs(
+    model: torch.nn.Module, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]
+) -> list[float]:
+    """`continuation_logprob` of every (context, continuation) pair, in one forward pass: the
+    rows are padded on the right, where a causal model's earlier positions never look."""
     # transformers' name for every model's context; a model without one (an LSTM) has no limit
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None) or len(ids)
-    if len(continuation) > limit:
-        raise ValueError(f"a continuation of {len(continuation)} tokens is longer than the "
-                         f"model's context ({limit}): no prompt token would be left to score it "
-                         "from; shorten the choice")
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    rows = []
+    for context, continuation in pairs:
+        if not context or not continuation:
+            raise ValueError(
+                "need at least one context token (start the prompt with a BOS token if it is "
+                f"empty) and one continuation token; got {len(context)} and {len(continuation)}"
+            )
+        if limit and len(continuation) > limit:
+            raise ValueError(f"a continuation of {len(continuation)} tokens is longer than the "
+                             f"model's context ({limit}): no prompt token would be left to score "
+                             "it from; shorten the choice")
+        ids = [*context, *continuation][:-1]  # the last token is only predicted, never read
+        rows.append(ids[-limit:] if limit else ids)
     device = next(model.parameters()).device
-    log_probs = model(torch.tensor(ids[-limit:], device=device)[None]).logits[0]
-    # The logits at position t predict token t + 1: the continuation's are the last ones.
-    predicted = log_probs.float().log_softmax(-1)[-len(continuation) :]
-    targets = torch.tensor(continuation, device=device)
-    return predicted.gather(1, targets[:, None]).sum().item()
+    width = max(len(row) for row in rows)
+    batch = torch.tensor([row + [0] * (width - len(row)) for row in rows], device=device)
+    log_probs = model(batch).logits.float().log_softmax(-1)
+    scores = []
+    for row, (_, continuation), predicted in zip(rows, pairs, log_probs, strict=True):
+        # The logits at position t predict token t + 1: the continuation's are the row's last.
+        predicted = predicted[len(row) - len(continuation) : len(row)]
+        targets = torch.tensor(continuation, device=device)
+        scores.append(predicted.gather(1, targets[:, None]).sum().item())
+    return scores
 
 
 def multiple_choice(
@@ -112,19 +129,24 @@ def multiple_choice(
         raise ValueError(f"unknown normalize={normalize!r}: use one of {NORMALIZATIONS}")
     if not questions:
         raise ValueError("no questions to score")
-    predictions, all_scores = [], []
+    for number, question in enumerate(questions):
+        if not 0 <= question.answer < len(question.choices):
+            raise ValueError(f"question {number}: answer {question.answer} is not a choice")
+    pairs = [split_tokens(encode, question.prompt, choice)
+             for question in questions for choice in question.choices]
     with eval_mode(model):  # no dropout: the same model must give the same answers every time
-        for number, question in enumerate(questions):
-            if not 0 <= question.answer < len(question.choices):
-                raise ValueError(f"question {number}: answer {question.answer} is not a choice")
-            scores = []
-            for choice in question.choices:
-                context, continuation = split_tokens(encode, question.prompt, choice)
-                score = continuation_logprob(model, context, continuation)
-                length = {"none": 1, "tokens": len(continuation), "characters": len(choice)}
-                scores.append(score / length[normalize])
-            predictions.append(max(range(len(scores)), key=scores.__getitem__))
-            all_scores.append(tuple(scores))
+        logprobs = [score for start in range(0, len(pairs), ROWS)
+                    for score in continuation_logprobs(model, pairs[start : start + ROWS])]
+    scored = iter(zip(pairs, logprobs, strict=True))  # in the order of the questions' choices
+    predictions, all_scores = [], []
+    for question in questions:
+        scores = []
+        for choice in question.choices:
+            (_, continuation), logprob = next(scored)
+            length = {"none": 1, "tokens": len(continuation), "characters": len(choice)}
+            scores.append(logprob / length[normalize])
+        predictions.append(max(range(len(scores)), key=scores.__getitem__))
+        all_scores.append(tuple(scores))
     correct = sum(p == q.answer for p, q in zip(predictions, questions, strict=True))
     low, high = wilson_interval(correct, len(questions), z)
     return ChoiceResult(correct / len(questions), low, high, correct, len(questions),

@@ -2,7 +2,7 @@
 token from prefixes, answers follow the scores, and the interval is Wilson's. Mistakes caught:
 logits read one position late (each token scored by the logits that saw it), the prompt's tokens
 counted in the sum, a mean where the harness sums, the choice tokenized apart from the prompt,
-and a normal-approximation interval that leaves [0, 1]."""
+a padded batch read at its padded end, and a normal-approximation interval that leaves [0, 1]."""
 
 import math
 from types import SimpleNamespace
@@ -14,6 +14,7 @@ from torch import nn
 from llmlab.evaluate.multiple_choice import (
     Question,
     continuation_logprob,
+    continuation_logprobs,
     multiple_choice,
     split_tokens,
     wilson_interval,
@@ -89,6 +90,31 @@ def test_a_prompt_longer_than_the_context_is_cut_from_the_left(model):
                                                                                   abs=1e-3)
     with pytest.raises(ValueError, match="longer than the model's context"):
         continuation_logprob(model, context, context[:65])
+
+
+def read_at_the_padded_end(model, pairs):
+    """The batch's mistake: each row's continuation read from the end of the widest row."""
+    rows = [[*context, *continuation][:-1] for context, continuation in pairs]
+    width = max(len(row) for row in rows)
+    with torch.no_grad():
+        log_probs = model(torch.tensor([row + [0] * (width - len(row)) for row in rows])).logits
+    return [log_probs[i, -len(c):].log_softmax(-1).gather(1, torch.tensor(c)[:, None]).sum().item()
+            for i, (_, c) in enumerate(pairs)]
+
+
+def test_a_batch_scores_every_pair_as_it_scores_alone(model):
+    """Pairs of different lengths (one longer than the context) in one padded forward pass."""
+    generator = torch.Generator().manual_seed(3)
+    pairs = [(torch.randint(0, VOCAB, (a,), generator=generator).tolist(),
+              torch.randint(0, VOCAB, (b,), generator=generator).tolist())
+             for a, b in [(2, 3), (9, 1), (100, 4), (5, 6)]]
+    alone = [continuation_logprob(model, context, continuation) for context, continuation in pairs]
+    assert alone[0] == pytest.approx(reference_logprob(model, *pairs[0]), abs=1e-4)
+    assert continuation_logprobs(model, pairs) == pytest.approx(alone, abs=1e-4)
+    short = pairs[:2] + pairs[3:]  # the mistake needs rows that fit without a cut
+    assert read_at_the_padded_end(model, short) != pytest.approx(alone[:2] + alone[3:], abs=1e-3)
+    with pytest.raises(ValueError, match="context token"):
+        continuation_logprobs(model, [pairs[0], ([], [1])])
 
 
 def test_the_choice_is_tokenized_with_the_prompt():
