@@ -118,7 +118,7 @@ LABS: tuple[Lab, ...] = (
         smoke_seconds=63),
     Lab(10, "post_training", "Post-training: SFT, DPO and RLVR", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (post-trains Lab 03's GPT-2 small: SFT, DPO "
-        "and GRPO over seeds)", _on_training_gpu, smoke_seconds=350),
+        "and GRPO over seeds)", _on_training_gpu, smoke_seconds=283),
 )
 
 
