@@ -70,11 +70,23 @@ def fp8_quantize(x: torch.Tensor, name: str = "e4m3", granularity: str = "tensor
     x = require_values(x, "the tensor to quantize")
     x = require_finite(x, "the tensor to quantize").detach().float()  # NaN would spoil the scale
     absmax = x.abs().amax() if granularity == "tensor" else x.abs().amax(-1, keepdim=True)
+    scale = fp8_scale(absmax, dtype)
+    return FP8Quantized(saturated_cast(x, scale, dtype), scale)
+
+
+def fp8_scale(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The scale that puts `amax` on the fp8 dtype's largest finite value: amax / max (x is
+    stored as x / scale, and comes back as fp8 * scale)."""
+    scale = amax / torch.finfo(dtype).max
+    return torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero tensor: any scale
+
+
+def saturated_cast(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x / scale in the fp8 dtype, clamped to +-its largest finite value first: float division
+    can land a hair above max, a scale from an older amax further, and a cast past max gives inf
+    (e5m2) or NaN (e4m3fn, which has no infinity, in torch before 2.12)."""
     limit = torch.finfo(dtype).max
-    scale = absmax / limit
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row: any scale
-    # Clamped: float division can land a hair above max, and fp8 e4m3fn has no infinity (NaN).
-    return FP8Quantized((x / scale).clamp(-limit, limit).to(dtype), scale)
+    return (x / scale).clamp(-limit, limit).to(dtype)
 
 
 def fp8_fake_quantize(
