@@ -15,6 +15,7 @@ from llmlab import profiler
 from llmlab.course.checks import lab09 as check
 from llmlab.inference.kv_cache import KVCache
 from llmlab.numerics import flushed_accumulate
+from llmlab.quant.fp8_training import delayed_scale_cast
 
 # ---------------------------------------------------------------- Profiling and rooflines
 
@@ -485,6 +486,72 @@ class OffsetFromStepCount(KVCache):
 
 def test_kv_cache_generation_catches_what_the_unit_steps_miss():
     fails(check.exercise_kv_cache, OffsetFromStepCount, "differs from recomputing")
+
+
+# ---------------------------------------------------------------- FP8 training
+
+
+def delayed(*, from_history=True, update_first=False, saturate=True, multiply=False,
+            max_dtype=None, record=True, drop_oldest=True, newest_last=False, scale_form=None):
+    """A learner's delayed_scale_cast with one switch per likely mistake (defaults: a correct
+    one)."""
+
+    def answer(x, amax_history, fp8_dtype):
+        amax = x.abs().max().reshape(1)
+        if newest_last:
+            updated = torch.cat([amax_history[1 if drop_oldest else 0:], amax])
+        else:
+            updated = torch.cat([amax, amax_history[:-1] if drop_oldest else amax_history])
+        seen = updated if update_first else amax_history
+        limit = torch.finfo(max_dtype or fp8_dtype).max
+        scale = (seen.max() if from_history else amax[0]) / limit
+        scaled = x * scale if multiply else x / scale
+        if saturate:
+            top = torch.finfo(fp8_dtype).max
+            scaled = scaled.clamp(-top, top)
+        form = scale_form or (lambda value: value)
+        return scaled.to(fp8_dtype), form(scale), updated if record else amax_history
+
+    return answer
+
+
+@pytest.mark.parametrize("answer", [
+    delayed_scale_cast, delayed(), delayed(newest_last=True),
+    delayed(scale_form=lambda scale: scale.item()), delayed(scale_form=lambda scale: scale[None]),
+], ids=["llmlab", "switches", "newest last", "a float scale", "a 1-element scale"])
+def test_delayed_scaling_passes_correct_answers(answer, capsys):
+    check.exercise_delayed_scaling(answer)
+    assert "PASSED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("switch, match", [
+    ({"from_history": False}, "dynamic scaling"),
+    ({"update_first": True}, "updated with this tensor's amax before"),
+    ({"update_first": True, "newest_last": True}, "updated with this tensor's amax before"),
+    ({"saturate": False}, "Clamp to"),
+    ({"multiply": True}, "multiplied by the scale"),
+    ({"max_dtype": torch.float8_e5m2}, "ask torch.finfo"),
+    ({"record": False}, "record this tensor's amax"),
+    ({"drop_oldest": False}, "drop the oldest"),
+], ids=["dynamic", "updated first", "updated first, newest last", "no saturation",
+        "multiplied", "e5m2's max", "not recorded", "oldest kept"])
+def test_delayed_scaling_rejects_likely_mistakes(switch, match):
+    fails(check.exercise_delayed_scaling, delayed(**switch), match)
+
+
+def test_delayed_scaling_names_a_reciprocal_scale_and_a_wrong_form():
+    fails(check.exercise_delayed_scaling,
+          delayed(scale_form=lambda scale: 1 / scale), "the reciprocal")
+    fails(check.exercise_delayed_scaling,
+          lambda x, history, dtype: delayed()(x, history, dtype)[:2], "return three things")
+    fails(check.exercise_delayed_scaling,
+          lambda x, history, dtype: (x.clone(), *delayed()(x, history, dtype)[1:]),
+          "for x_fp8; expected torch.float8")
+
+
+def test_delayed_scaling_on_the_stub_returns_llmlab_s_version(capsys):
+    assert check.exercise_delayed_scaling(stub) is delayed_scale_cast
+    assert "not done yet" in capsys.readouterr().out
 
 
 def test_the_lab_names_its_notebook():
