@@ -5,10 +5,12 @@ factory that builds an optimizer from its name."""
 import torch
 
 # The vocabulary, with the states each optimizer keeps per parameter: SGD's momentum buffer,
-# Adam's two moments (8-bit Adam keeps them too, in one byte each: llmlab.memory.estimate).
-OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2, "adam-8bit": 2}
-# The ones llmlab.train's Trainer runs (its AdamW, or bitsandbytes' 8-bit AdamW).
-TRAINER_OPTIMIZERS = ("adamw", "adam-8bit")
+# Adam's two moments (8-bit Adam keeps them too, in one byte each: llmlab.memory.estimate), Muon's
+# momentum on the blocks' weight matrices (it leaves the other parameters to AdamW: the estimate
+# splits them).
+OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2, "adam-8bit": 2, "muon": 1}
+# The ones llmlab.train's Trainer runs (its AdamW, bitsandbytes' 8-bit AdamW, or Muon with AdamW).
+TRAINER_OPTIMIZERS = ("adamw", "adam-8bit", "muon")
 # The ones llmlab.distributed.deepspeed_config writes a DeepSpeed optimizer block for.
 DEEPSPEED_OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum")
 # The optimizer each "same as one process?" check (llmlab.distributed.harness) steps with, on
@@ -54,4 +56,9 @@ def optimizer_by_name(
             ) from error
         # AdamW's states stored in 8 bits with block-wise scales: 2 bytes/param instead of 8.
         return bitsandbytes.optim.AdamW8bit(parameters, lr=1e-4 if lr is None else lr, **options)
+    if name == "muon":
+        raise ValueError(
+            "optimizer 'muon' takes a model, not a list of parameters (Muon gets the blocks' "
+            "weight matrices, AdamW the rest): build it with llmlab.train.optim.build_optimizer"
+        )
     raise ValueError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZER_STATES)}")

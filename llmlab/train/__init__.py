@@ -1,6 +1,7 @@
-"""Training: the loop (loop.py), its settings (config.py), learning-rate schedules, the optimizer,
-checkpoints (their files: checkpoint.py; saving and resuming a run: checkpointer.py), metrics
-(one live run per out_dir: run_folder.py), and LoRA adapters (lora.py).
+"""Training: the loop (loop.py), its settings (config.py), learning-rate schedules, the optimizer
+(optim.py; Muon's Newton-Schulz iteration and its pairing with AdamW: muon.py), checkpoints
+(their files: checkpoint.py; saving and resuming a run: checkpointer.py), metrics (one live run
+per out_dir: run_folder.py), and LoRA adapters (lora.py).
 `Trainer(model, TrainConfig(...), train_data, val_data).fit()`."""
 
 from llmlab.train.checkpoint import (

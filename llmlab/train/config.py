@@ -18,8 +18,9 @@ class TrainConfig:
 
     - how much to train: `max_steps` optimizer steps, each over `grad_accum_steps` micro-batches
       of `micro_batch_size` sequences of `seq_len` tokens per process;
-    - the optimizer: AdamW (or bitsandbytes' 8-bit AdamW), its learning rate, weight decay
-      (matrices only) and betas, and `grad_clip`, the largest global gradient norm allowed;
+    - the optimizer: AdamW (or bitsandbytes' 8-bit AdamW, or Muon for the blocks' matrices
+      with AdamW for the rest), its learning rate, weight decay (matrices only) and betas, and
+      `grad_clip`, the largest global gradient norm allowed;
     - the learning-rate schedule: cosine (a linear warm-up over `warmup_steps`, then down to
       lr * min_lr_ratio at max_steps), constant, or cyclical (triangles of `cycle_steps` between
       lr * min_lr_ratio and lr);
@@ -47,7 +48,8 @@ class TrainConfig:
     micro_batch_size: int = 8
     grad_accum_steps: int = 1
     seq_len: int = 256
-    # Optimizer: AdamW with decoupled weight decay on matrices only (see optim.py).
+    # Optimizer: "adamw", "adam-8bit" or "muon", with decoupled weight decay on matrices only
+    # (see optim.py).
     optimizer: str = "adamw"
     lr: float = 1e-3
     weight_decay: float = 0.1

@@ -1,20 +1,25 @@
-"""AdamW with weight decay on the weight matrices only, or its 8-bit version from bitsandbytes
-("adam-8bit", the planner's name for it)."""
+"""AdamW with weight decay on the weight matrices only, its 8-bit version from bitsandbytes
+("adam-8bit", the planner's name for it), or Muon for the blocks' matrices with AdamW for the rest
+("muon")."""
+
+from collections.abc import Iterable
 
 import torch
 
 from llmlab.distributed.data_parallel import make_optimizer
 from llmlab.memory import optimizer_by_name
+from llmlab.models import block_matrices
 from llmlab.train.config import TrainConfig
+from llmlab.train.muon import MuonWithAdamW
 
 
-def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+def parameter_groups(parameters: Iterable[torch.nn.Parameter], weight_decay: float) -> list[dict]:
     """Decay matrices (linear and embedding weights); leave biases and norm gains alone.
 
     Decay pulls weights toward zero; on a bias or a LayerNorm gain that only removes useful
     freedom, so the usual practice (GPT-2, nanoGPT, Llama) is to decay tensors with 2+ dims.
     """
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    trainable = [p for p in parameters if p.requires_grad]
     return [
         {"params": [p for p in trainable if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0},
@@ -23,13 +28,36 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 def build_optimizer(
     model: torch.nn.Module, config: TrainConfig, strategy: str = "none"
-) -> torch.optim.Optimizer:
+) -> torch.optim.Optimizer | MuonWithAdamW:
     """strategy: how the model is parallel ("none", "ddp", "zero1", "fsdp"); "zero1" shards the
     AdamW states over the ranks (llmlab.distributed.data_parallel.make_optimizer)."""
-    groups = parameter_groups(model, config.weight_decay)
+    if config.optimizer == "muon":
+        return muon_with_adamw(model, config, strategy)
+    groups = parameter_groups(model.parameters(), config.weight_decay)
     if config.optimizer == "adam-8bit":
         return optimizer_by_name(groups, "adam-8bit", lr=config.lr, betas=config.betas)
     # fused: one kernel updates every tensor (about 8x faster than the per-tensor loop on this
     # course's CPU model); PyTorch has it for CPU and CUDA parameters, not for FSDP's DTensors.
     fused = strategy != "fsdp"
     return make_optimizer(model, strategy, groups, lr=config.lr, betas=config.betas, fused=fused)
+
+
+def muon_with_adamw(model: torch.nn.Module, config: TrainConfig, strategy: str) -> MuonWithAdamW:
+    """Muon for the blocks' weight matrices (llmlab.models.block_matrices), AdamW for the rest,
+    with the config's one learning rate and weight decay."""
+    if strategy in ("zero1", "fsdp"):
+        raise ValueError(
+            f"optimizer='muon' cannot shard its states over the ranks yet ({strategy!r} would): "
+            "train with Muon under parallel='ddp', or keep "
+            f"parallel={strategy!r} with optimizer='adamw'"
+        )
+    matrices = [m.weight for m in block_matrices(model).values() if m.weight.requires_grad]
+    on_muon = {id(p) for p in matrices}
+    others = [p for p in model.parameters() if id(p) not in on_muon]
+    # Moonshot's "match_rms_adamw" scales Muon's step to the size of an AdamW step, so the
+    # learning rate and weight decay tuned for AdamW serve both optimizers.
+    muon = torch.optim.Muon(matrices, lr=config.lr, weight_decay=config.weight_decay,
+                            adjust_lr_fn="match_rms_adamw")
+    adamw = torch.optim.AdamW(parameter_groups(others, config.weight_decay), lr=config.lr,
+                              betas=config.betas, fused=True)
+    return MuonWithAdamW(muon, adamw)

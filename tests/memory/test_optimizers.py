@@ -1,6 +1,7 @@
 """One optimizer vocabulary, in llmlab/memory/optimizers.py: every name a package takes is one
 the planner prices, and no other module keeps an optimizer table of its own."""
 
+import pytest
 import torch
 from helpers.definitions import PACKAGE, module_names
 
@@ -26,6 +27,17 @@ def test_the_reference_optimizers_keep_the_states_their_names_promise():
         optimizer.step()
         tensors = [v for v in optimizer.state[parameter].values() if v.shape == parameter.shape]
         assert len(tensors) == OPTIMIZER_STATES[name], name
+
+
+def test_muon_keeps_the_one_state_its_name_promises_and_is_built_from_a_model():
+    matrix = torch.nn.Parameter(torch.ones(3, 2))
+    muon = torch.optim.Muon([matrix])
+    matrix.grad = torch.ones(3, 2)
+    muon.step()
+    tensors = [v for v in muon.state[matrix].values() if v.shape == matrix.shape]
+    assert len(tensors) == OPTIMIZER_STATES["muon"]  # its momentum
+    with pytest.raises(ValueError, match="build_optimizer"):  # it needs to see the blocks
+        optimizer_by_name([matrix], "muon")
 
 
 def test_optimizer_by_name_keeps_a_rate_of_zero_and_defaults_only_a_missing_one():
