@@ -314,7 +314,8 @@ def _add_memory_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="a preset: tiny, gpt2-124m, llama-7b, ...")
     p.add_argument("--dtype", default="bf16", help="fp32, bf16 (default) or fp16")
     p.add_argument("--optimizer", default="adamw",
-                   help="sgd, sgd-momentum, adam, adamw (default) or adam-8bit")
+                   help="sgd, sgd-momentum, adam, adamw (default), adam-8bit or muon (the "
+                   "blocks' matrices; AdamW for the rest)")
     p.add_argument("--fused", action="store_true", help="a fused optimizer (no scratch buffer)")
     p.add_argument("--batch", type=_positive, default=1, help="micro-batch, sequences per GPU")
     # 0 means "the model's context" and "no LoRA"; llmlab.memory checks them against the model.

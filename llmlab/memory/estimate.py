@@ -108,6 +108,9 @@ class TrainingSetup:
             )
         if self.weights_4bit and not self.lora_rank:
             raise ValueError("4-bit weights cannot be trained directly: set lora_rank (QLoRA)")
+        if self.optimizer == "muon" and self.lora_rank:
+            raise ValueError("Muon trains whole weight matrices, LoRA's adapters stay on AdamW "
+                             "here: use optimizer='adamw' with lora_rank, or lora_rank=0")
         if self.head_only and self.lora_rank:
             raise ValueError("head_only trains the LM head alone: it cannot have LoRA adapters "
                              "too; set lora_rank=0")
@@ -177,10 +180,13 @@ def _state_bytes(setup: TrainingSetup) -> int:
 
 
 def model_states(
-    params: float, setup: TrainingSetup, frozen_bytes: float = 0.0
+    params: float, setup: TrainingSetup, frozen_bytes: float = 0.0,
+    muon_params: float | None = None,
 ) -> dict[str, float]:
     """Bytes per device of the weights, master weights, gradients and optimizer states of
     `params` trainable parameters (plus `frozen_bytes` of frozen weights, e.g. a LoRA base).
+    With optimizer "muon", `muon_params` of them are the blocks' weight matrices, which Muon
+    steps; AdamW steps the others.
 
     ZeRO (Rajbhandari et al. 2020) shards over the data-parallel GPUs: stage 1 the optimizer
     states (with the fp32 master weights), stage 2 also the gradients, stage 3 also the weights.
@@ -193,10 +199,8 @@ def model_states(
         weights, copies, master, grad_bytes = 4, compute, 0, 4  # and it makes 16-bit copies
     else:
         weights, copies, master, grad_bytes = compute, 0, 4 if setup.mixed else 0, compute
-    if setup.optimizer == "adam-8bit":
-        state_bytes = OPTIMIZER_STATES["adam-8bit"] * ADAM_8BIT_BYTES_PER_STATE
-    else:
-        state_bytes = OPTIMIZER_STATES[setup.optimizer] * _state_bytes(setup)
+    per_state = ADAM_8BIT_BYTES_PER_STATE if setup.optimizer == "adam-8bit" else _state_bytes(setup)
+    states = _optimizer_state_count(params, setup.optimizer, muon_params)
     dp, tp = setup.data_parallel, setup.tensor_parallel
 
     def shard(nbytes: float, from_stage: int) -> float:
@@ -207,16 +211,37 @@ def model_states(
         "16-bit weight copies": shard(params * copies, 3),
         "master weights": shard(params * master, 1),
         "gradients": shard(params * grad_bytes, 2),
-        "optimizer states": shard(params * state_bytes, 1),
+        "optimizer states": shard(states * per_state, 1),
     }
 
 
+def _optimizer_state_count(params: float, optimizer: str, muon_params: float | None) -> float:
+    """How many states the optimizer keeps for `params` parameters: OPTIMIZER_STATES per
+    parameter; Muon's one (its momentum) on its `muon_params` and AdamW's two on the others."""
+    if optimizer != "muon":
+        return OPTIMIZER_STATES[optimizer] * params
+    if muon_params is None or not 0 <= muon_params <= params:
+        raise ValueError(
+            f"optimizer 'muon' keeps one state on each of the blocks' weight matrices and "
+            f"AdamW's two on the other parameters: say how many of the {params:g} are the "
+            f"blocks' matrices (muon_params, 0 to {params:g}), got {muon_params!r}"
+        )
+    return (OPTIMIZER_STATES["muon"] * muon_params
+            + OPTIMIZER_STATES["adamw"] * (params - muon_params))
+
+
 def block_linear_shapes(shape: ModelShape) -> list[tuple[int, int]]:
-    """(in, out) of each weight matrix in one block: what LoRA adapts and 4-bit formats store."""
+    """(in, out) of each weight matrix in one block: what LoRA adapts, 4-bit formats store and
+    Muon steps (llmlab.models.block_matrices, by formula)."""
     d, f, kv = shape.d_model, shape.ff, shape.kv_dim
     if shape.family == "gpt2":
         return [(d, d + 2 * kv), (d, d), (d, f), (f, d)]
     return [(d, d), (d, kv), (d, kv), (d, d), (d, f), (d, f), (f, d)]
+
+
+def block_matrix_parameters(shape: ModelShape, layers: int) -> int:
+    """Parameters in the weight matrices of `layers` blocks."""
+    return layers * sum(i * o for i, o in block_linear_shapes(shape))
 
 
 def layer_activations(model: str | ModelShape, setup: TrainingSetup) -> dict[str, float]:
@@ -360,9 +385,8 @@ def _trainable_and_frozen(
         return head, (total - (0 if shape.tied_embeddings else head)) * base
     if not setup.lora_rank:
         return total, 0.0
-    linears = block_linear_shapes(shape)
-    in_blocks = layers * sum(i * o for i, o in linears)
-    adapters = layers * sum(setup.lora_rank * (i + o) for i, o in linears)
+    in_blocks = block_matrix_parameters(shape, layers)
+    adapters = layers * sum(setup.lora_rank * (i + o) for i, o in block_linear_shapes(shape))
     block_bytes = WEIGHT_BITS_4BIT[setup.weights_4bit] / 8 if setup.weights_4bit else base
     return adapters, (total - in_blocks) * base + in_blocks * block_bytes
 
@@ -377,7 +401,7 @@ def _frozen_weight_copies(
         return 0.0
     matrices = shape.vocab_size * shape.d_model if last else 0
     if not setup.weights_4bit:
-        matrices += layers * sum(i * o for i, o in block_linear_shapes(shape))
+        matrices += block_matrix_parameters(shape, layers)
     shards = setup.tensor_parallel * (setup.data_parallel if setup.zero == 3 else 1)
     return matrices * DTYPE_BYTES[setup.dtype] / shards  # sharded as the weights are
 
@@ -412,7 +436,10 @@ def estimate_memory(
     tokens = setup.batch * _seq(shape, setup)
     tp, dp = setup.tensor_parallel, setup.data_parallel
     trainable, frozen = _trainable_and_frozen(shape, setup, layers, first, last)
-    items = model_states(trainable, setup, frozen)
+    # Muon's share: the blocks' weight matrices, trained unless the head alone is.
+    on_muon = setup.optimizer == "muon" and not setup.head_only
+    muon_params = block_matrix_parameters(shape, layers) if on_muon else 0
+    items = model_states(trainable, setup, frozen, muon_params)
     items["16-bit weight copies"] += _frozen_weight_copies(shape, setup, layers, last)
     if dp > 1 and setup.zero <= 1:
         # DDP's reducer keeps its own flat copy of the gradients to all-reduce in buckets
@@ -444,7 +471,7 @@ def estimate_memory(
         # ZeRO-3/FSDP gathers a whole block to compute it, and prefetches the next one.
         block_params = count_parameters(shape).non_embedding / shape.n_layer
         items["gathered blocks"] = 2 * block_params * DTYPE_BYTES[setup.dtype] / tp
-    items["optimizer scratch"] = _optimizer_scratch(trainable, setup)
+    items["optimizer scratch"] = _optimizer_scratch(shape, setup, trainable, muon_params)
     items = {name: nbytes for name, nbytes in items.items() if nbytes > 0}
 
     # Accumulating over micro-batches keeps the gradients alive through the next backward.
@@ -508,14 +535,28 @@ def _check_pipeline(shape: ModelShape, stage: int, stages: int) -> None:
         raise ValueError(f"pipeline_stage must be 0 to {stages - 1}, got {stage!r}")
 
 
-def _optimizer_scratch(trainable: float, setup: TrainingSetup) -> float:
+def _optimizer_scratch(
+    shape: ModelShape, setup: TrainingSetup, trainable: float, muon_params: float
+) -> float:
     """PyTorch's multi-tensor (foreach) Adam, its default on CUDA, computes sqrt(v) for all
     parameters at once: one buffer the size of the (local) optimizer states' dtype. Fused
-    kernels (fused=True, the 8-bit optimizer) and SGD with momentum need none."""
-    if setup.optimizer not in ("adam", "adamw") or setup.fused_optimizer:
-        return 0.0
+    kernels (fused=True, the 8-bit optimizer) and SGD with momentum need none. Muon steps its
+    matrices one at a time, then its AdamW the other parameters: the larger of the two."""
+    adam = setup.optimizer in ("adam", "adamw", "muon") and not setup.fused_optimizer
     shards = setup.tensor_parallel * (setup.data_parallel if setup.zero >= 1 else 1)
-    return trainable * _state_bytes(setup) / shards
+    adam_buffer = (trainable - muon_params) * _state_bytes(setup) / shards if adam else 0.0
+    if not muon_params:
+        return adam_buffer
+    return max(adam_buffer, _muon_temporaries(shape, setup))
+
+
+def _muon_temporaries(shape: ModelShape, setup: TrainingSetup) -> float:
+    """What torch.optim.Muon holds while it orthogonalises the largest matrix, rows <= cols (a
+    tall one transposed): the update it mixes from gradient and momentum (in the states' dtype),
+    two bf16 iterates of Newton-Schulz (the old and the new) and two bf16 rows x rows Gram
+    matrices. The whole matrix: Muon orthogonalises whole matrices (a sharded one is gathered)."""
+    rows, cols = sorted(max(block_linear_shapes(shape), key=lambda io: io[0] * io[1]))
+    return rows * cols * (_state_bytes(setup) + 2 * 2) + 2 * rows * rows * 2
 
 
 def bytes_per_parameter(setup: TrainingSetup) -> float:

@@ -58,11 +58,12 @@ LEVERS = (
      else None),
     ("ZeRO stage 3 / FSDP full sharding", "more communication between the GPUs",
      lambda s, fits: s.replace(zero=3) if s.data_parallel > 1 and s.zero < 3 else None),
+    # (Muon trains whole matrices: no adapters for it.)
     ("LoRA, rank 16", "trains adapters only: fine-tuning, not pre-training",
-     lambda s, fits: None if s.lora_rank else s.replace(lora_rank=16)),
+     lambda s, fits: None if s.lora_rank or s.optimizer == "muon" else s.replace(lora_rank=16)),
     ("QLoRA: NF4 base weights", "fine-tuning only; 4-bit weights cost a little accuracy",
-     lambda s, fits: None if s.weights_4bit else s.replace(lora_rank=s.lora_rank or 16,
-                                                          weights_4bit="nf4")),
+     lambda s, fits: None if s.weights_4bit or s.optimizer == "muon"
+     else s.replace(lora_rank=s.lora_rank or 16, weights_4bit="nf4")),
 )
 
 

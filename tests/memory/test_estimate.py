@@ -7,7 +7,7 @@ import pytest
 
 from llmlab import memory
 from llmlab.memory import GB, TrainingSetup, estimate_memory, model_states, tensor_parallel_problem
-from llmlab.models import PRESETS, ModelShape, count_parameters, preset
+from llmlab.models import PRESETS, ModelShape, block_matrices, build_model, count_parameters, preset
 
 MIXED_ADAM = TrainingSetup(dtype="fp16", optimizer="adam")  # the ZeRO paper's set-up
 
@@ -64,6 +64,27 @@ def test_8bit_adam_and_pure_16_bit():
     )
     pure = model_states(1, TrainingSetup(dtype="bf16", master_weights=False))
     assert sum(pure.values()) == 2 + 2 + 4  # weights, gradients, two bf16 moments
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_muon_keeps_one_state_on_the_blocks_matrices_and_adamws_two_on_the_rest(family):
+    """The planner's matrices, by formula, are the ones the trainer gives Muon (the blocks'
+    Linear / Conv1D weights of the built model)."""
+    shape = preset("tiny", family=family)
+    matrices = sum(layer.weight.numel() for layer in block_matrices(build_model(shape)).values())
+    total = count_parameters(shape).total
+    states = estimate_memory(shape, optimizer="muon", dtype="fp32").items["optimizer states"]
+    assert states == 4 * (1 * matrices + 2 * (total - matrices))
+    head_only = estimate_memory(shape, optimizer="muon", head_only=True)  # the head is AdamW's
+    assert head_only.items["optimizer states"] == 2 * 4 * shape.vocab_size * shape.d_model
+
+
+def test_muon_model_states_need_to_know_which_parameters_are_matrices():
+    setup = TrainingSetup(optimizer="muon")
+    assert model_states(10, setup, muon_params=6)["optimizer states"] == 4 * (6 + 2 * 4)
+    for muon_params in (None, 11):
+        with pytest.raises(ValueError, match="how many of the 10 are the blocks' matrices"):
+            model_states(10, setup, muon_params=muon_params)
 
 
 def test_fused_attention_drops_the_sequence_squared_term():
@@ -157,6 +178,7 @@ SETUPS = [
     TrainingSetup(zero=3, gpus=16, tensor_parallel=8, fp32_grads=True),
     TrainingSetup(dtype="fp16", master_weights=False, optimizer="adam-8bit"),
     TrainingSetup(lora_rank=8, weights_4bit="gptq", checkpointing=True),
+    TrainingSetup(optimizer="muon", zero=1, gpus=4),
 ]
 
 
@@ -187,6 +209,7 @@ def test_no_figure_is_ever_negative_or_nan(name, setup):
         ({"weights_4bit": "nf4"}, "set lora_rank"),
         ({"weights_4bit": "int3", "lora_rank": 4}, "unknown 4-bit format"),
         ({"master_weights": False, "fp32_grads": True}, "needs master_weights"),
+        ({"optimizer": "muon", "lora_rank": 8}, "Muon trains whole weight matrices"),
     ],
 )
 def test_bad_setups_are_refused_with_a_clear_message(changes, words):

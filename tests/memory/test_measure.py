@@ -10,6 +10,8 @@ from helpers.memory_items import activations
 from llmlab import memory
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import build_model, preset
+from llmlab.train import TrainConfig
+from llmlab.train.optim import build_optimizer
 from llmlab.units import MB
 
 # fp32 on the CPU, eager attention: the formula's textbook case.
@@ -67,6 +69,35 @@ def test_autocast_keeps_an_fp32_residual_stream_and_a_16_bit_input_per_matmul(mo
     assert measured.after_forward["activations"] == pytest.approx(activations(predicted)
                                                                   + copies, rel=0.02)
     assert measured.peak_bytes == pytest.approx(predicted.peak, rel=0.06)
+
+
+def measure_muon(model, setup: TrainingSetup):
+    """A real step of the trainer's Muon (with its fused AdamW) on `model` built as `setup` says."""
+    built = build_model(model, attention=setup.attention)
+    optimizer = build_optimizer(built, TrainConfig(optimizer="muon"))
+    input_ids = torch.randint(0, built.config.vocab_size, (setup.batch, setup.seq))
+    return memory.measure_training_step(built, optimizer, input_ids)
+
+
+MUON_STEP = CPU_STEP.replace(optimizer="muon", fused_optimizer=True)
+
+
+def test_muons_states_and_peak_are_predicted_on_the_cpu():
+    measured, predicted = measure_muon("tiny", MUON_STEP), estimate_memory("tiny", MUON_STEP)
+    # Muon's momentum on the blocks' matrices, AdamW's two moments (and step counts) on the rest
+    assert measured.optimizer_states == pytest.approx(predicted.items["optimizer states"], abs=1024)
+    assert measured.peak_bytes == pytest.approx(predicted.peak, rel=0.10)
+
+
+def test_muons_temporaries_are_predicted_where_its_step_is_the_peak():
+    """With 64 tokens in the vocabulary and 8 in the batch, the optimizer step is the peak: the
+    largest matrix's update, two bf16 iterates and two Gram matrices on top of the states."""
+    shape = preset("tiny", vocab_size=64, context=32)
+    setup = MUON_STEP.replace(batch=1, seq=8)
+    measured, predicted = measure_muon(shape, setup), estimate_memory(shape, setup)
+    assert measured.peak_phase == "optimizer" and predicted.peak_phase == "optimizer step"
+    assert measured.peak["temporaries"] == predicted.items["optimizer scratch"]
+    assert measured.peak_bytes == pytest.approx(predicted.peak, abs=1024)
 
 
 def test_the_tracker_agrees_with_torch_memtracker():

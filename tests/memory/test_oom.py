@@ -52,3 +52,10 @@ def test_other_errors_and_success_pass_through():
     with pytest.raises(KeyError):
         with oom_advice("tiny", SETUP.replace(seq=256), gpu_gb=16):
             raise KeyError("not memory")
+
+
+def test_muon_is_offered_no_adapters():
+    """Muon trains whole matrices: the LoRA and QLoRA levers leave it alone."""
+    options = memory_options("llama-7b", SETUP.replace(optimizer="muon"), 80 * GB)
+    assert options and not any("LoRA" in option.change for option in options)
+    assert all(option.estimate.setup.optimizer == "muon" for option in options)
