@@ -53,6 +53,7 @@ def test_every_exercise_check_is_registered():
 def test_an_exercise_waiting_for_its_cell_is_not_in_the_notebook_yet():
     for module in MODULES:
         waiting = getattr(module, "NOT_IN_NOTEBOOK_YET", ())
+        assert set(waiting) <= set(module.EXERCISES), module.__name__
         path = ROOT / "solutions" / module.NOTEBOOK
         for name in waiting if path.exists() else ():
             with pytest.raises(LookupError):  # it is there: take it off NOT_IN_NOTEBOOK_YET

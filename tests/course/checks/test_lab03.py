@@ -16,6 +16,7 @@ from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab03 as check
 from llmlab.course.checks.lab03 import IGNORE, accumulate_token_weighted
 from llmlab.models import next_token_loss
+from llmlab.train.muon import COEFFICIENTS, newton_schulz
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -461,3 +462,99 @@ def test_an_unfinished_exercise_cannot_stop_the_model_save(capsys):
     assert not any(f"{name}(" in code[saving] for name in check.EXERCISES)
     for source in code[:saving]:  # a stub at the top level of a cell would stop Run All there
         assert not any(line.startswith("raise NotImplementedError") for line in source.splitlines())
+
+
+# ---------------------------------------------------------------- Exercise 6
+
+
+def frobenius(x):
+    return x.norm().clamp(min=1e-7)  # a zero matrix stays zero
+
+
+def iterate(matrix, steps=5, coefficients=COEFFICIENTS, norm=frobenius, transpose=True,
+            back=True):
+    """Newton-Schulz with a switch for each mistake a learner might make."""
+    a, b, c = coefficients
+    x = matrix.float()
+    tall = matrix.shape[0] > matrix.shape[1]
+    if tall and transpose:
+        x = x.T
+    if norm is not None:
+        x = x / norm(x)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall and transpose and back else x
+
+
+def like_torch_in_bf16(matrix, steps=5):
+    """torch.optim.Muon's own way: bf16, addmm, a clamped norm."""
+    a, b, c = COEFFICIENTS
+    x = matrix.bfloat16()
+    tall = x.shape[0] > x.shape[1]
+    x = (x.T if tall else x) / x.norm().clamp(min=1e-7)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+def on_the_right_in_float64(matrix, steps=5):
+    """X (a + b G + c G^2) with G = X^T X: the small Gram matrix of a tall X without a transpose
+    (a wide one is transposed instead); float64, returned as a numpy array."""
+    a, b, c = COEFFICIENTS
+    wide = matrix.shape[0] < matrix.shape[1]
+    x = matrix.double().T if wide else matrix.double()
+    x = x / (x.norm() + 1e-12)
+    for _ in range(steps):
+        gram = x.T @ x
+        x = a * x + x @ (b * gram + c * gram @ gram)
+    return (x.T if wide else x).numpy()
+
+
+def with_three_products(matrix, steps=5):
+    """a X + b G X + c G (G X): no G^2."""
+    a, b, c = COEFFICIENTS
+    tall = matrix.shape[0] > matrix.shape[1]
+    x = matrix.T if tall else matrix
+    x = x / x.norm().clamp(min=1e-7)
+    for _ in range(steps):
+        gram = x @ x.T
+        gx = gram @ x
+        x = a * x + b * gx + c * gram @ gx
+    return x.T if tall else x
+
+
+@pytest.mark.parametrize("right", [
+    newton_schulz, like_torch_in_bf16, on_the_right_in_float64, with_three_products,
+], ids=lambda f: f.__name__)
+def test_newton_schulz_accepts_every_correct_form(right, capsys):
+    check.exercise_newton_schulz(right)
+    assert "PASSED" in capsys.readouterr().out
+
+
+def in_place(matrix, steps=5):
+    """Normalises the caller's matrix itself."""
+    tall = matrix.shape[0] > matrix.shape[1]
+    matrix /= matrix.norm().clamp(min=1e-7)
+    return iterate(matrix, steps) if not tall else iterate(matrix.T.contiguous(), steps).T
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda m, steps=5: iterate(m, steps, norm=None), "divide the matrix by"),
+    (lambda m, steps=5: iterate(m, steps, norm=lambda x: torch.linalg.matrix_norm(x, ord=2)),
+     "divide the matrix by"),
+    (lambda m, steps=5: iterate(m, steps, transpose=False), "which one does your loop square"),
+    (lambda m, steps=5: iterate(m.T, steps, transpose=False).T if m.shape[0] < m.shape[1]
+     else iterate(m, steps, transpose=False), "which one does your loop square"),
+    (lambda m, steps=5: iterate(m, steps, back=False), "transposed back"),
+    (lambda m, steps=5: iterate(m, steps, coefficients=(1.5, -0.5, 0.0)), "cubic"),
+    (lambda m, steps=5: iterate(m, steps - 1), "4 steps"),
+    (lambda m, steps=5: iterate(m), "5 steps"),
+    (lambda m, steps=5: iterate(m, steps, norm=lambda x: x.norm()), "all zeros"),
+    (in_place, "changed the matrix"),
+], ids=["not normalised", "spectral norm", "no transpose", "wide transposed, not tall",
+        "not transposed back", "cubic", "a step short", "steps ignored", "0/0", "in place"])
+def test_newton_schulz_rejects_likely_mistakes(wrong, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        check.exercise_newton_schulz(wrong)
