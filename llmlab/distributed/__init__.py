@@ -10,6 +10,8 @@ One concern per module:
 - `data_parallel`: DDP, ZeRO-1 and FSDP2 wrappers, optimizers and DDP communication hooks.
 - `mesh`: every parallel group read off one rank grid (llmlab.scale.layout's rank order).
 - `tensor_parallel`: Megatron-style tensor parallelism, by hand and by plan.
+- `context_parallel`: one sequence split over ranks: ring attention (contiguous and zig-zag
+  splits) and the work each split gives each rank.
 - `deepspeed_config`: DeepSpeed's JSON config from a TrainingSetup (each rank's DeepSpeed engine
   is built from it).
 - `stragglers`: per-rank step times gathered, and the ranks slower than the median flagged.

@@ -1,0 +1,115 @@
+"""Context parallelism: ring attention (contiguous and zig-zag splits) computes what
+causal attention over the whole sequence computes, outputs and gradients, on 2, 3 and 4 ranks;
+the zig-zag split and its inverse; each rank's share of the causal attention work."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llmlab.distributed import context_parallel as cp
+from llmlab.distributed import launch
+from llmlab.distributed.context_parallel import (
+    attention_work,
+    rank_chunks,
+    shard_sequence,
+    unshard_sequence,
+)
+
+HEAD_DIM = 8
+
+
+def _break(broken: str) -> None:
+    """Swap a piece of the code for a plausible wrong version of it (in this rank's process)."""
+    block, shift = cp.block_attention, cp._shift
+    if broken == "plain sum":  # earlier partial outputs not rescaled
+        cp.merge_attention = lambda out, lse, o, s: (out + o, torch.logaddexp(lse, s))
+    elif broken == "mask every block":
+        cp.block_attention = lambda q, k, v, causal: block(q, k, v, causal=True)
+    elif broken == "mask no block":
+        cp.block_attention = lambda q, k, v, causal: block(q, k, v, causal=False)
+    elif broken == "log-sum-exp not carried":  # each merge forgets the blocks before the last
+        merge = cp.merge_attention
+        cp.merge_attention = lambda out, lse, o, s: (merge(out, lse, o, s)[0], s)
+    elif broken == "gradient sent forward":  # backward passes round the ring the same way
+        cp.PassToNextRank.backward = staticmethod(lambda ctx, grad: (shift(grad, 1, None), None))
+
+
+def _against_full_attention(layout: str, seq_len: int, heads: int, broken: str = ""):
+    """This rank's largest differences from full causal attention (fp32, one process), in the
+    output and in the gradients of q, k and v."""
+    _break(broken)
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    torch.manual_seed(0)  # the same whole sequence on every rank
+    q, k, v = (torch.randn(2, heads, seq_len, HEAD_DIM, requires_grad=True) for _ in range(3))
+    out_grad = torch.randn(2, heads, seq_len, HEAD_DIM)  # an uneven gradient reaching the output
+    full = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    full.backward(out_grad)
+    mine = [shard_sequence(t.detach(), world, layout)[rank].requires_grad_() for t in (q, k, v)]
+    out = cp.ring_attention(*mine, layout=layout)
+    out.backward(shard_sequence(out_grad, world, layout)[rank])
+    pairs = {"output": (out, full)} | {
+        f"{name} grad": (local.grad, whole.grad)
+        for name, local, whole in zip("qkv", mine, (q, k, v), strict=True)}
+    return {what: (local - shard_sequence(whole.detach(), world, layout)[rank]).abs().max().item()
+            for what, (local, whole) in pairs.items()}
+
+
+# Sequence lengths whose chunks are odd: 7 positions a rank (contiguous), 3 a chunk (zig-zag).
+@pytest.mark.parametrize("layout,nprocs,seq_len", [
+    ("contiguous", 2, 14), ("contiguous", 3, 21), ("contiguous", 4, 28),
+    ("zigzag", 2, 12), ("zigzag", 3, 18), ("zigzag", 4, 24),
+])
+def test_ring_attention_matches_full_causal_attention_and_its_gradients(layout, nprocs, seq_len):
+    for errors in launch(_against_full_attention, nprocs=nprocs,
+                         args=(layout, seq_len, 3), timeout_s=60):
+        assert max(errors.values()) < 1e-5, errors
+
+
+@pytest.mark.parametrize("broken,layout,wrong", [
+    ("plain sum", "contiguous", "output"),
+    ("mask every block", "contiguous", "output"),
+    ("mask no block", "contiguous", "output"),
+    ("log-sum-exp not carried", "contiguous", "output"),  # the last rank merges 4 blocks
+    ("plain sum", "zigzag", "output"),
+    ("mask every block", "zigzag", "output"),
+    ("gradient sent forward", "contiguous", "k grad"),  # 4 ranks: forward is not backward
+])
+def test_the_ring_attention_check_catches_a_wrong_version(broken, layout, wrong):
+    results = launch(_against_full_attention, nprocs=4, args=(layout, 24, 3, broken),
+                     timeout_s=60)
+    assert max(errors[wrong] for errors in results) > 1e-2, results
+
+
+def test_the_zigzag_split_gives_each_rank_an_early_and_a_late_chunk():
+    assert [rank_chunks(r, 3, "zigzag") for r in range(3)] == [[0, 5], [1, 4], [2, 3]]
+    assert [rank_chunks(r, 3) for r in range(3)] == [[0], [1], [2]]
+    positions = torch.arange(8).view(8, 1)
+    assert [s.flatten().tolist() for s in shard_sequence(positions, 2, "zigzag")] == [
+        [0, 1, 6, 7], [2, 3, 4, 5]]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_unshard_undoes_shard(layout, world):
+    x = torch.randn(2, 3, 24, HEAD_DIM)
+    assert torch.equal(unshard_sequence(shard_sequence(x, world, layout), layout), x)
+
+
+def test_a_sequence_that_does_not_split_into_equal_chunks_is_refused():
+    with pytest.raises(ValueError, match="14 positions do not split into 8 equal chunks"):
+        shard_sequence(torch.zeros(14, HEAD_DIM), 4, "zigzag")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        rank_chunks(0, 2, "striped")
+
+
+def test_attention_work_by_hand_and_zigzag_balances_it():
+    # 8 positions, 2 ranks; query p keeps keys 0..p, so p + 1 pairs.
+    assert attention_work(8, 2) == [1 + 2 + 3 + 4, 5 + 6 + 7 + 8]  # [10, 26]
+    assert attention_work(8, 2, "zigzag") == [1 + 2 + 7 + 8, 3 + 4 + 5 + 6]  # [18, 18]
+    for world in (2, 3, 4, 8):
+        seq_len = 2 * world * 16
+        contiguous = attention_work(seq_len, world)
+        zigzag = attention_work(seq_len, world, "zigzag")
+        assert sum(contiguous) == sum(zigzag) == seq_len * (seq_len + 1) // 2  # the causal total
+        assert len(set(zigzag)) == 1  # every rank the same
+        assert contiguous == sorted(contiguous) and contiguous[-1] > contiguous[0]
