@@ -11,7 +11,7 @@ One concern per module:
 - `mesh`: every parallel group read off one rank grid (llmlab.scale.layout's rank order).
 - `tensor_parallel`: Megatron-style tensor parallelism, by hand and by plan.
 - `context_parallel`: one sequence split over ranks: ring attention (contiguous and zig-zag
-  splits) and the work each split gives each rank.
+  splits), Ulysses (all-to-all to heads), and the work each split gives each rank.
 - `deepspeed_config`: DeepSpeed's JSON config from a TrainingSetup (each rank's DeepSpeed engine
   is built from it).
 - `stragglers`: per-rank step times gathered, and the ranks slower than the median flagged.

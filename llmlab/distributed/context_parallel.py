@@ -3,11 +3,15 @@ all of it.
 
 Every other layer of a transformer treats positions independently, so each rank runs it on its
 slice of the sequence. Attention is the one place where positions meet: every query needs every
-earlier key and value. Ring attention gives it them: each rank keeps its queries, and the keys
-and values travel round the ring of ranks (send to the next rank, receive from the previous), one
-block per step, `world` steps. Each step gives a partial attention over one block of keys; the
-partials are merged exactly by the online softmax (FlashAttention's rescaling), carried as one
-log-sum-exp per query row.
+earlier key and value. Two ways to give it them:
+
+- Ring attention: each rank keeps its queries, and the keys and values travel round the ring of
+  ranks (send to the next rank, receive from the previous), one block per step, `world` steps.
+  Each step gives a partial attention over one block of keys; the partials are merged exactly by
+  the online softmax (FlashAttention's rescaling), carried as one log-sum-exp per query row.
+- Ulysses (DeepSpeed-Ulysses): one all-to-all turns "all heads, my positions" into "my heads, all
+  positions"; each rank runs ordinary attention on its heads; a second all-to-all turns it back.
+  Two collectives instead of a ring, but no more ranks than heads.
 
 With a causal mask, a contiguous split gives the last rank the most work (its queries see every
 key) and the first the least: the zig-zag split gives rank r chunks r and 2W-1-r of 2W, one early
@@ -20,6 +24,7 @@ import math
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn.functional as dist_fn
 
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -145,3 +150,31 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # gradient: tie the last keys and values received to the output, even when all were masked.
     return out + 0 * kv.sum()
 
+
+# ---------------------------------------------------------------------------------------------
+# Ulysses.
+
+
+def _all_to_all(x: torch.Tensor, split_dim: int, join_dim: int, group) -> torch.Tensor:
+    """Cut `x` into `world` pieces along `split_dim`, send piece r to rank r, and join the pieces
+    received along `join_dim`, in rank order. Differentiable (its backward is the reverse
+    all-to-all)."""
+    world = dist.get_world_size(group)
+    pieces = [piece.contiguous() for piece in x.chunk(world, dim=split_dim)]
+    received = dist_fn.all_to_all([torch.empty_like(p) for p in pieces], pieces, group=group)
+    return torch.cat(received, dim=join_dim)
+
+
+def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      group=None) -> torch.Tensor:
+    """Causal attention over the whole sequence for this rank's contiguous part of it, computed
+    head-sharded: all positions of heads / world heads per rank, between two all-to-alls."""
+    world, heads = dist.get_world_size(group), q.shape[1]
+    if heads % world:
+        raise ValueError(f"Ulysses gives each of {world} ranks heads / {world} heads: {heads} "
+                         f"heads do not divide; use ring attention, or a head count {world} "
+                         "divides")
+    # (batch, heads, my positions, d) -> (batch, my heads, all positions, d)
+    q, k, v = (_all_to_all(t, split_dim=1, join_dim=2, group=group) for t in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return _all_to_all(out, split_dim=2, join_dim=1, group=group)

@@ -1,4 +1,4 @@
-"""Context parallelism: ring attention (contiguous and zig-zag splits) computes what
+"""Context parallelism: ring attention (contiguous and zig-zag splits) and Ulysses compute what
 causal attention over the whole sequence computes, outputs and gradients, on 2, 3 and 4 ranks;
 the zig-zag split and its inverse; each rank's share of the causal attention work."""
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from llmlab.distributed import LaunchError, launch
 from llmlab.distributed import context_parallel as cp
-from llmlab.distributed import launch
 from llmlab.distributed.context_parallel import (
     attention_work,
     rank_chunks,
@@ -20,7 +20,7 @@ HEAD_DIM = 8
 
 def _break(broken: str) -> None:
     """Swap a piece of the code for a plausible wrong version of it (in this rank's process)."""
-    block, shift = cp.block_attention, cp._shift
+    block, shift, all_to_all = cp.block_attention, cp._shift, cp.dist_fn.all_to_all
     if broken == "plain sum":  # earlier partial outputs not rescaled
         cp.merge_attention = lambda out, lse, o, s: (out + o, torch.logaddexp(lse, s))
     elif broken == "mask every block":
@@ -32,9 +32,12 @@ def _break(broken: str) -> None:
         cp.merge_attention = lambda out, lse, o, s: (merge(out, lse, o, s)[0], s)
     elif broken == "gradient sent forward":  # backward passes round the ring the same way
         cp.PassToNextRank.backward = staticmethod(lambda ctx, grad: (shift(grad, 1, None), None))
+    elif broken == "all-to-all pieces reversed":
+        cp.dist_fn.all_to_all = lambda outs, ins, group: all_to_all(outs, ins, group)[::-1]
 
 
-def _against_full_attention(layout: str, seq_len: int, heads: int, broken: str = ""):
+def _against_full_attention(method: str, layout: str, seq_len: int, heads: int,
+                            broken: str = ""):
     """This rank's largest differences from full causal attention (fp32, one process), in the
     output and in the gradients of q, k and v."""
     _break(broken)
@@ -45,7 +48,10 @@ def _against_full_attention(layout: str, seq_len: int, heads: int, broken: str =
     full = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     full.backward(out_grad)
     mine = [shard_sequence(t.detach(), world, layout)[rank].requires_grad_() for t in (q, k, v)]
-    out = cp.ring_attention(*mine, layout=layout)
+    if method == "ring":
+        out = cp.ring_attention(*mine, layout=layout)
+    else:
+        out = cp.ulysses_attention(*mine)
     out.backward(shard_sequence(out_grad, world, layout)[rank])
     pairs = {"output": (out, full)} | {
         f"{name} grad": (local.grad, whole.grad)
@@ -61,7 +67,7 @@ def _against_full_attention(layout: str, seq_len: int, heads: int, broken: str =
 ])
 def test_ring_attention_matches_full_causal_attention_and_its_gradients(layout, nprocs, seq_len):
     for errors in launch(_against_full_attention, nprocs=nprocs,
-                         args=(layout, seq_len, 3), timeout_s=60):
+                         args=("ring", layout, seq_len, 3), timeout_s=60):
         assert max(errors.values()) < 1e-5, errors
 
 
@@ -75,9 +81,29 @@ def test_ring_attention_matches_full_causal_attention_and_its_gradients(layout, 
     ("gradient sent forward", "contiguous", "k grad"),  # 4 ranks: forward is not backward
 ])
 def test_the_ring_attention_check_catches_a_wrong_version(broken, layout, wrong):
-    results = launch(_against_full_attention, nprocs=4, args=(layout, 24, 3, broken),
+    results = launch(_against_full_attention, nprocs=4, args=("ring", layout, 24, 3, broken),
                      timeout_s=60)
     assert max(errors[wrong] for errors in results) > 1e-2, results
+
+
+@pytest.mark.parametrize("nprocs,seq_len", [(2, 14), (4, 20)])
+def test_ulysses_matches_full_causal_attention_and_its_gradients(nprocs, seq_len):
+    for errors in launch(_against_full_attention, nprocs=nprocs,
+                         args=("ulysses", "contiguous", seq_len, 4), timeout_s=60):
+        assert max(errors.values()) < 1e-5, errors
+
+
+def test_the_ulysses_check_catches_the_all_to_all_pieces_in_the_wrong_order():
+    results = launch(_against_full_attention, nprocs=2,
+                     args=("ulysses", "contiguous", 14, 4, "all-to-all pieces reversed"),
+                     timeout_s=60)
+    assert max(errors["output"] for errors in results) > 1e-2, results
+
+
+def test_ulysses_refuses_heads_the_ranks_do_not_divide():
+    with pytest.raises(LaunchError, match="6 heads do not divide"):
+        launch(_against_full_attention, nprocs=4, args=("ulysses", "contiguous", 20, 6),
+               timeout_s=60)
 
 
 def test_the_zigzag_split_gives_each_rank_an_early_and_a_late_chunk():
