@@ -78,7 +78,7 @@ def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     positions (the diagonal block), so query i sees keys 0..i of it."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
-        later = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(diagonal=1)
+        later = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).triu(diagonal=1)
         scores = scores.masked_fill(later, -math.inf)
     lse = scores.logsumexp(dim=-1, keepdim=True)
     return torch.exp(scores - lse) @ v, lse
