@@ -12,6 +12,7 @@ One concern per module:
 - `tensor_parallel`: Megatron-style tensor parallelism, by hand and by plan.
 - `context_parallel`: one sequence split over ranks: ring attention (contiguous and zig-zag
   splits), Ulysses (all-to-all to heads), and the work each split gives each rank.
+- `expert_parallel`: an MoE layer's experts split over ranks, tokens sent to them by all-to-all.
 - `deepspeed_config`: DeepSpeed's JSON config from a TrainingSetup (each rank's DeepSpeed engine
   is built from it).
 - `stragglers`: per-rank step times gathered, and the ranks slower than the median flagged.

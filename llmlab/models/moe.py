@@ -135,7 +135,8 @@ class MoELayer(nn.Module):
         super().__init__()
         self.router = nn.Linear(hidden, num_experts, bias=False)
         self.experts = nn.ModuleList(Expert(hidden, ff) for _ in range(num_experts))
-        self.top_k, self.softmax, self.renormalize = top_k, softmax, renormalize
+        self.num_experts, self.top_k = num_experts, top_k
+        self.softmax, self.renormalize = softmax, renormalize
         self.capacity_factor, self.bias_rate = capacity_factor, bias_rate
         # Buffers, not parameters: the optimizer never touches them, and they are saved.
         self.register_buffer("balance_bias", torch.zeros(num_experts))
@@ -145,12 +146,12 @@ class MoELayer(nn.Module):
         """The routing of `tokens` (T, hidden), with this layer's options."""
         capacity = None
         if self.capacity_factor is not None:
-            capacity = expert_capacity(len(tokens), self.top_k, len(self.experts),
+            capacity = expert_capacity(len(tokens), self.top_k, self.num_experts,
                                        self.capacity_factor)
         routing = route(self.router(tokens), self.top_k, self.softmax, self.renormalize,
                         self.balance_bias, capacity)
         if self.training:
-            self.load += tokens_per_expert(routing, len(self.experts))
+            self.load += tokens_per_expert(routing, self.num_experts)
         return routing
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, Routing]:

@@ -2,7 +2,7 @@
 
 One concern per module:
 - `layout`: the layout type (`Parallel`), the one rank order, and the layouts that fit in memory.
-- `comm_cost`: the bytes each parallelism sends (ring, DP, TP, PP) and the pipeline bubble.
+- `comm_cost`: the bytes each parallelism sends (ring, DP, TP, EP, PP) and the pipeline bubble.
 - `links`: interconnect presets (latency, bandwidth); `collectives`: alpha-beta times.
 - `simulate`: one step of a layout on a cluster: memory, time, MFU, days, cost.
 - `search`: the cheapest layout for a budget, and scaling curves.

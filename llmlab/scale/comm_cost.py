@@ -17,6 +17,8 @@ Per step, for Psi parameters:
         is the ZeRO paper's reduce-scatter + all-gather (`dp_collectives`);
   TP    every block all-reduces its activations twice in forward, twice in backward
         (`tensor_parallel_bytes`, Megatron-LM);
+  EP    each MoE layer's tokens travel to the ranks holding their experts and back, twice more
+        in backward (`expert_parallel_bytes`);
   PP    one micro-batch's activations per message (`activation_bytes`), and the stages idle
         while the pipe fills and drains (`bubble_fraction`).
 """
@@ -106,6 +108,20 @@ def tp_bytes(shape: ModelShape, p: Parallel, seq: int) -> float:
                                      DTYPE_BYTES[DTYPE])["sent"]
     recomputed = 1.5 if p.checkpointing else 1.0  # the recomputed forward all-reduces 2 more
     return one_pass * recomputed * p.accumulation
+
+
+# ----------------------------------------------------------------------------- expert parallel
+
+
+def expert_parallel_bytes(
+    tokens: int, top_k: int, hidden: int, ep: int, dtype_bytes: int = 4
+) -> dict[str, float]:
+    """What one MoE layer's forward pass makes a rank send under expert parallelism, when the
+    routing is balanced: each of its `tokens` goes to `top_k` experts, spread evenly over the
+    `ep` ranks, so (ep-1)/ep of the tokens x top_k x hidden values leave the rank on dispatch,
+    and as many outputs come back on combine. (Backward sends the same again, the other way.)"""
+    dispatch = tokens * top_k * hidden * dtype_bytes * (ep - 1) / ep
+    return {"dispatch": dispatch, "combine": dispatch, "sent": 2 * dispatch}
 
 
 # --------------------------------------------------------------------------- pipeline parallel
