@@ -25,7 +25,8 @@ import torch
 from llmlab.models.eval_mode import eval_mode
 
 NORMALIZATIONS = ("none", "tokens", "characters")
-ROWS = 64  # (prompt, choice) pairs per forward pass: a CPU's matmuls fill up, a GPU's memory does not
+# (prompt, choice) pairs per forward pass: enough to fill a CPU's matmuls, few enough for any GPU
+ROWS = 64
 
 
 @dataclass(frozen=True)

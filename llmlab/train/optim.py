@@ -6,11 +6,12 @@ from collections.abc import Iterable
 
 import torch
 
+from llmlab.device import choose_dtype
 from llmlab.distributed.data_parallel import make_optimizer
 from llmlab.memory import optimizer_by_name
 from llmlab.models import block_matrices
 from llmlab.train.config import TrainConfig
-from llmlab.train.muon import MuonWithAdamW
+from llmlab.train.muon import FP32Muon, MuonWithAdamW
 
 
 def parameter_groups(parameters: Iterable[torch.nn.Parameter], weight_decay: float) -> list[dict]:
@@ -54,10 +55,14 @@ def muon_with_adamw(model: torch.nn.Module, config: TrainConfig, strategy: str) 
     matrices = [m.weight for m in block_matrices(model).values() if m.weight.requires_grad]
     on_muon = {id(p) for p in matrices}
     others = [p for p in model.parameters() if id(p) not in on_muon]
+    # torch's Newton-Schulz runs in bf16: where the course's dtype rule says bf16 would be
+    # emulated (a CPU without bf16 instructions), the same step in fp32 is about 100x faster.
+    fast_bf16 = not matrices or choose_dtype(matrices[0].device).dtype == torch.bfloat16
+    muon_class = torch.optim.Muon if fast_bf16 else FP32Muon
     # Moonshot's "match_rms_adamw" scales Muon's step to the size of an AdamW step, so the
     # learning rate and weight decay tuned for AdamW serve both optimizers.
-    muon = torch.optim.Muon(matrices, lr=config.lr, weight_decay=config.weight_decay,
-                            adjust_lr_fn="match_rms_adamw")
+    muon = muon_class(matrices, lr=config.lr, weight_decay=config.weight_decay,
+                      adjust_lr_fn="match_rms_adamw")
     adamw = torch.optim.AdamW(parameter_groups(others, config.weight_decay), lr=config.lr,
                               betas=config.betas, fused=True)
     return MuonWithAdamW(muon, adamw)

@@ -6,9 +6,10 @@ import pytest
 import torch
 from helpers.train_fakes import RandomWindows, config, tiny_gpt2, token_stream
 
+from llmlab.device import DtypeChoice
 from llmlab.models import block_matrices, build_model, preset
 from llmlab.train import Trainer
-from llmlab.train.muon import BF16_TOLERANCE, MuonWithAdamW, muon_update, newton_schulz
+from llmlab.train.muon import BF16_TOLERANCE, FP32Muon, MuonWithAdamW, muon_update, newton_schulz
 from llmlab.train.optim import build_optimizer
 
 SHAPES = {"wide": (32, 128), "tall": (128, 32), "square": (64, 64)}
@@ -128,3 +129,49 @@ def test_strategies_that_shard_the_optimizer_are_refused_and_ddp_is_not():
     for strategy in ("zero1", "fsdp"):
         with pytest.raises(ValueError, match="parallel='ddp'"):
             build_optimizer(model, config(optimizer="muon"), strategy)
+
+
+def fp32_zeropower(grad, ns_coefficients, ns_steps, eps):
+    """torch's iteration as it is, but in fp32: what FP32Muon must then equal."""
+    return newton_schulz(grad, ns_steps, ns_coefficients)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(nesterov=False, adjust_lr_fn="original"),
+                                     dict(adjust_lr_fn="match_rms_adamw", weight_decay=0.1)])
+def test_fp32_muon_takes_torchs_steps_with_the_iteration_in_fp32(monkeypatch, options):
+    """Three steps on a wide and a tall matrix: equal to torch.optim.Muon whose iteration is made
+    fp32, and within bf16's distance of torch's own."""
+    start = [random_matrix(SHAPES["wide"], 1), random_matrix(SHAPES["tall"], 2)]
+    grads = [[random_matrix(w.shape, 10 * step + i) for i, w in enumerate(start)]
+             for step in range(3)]
+
+    def train(optimizer_class):
+        weights = [torch.nn.Parameter(w.clone()) for w in start]
+        optimizer = optimizer_class(weights, lr=0.02, **options)
+        for step_grads in grads:
+            for weight, grad in zip(weights, step_grads, strict=True):
+                weight.grad = grad.clone()
+            optimizer.step()
+        return [w.detach() - s for w, s in zip(weights, start, strict=True)], optimizer
+
+    ours, optimizer = train(FP32Muon)
+    torchs, _ = train(torch.optim.Muon)
+    for mine, theirs in zip(ours, torchs, strict=True):
+        assert (mine - theirs).norm() / theirs.norm() < BF16_TOLERANCE
+    monkeypatch.setattr(torch.optim._muon, "_zeropower_via_newtonschulz", fp32_zeropower)
+    torchs_fp32, _ = train(torch.optim.Muon)
+    for mine, theirs in zip(ours, torchs_fp32, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-7)
+    reloaded = torch.optim.Muon([torch.nn.Parameter(w.clone()) for w in start], lr=0.02)
+    reloaded.load_state_dict(optimizer.state_dict())  # one momentum buffer each, as torch keeps
+    assert [s["momentum_buffer"].shape for s in reloaded.state.values()] == [w.shape for w in start]
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [(torch.bfloat16, torch.optim.Muon),
+                                                 (torch.float32, FP32Muon)])
+def test_muon_iterates_in_fp32_where_bf16_would_be_emulated(monkeypatch, dtype, expected):
+    import llmlab.train.optim as optim
+
+    monkeypatch.setattr(optim, "choose_dtype", lambda device: DtypeChoice(dtype, False, "test"))
+    optimizer = build_optimizer(tiny_gpt2(), config(optimizer="muon"))
+    assert type(optimizer.muon) is expected
