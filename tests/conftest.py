@@ -69,5 +69,15 @@ def run_order(item) -> int:
     return 1 if path.startswith("solutions/") else 2
 
 
+# nbval waits at most 5 s for each of a cell's output messages after the cell has run. On a
+# shared machine busy with the other worker, a long cell's last messages once came later than that
+# (Lab 08's fine-tunes: "Timeout of 5 seconds exceeded waiting for output", the cell itself done).
+# A minute never fails a cell that ran, and still ends one whose kernel has died.
+NBVAL_OUTPUT_TIMEOUT_S = 60
+
+
 def pytest_collection_modifyitems(items):
     items.sort(key=run_order)  # a stable sort: each notebook's cells stay in order
+    for item in items:
+        if hasattr(item, "output_timeout"):  # nbval's notebook cells
+            item.output_timeout = NBVAL_OUTPUT_TIMEOUT_S
