@@ -115,7 +115,7 @@ LABS: tuple[Lab, ...] = (
         "full, LoRA, QLoRA, head only)", _on_training_gpu, smoke_seconds=225),
     Lab(9, "kernels", "Kernels and profiling", True,
         "any CUDA GPU (profiles and times Lab 03's model; Triton kernels run compiled)", _any_gpu,
-        smoke_seconds=63),
+        smoke_seconds=126),
     Lab(10, "post_training", "Post-training: SFT, DPO and RLVR", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (post-trains Lab 03's GPT-2 small: SFT, DPO "
         "and GRPO over seeds)", _on_training_gpu, smoke_seconds=283),

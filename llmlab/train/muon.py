@@ -110,8 +110,11 @@ class MuonWithAdamW:
 
     @property
     def state(self) -> dict:
-        """Each parameter's state (Muon's momentum, AdamW's two moments), to read."""
-        return {**self.muon.state, **self.adamw.state}
+        """Each parameter's state (Muon's momentum, AdamW's two moments) on this rank, to read.
+        (Under ZeRO-1 each is a ZeroRedundancyOptimizer, which keeps its rank's share in its
+        local `.optim`.)"""
+        muon, adamw = (getattr(o, "optim", o) for o in (self.muon, self.adamw))
+        return {**muon.state, **adamw.state}
 
     def step(self) -> None:
         self.muon.step()
@@ -120,6 +123,12 @@ class MuonWithAdamW:
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.muon.zero_grad(set_to_none)
         self.adamw.zero_grad(set_to_none)
+
+    def consolidate_state_dict(self, to: int = 0) -> None:
+        """Under ZeRO-1: gather both optimizers' shards on rank `to` (a collective: every rank
+        calls it), before that rank's state_dict()."""
+        self.muon.consolidate_state_dict(to)
+        self.adamw.consolidate_state_dict(to)
 
     def state_dict(self) -> dict:
         return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}

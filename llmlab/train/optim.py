@@ -45,12 +45,14 @@ def build_optimizer(
 
 def muon_with_adamw(model: torch.nn.Module, config: TrainConfig, strategy: str) -> MuonWithAdamW:
     """Muon for the blocks' weight matrices (llmlab.models.block_matrices), AdamW for the rest,
-    with the config's one learning rate and weight decay."""
-    if strategy in ("zero1", "fsdp"):
+    with the config's one learning rate and weight decay. "zero1" shards both over the ranks by
+    whole parameters (ZeroRedundancyOptimizer): each rank orthogonalises the matrices it owns,
+    then broadcasts them (Lab 04 checks it against one process)."""
+    if strategy == "fsdp":
         raise ValueError(
-            f"optimizer='muon' cannot shard its states over the ranks yet ({strategy!r} would): "
-            "train with Muon under parallel='ddp', or keep "
-            f"parallel={strategy!r} with optimizer='adamw'"
+            "optimizer='muon' cannot train under parallel='fsdp': FSDP2 cuts every weight matrix "
+            "into flat shards, and Muon's Newton-Schulz iteration needs each matrix whole; use "
+            "parallel='zero1' (Muon's states sharded by whole matrices) or 'ddp'"
         )
     matrices = [m.weight for m in block_matrices(model).values() if m.weight.requires_grad]
     on_muon = {id(p) for p in matrices}
@@ -61,8 +63,9 @@ def muon_with_adamw(model: torch.nn.Module, config: TrainConfig, strategy: str) 
     muon_class = torch.optim.Muon if fast_bf16 else FP32Muon
     # Moonshot's "match_rms_adamw" scales Muon's step to the size of an AdamW step, so the
     # learning rate and weight decay tuned for AdamW serve both optimizers.
-    muon = muon_class(matrices, lr=config.lr, weight_decay=config.weight_decay,
-                      adjust_lr_fn="match_rms_adamw")
-    adamw = torch.optim.AdamW(parameter_groups(others, config.weight_decay), lr=config.lr,
-                              betas=config.betas, fused=True)
+    muon = make_optimizer(model, strategy, matrices, optimizer_class=muon_class, lr=config.lr,
+                          weight_decay=config.weight_decay, adjust_lr_fn="match_rms_adamw")
+    adamw = make_optimizer(model, strategy, parameter_groups(others, config.weight_decay),
+                           optimizer_class=torch.optim.AdamW, lr=config.lr, betas=config.betas,
+                           fused=True)
     return MuonWithAdamW(muon, adamw)

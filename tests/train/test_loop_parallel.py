@@ -1,5 +1,6 @@
-"""The trainer's `parallel` strategies on 2 gloo ranks: ZeRO-1 and FSDP2 train like one process
-on the same global batch, and an FSDP run checkpoints its shards (DCP) and resumes from them."""
+"""The trainer's `parallel` strategies on 2 gloo ranks: ZeRO-1 (with AdamW, or Muon sharded by
+whole matrices) and FSDP2 train like one process on the same global batch, and a stopped run
+resumes from its checkpoint (FSDP's shards through DCP)."""
 
 import os
 import subprocess
@@ -31,46 +32,62 @@ def settings(micro: int, accum: int = 1, **changes) -> TrainConfig:
     return TrainConfig(**{**base, **changes})
 
 
-def train_losses(parallel: str, micro: int, accum: int) -> list[float]:
+def states_here(optimizer) -> int:
+    """How many parameters have optimizer states on this rank (ZeroRedundancyOptimizer keeps its
+    rank's share in its local `.optim`)."""
+    return len(getattr(optimizer, "optim", optimizer).state)
+
+
+def train_losses(parallel: str, micro: int, accum: int, optimizer: str) -> tuple[list, int]:
     rank, world = dist.get_rank(), dist.get_world_size()
     source = FixedRows(global_rows(8), micro, rank=rank, world_size=world)
-    config = settings(micro, accum, parallel=parallel)
-    return [m.loss for m in Trainer(tiny_gpt2(), config, source).fit().history]
+    config = settings(micro, accum, parallel=parallel, optimizer=optimizer)
+    trainer = Trainer(tiny_gpt2(), config, source)
+    return [m.loss for m in trainer.fit().history], states_here(trainer.optimizer)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("parallel", ["zero1", "fsdp"])
-def test_sharded_strategies_match_one_process(parallel):
+@pytest.mark.parametrize(("parallel", "optimizer"),
+                         [("zero1", "adamw"), ("zero1", "muon"), ("fsdp", "adamw")])
+def test_sharded_strategies_match_one_process(parallel, optimizer):
     """Invariant: with gradient accumulation (no sync on the first micro-step) and sharded
     optimizer states, the losses equal one process's on the global batch of 8."""
-    expected = [m.loss for m in Trainer(tiny_gpt2(), settings(8), FixedRows(global_rows(8), 8))
-                .fit().history]
-    losses = launch(train_losses, 2, args=(parallel, 2, 2))
-    assert losses[0] == pytest.approx(expected, rel=1e-5)  # rank 0 keeps the history
-    assert losses[0][-1] < losses[0][0]
+    alone = Trainer(tiny_gpt2(), settings(8, optimizer=optimizer), FixedRows(global_rows(8), 8))
+    expected = [m.loss for m in alone.fit().history]
+    (losses, states), (_, other_states) = launch(train_losses, 2,
+                                                 args=(parallel, 2, 2, optimizer))
+    assert losses == pytest.approx(expected, rel=1e-5)  # rank 0 keeps the history
+    assert losses[-1] < losses[0]
+    if parallel == "zero1":  # every parameter's states on one rank, and each rank keeps some
+        assert states + other_states == states_here(alone.optimizer)
+        assert states > 0 and other_states > 0
 
 
-def run(parallel: str, out_dir: str, max_steps: int, resume: bool) -> list[float]:
+def run(parallel: str, out_dir: str, max_steps: int, resume: bool,
+        optimizer: str = "adamw") -> list[float]:
     rank, world = dist.get_rank(), dist.get_world_size()
     source = FixedRows(global_rows(8), 4, rank=rank, world_size=world)
     config = settings(4, parallel=parallel, max_steps=max_steps, out_dir=out_dir,
-                      checkpoint_interval=2)
+                      checkpoint_interval=2, optimizer=optimizer)
     return [m.loss for m in Trainer(tiny_gpt2(), config, source).fit(resume=resume).history]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("parallel", ["zero1", "fsdp"])
-def test_a_stopped_sharded_run_resumes_where_it_stopped(tmp_path, parallel):
+@pytest.mark.parametrize(("parallel", "optimizer"),
+                         [("zero1", "adamw"), ("zero1", "muon"), ("fsdp", "adamw")])
+def test_a_stopped_sharded_run_resumes_where_it_stopped(tmp_path, parallel, optimizer):
     """Invariant: steps 3-4 after a resume from step 2 are the steps of an uninterrupted run, so
-    the weights and every rank's share of the AdamW states came back."""
-    straight = launch(run, 2, args=(parallel, str(tmp_path / "straight"), STEPS, False))[0]
-    launch(run, 2, args=(parallel, str(tmp_path / "stopped"), 2, False))
+    the weights and every rank's share of the optimizer states came back."""
+    straight = launch(run, 2, args=(parallel, str(tmp_path / "straight"), STEPS, False,
+                                    optimizer))[0]
+    launch(run, 2, args=(parallel, str(tmp_path / "stopped"), 2, False, optimizer))
     checkpoint = tmp_path / "stopped" / "checkpoints" / "step_0000002"
     verify_checkpoint(checkpoint)  # FSDP: the shards of both ranks are covered by checksums
     # ZeRO-1 gathers its optimizer states into rank 0's state.pt; FSDP writes shards with DCP.
     assert is_sharded(checkpoint) == (parallel == "fsdp")
     assert (checkpoint / "model.safetensors").exists() == (parallel == "zero1")
-    resumed = launch(run, 2, args=(parallel, str(tmp_path / "stopped"), STEPS, True))[0]
+    resumed = launch(run, 2, args=(parallel, str(tmp_path / "stopped"), STEPS, True,
+                                   optimizer))[0]
     assert resumed == pytest.approx(straight[2:], rel=1e-6)
 
 

@@ -491,7 +491,6 @@ def _generates_like_recomputation(cache_class) -> None:
 
 
 # ---------------------------------------------------------------- FP8 training
-# (a later section of the lab)
 
 _DELAYED = "Exercise 5 (delayed fp8 scaling)"
 _FORMATS = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -639,8 +638,6 @@ EXERCISES = {
     "MyKVCache": exercise_kv_cache,
     "delayed_scale_cast": exercise_delayed_scaling,
 }
-# Exercises whose notebook cell lands after their check (test_every_lab.py skips them till then).
-NOT_IN_NOTEBOOK_YET = ("delayed_scale_cast",)
 # Other definitions of the notebook an exercise's function calls
 # (tests/course/checks/test_every_lab.py loads them).
 HELPERS = ("my_softmax_kernel",)
