@@ -239,6 +239,22 @@ def learning_rate_schedules(curves: Mapping[str, Sequence[float]], title: str = 
     return fig
 
 
+def singular_values(spectra: Mapping[str, Sequence[float]], title: str = "") -> Figure:
+    """Each matrix's singular values, largest first ({"gradient": [...], ...}), on a log scale:
+    how lopsided a matrix is, and how much an orthogonalisation evens it out."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for label, values in spectra.items():
+        ax.plot(range(1, len(values) + 1), sorted(values, reverse=True), label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("singular value, largest first")
+    ax.set_ylabel("size")
+    ax.set_title(title or "Singular values")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def _running_mean(values: list[float], window: int) -> list[float]:
     """Mean of each value and the window - 1 before it (fewer at the start)."""
     means = []

@@ -9,8 +9,9 @@ import torch
 # momentum on the blocks' weight matrices (it leaves the other parameters to AdamW: the estimate
 # splits them).
 OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2, "adam-8bit": 2, "muon": 1}
-# The ones llmlab.train's Trainer runs (its AdamW, bitsandbytes' 8-bit AdamW, or Muon with AdamW).
-TRAINER_OPTIMIZERS = ("adamw", "adam-8bit", "muon")
+# The ones llmlab.train's Trainer runs (its AdamW, bitsandbytes' 8-bit AdamW, Muon with AdamW, and
+# SGD with momentum and Adam, for Lab 03's comparison).
+TRAINER_OPTIMIZERS = ("adamw", "adam-8bit", "muon", "sgd-momentum", "adam")
 # The ones llmlab.distributed.deepspeed_config writes a DeepSpeed optimizer block for.
 DEEPSPEED_OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum")
 # The optimizer each "same as one process?" check (llmlab.distributed.harness) steps with, on

@@ -49,7 +49,7 @@ class TrainConfig:
     grad_accum_steps: int = 1
     seq_len: int = 256
     # Optimizer: "adamw", "adam-8bit" or "muon", with decoupled weight decay on matrices only
-    # (see optim.py).
+    # (see optim.py); "sgd-momentum" and "adam" add weight_decay * weight to the gradient instead.
     optimizer: str = "adamw"
     lr: float = 1e-3
     weight_decay: float = 0.1

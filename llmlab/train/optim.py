@@ -1,6 +1,6 @@
 """AdamW with weight decay on the weight matrices only, its 8-bit version from bitsandbytes
-("adam-8bit", the planner's name for it), or Muon for the blocks' matrices with AdamW for the rest
-("muon")."""
+("adam-8bit", the planner's name for it), Muon for the blocks' matrices with AdamW for the rest
+("muon"), or, to compare with, SGD with momentum and Adam."""
 
 from collections.abc import Iterable
 
@@ -35,8 +35,10 @@ def build_optimizer(
     if config.optimizer == "muon":
         return muon_with_adamw(model, config, strategy)
     groups = parameter_groups(model.parameters(), config.weight_decay)
-    if config.optimizer == "adam-8bit":
-        return optimizer_by_name(groups, "adam-8bit", lr=config.lr, betas=config.betas)
+    if config.optimizer in ("adam-8bit", "adam"):
+        return optimizer_by_name(groups, config.optimizer, lr=config.lr, betas=config.betas)
+    if config.optimizer == "sgd-momentum":
+        return optimizer_by_name(groups, "sgd-momentum", lr=config.lr)
     # fused: one kernel updates every tensor (about 8x faster than the per-tensor loop on this
     # course's CPU model); PyTorch has it for CPU and CUDA parameters, not for FSDP's DTensors.
     fused = strategy != "fsdp"

@@ -730,5 +730,3 @@ EXERCISES = {
     "RandomState": exercise_random_state,
     "newton_schulz": exercise_newton_schulz,
 }
-# Exercises whose notebook cell lands after their check (test_every_lab.py skips them till then).
-NOT_IN_NOTEBOOK_YET = ("newton_schulz",)
