@@ -129,6 +129,12 @@ class TrainConfig:
                 f"parallel={self.parallel!r} shards a torch optimizer; bitsandbytes' 8-bit AdamW "
                 "is not one: use optimizer='adamw', or parallel='ddp'"
             )
+        if self.parallel == "zero1" and self.optimizer in ("sgd-momentum", "adam"):
+            raise ValueError(
+                f"parallel='zero1' shards AdamW's or Muon's states; optimizer={self.optimizer!r} "
+                "would keep all of its states on every rank: use optimizer='adamw' or 'muon', or "
+                "parallel='ddp'"
+            )
         if self.out_dir is not None:
             self.out_dir = Path(self.out_dir)
 

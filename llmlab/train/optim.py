@@ -31,7 +31,7 @@ def build_optimizer(
     model: torch.nn.Module, config: TrainConfig, strategy: str = "none"
 ) -> torch.optim.Optimizer | MuonWithAdamW:
     """strategy: how the model is parallel ("none", "ddp", "zero1", "fsdp"); "zero1" shards the
-    AdamW states over the ranks (llmlab.distributed.data_parallel.make_optimizer)."""
+    AdamW (or Muon) states over the ranks (llmlab.distributed.data_parallel.make_optimizer)."""
     if config.optimizer == "muon":
         return muon_with_adamw(model, config, strategy)
     groups = parameter_groups(model.parameters(), config.weight_decay)

@@ -25,3 +25,10 @@ def test_bad_settings_are_refused_with_the_field_named(bad):
 def test_the_trainer_refuses_an_optimizer_name_outside_the_vocabulary():
     with pytest.raises(ValueError, match="adam-8bit"):
         TrainConfig(optimizer="adamw8bit")  # the trainer's old name for it
+
+
+@pytest.mark.parametrize("name", ["sgd-momentum", "adam"])
+def test_zero1_refuses_an_optimizer_it_would_not_shard(name):
+    with pytest.raises(ValueError, match="would keep all of its states on every rank"):
+        TrainConfig(optimizer=name, parallel="zero1")
+    assert TrainConfig(optimizer=name, parallel="ddp").optimizer == name
