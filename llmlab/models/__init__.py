@@ -8,6 +8,7 @@ from llmlab.models.blocks import (
     block_matrices,
     input_dim,
     linear_from_conv1d,
+    matrices_and_others,
     named_blocks,
     transformer_blocks,
 )
@@ -44,7 +45,7 @@ __all__ = [
     "count_model_parameters", "count_parameters", "cross_entropy_on_ids",
     "enable_activation_checkpointing", "eval_mode", "generate_batch", "generate_continuation",
     "input_dim", "linear_from_conv1d", "lstm_flops_per_token", "lstm_layer_parameters",
-    "measure_training_flops", "model_shape", "named_blocks", "next_token_cross_entropy",
-    "next_token_loss", "parameter_table", "preset", "stage_parameters",
+    "matrices_and_others", "measure_training_flops", "model_shape", "named_blocks",
+    "next_token_cross_entropy", "next_token_loss", "parameter_table", "preset", "stage_parameters",
     "training_flops_per_token", "transformer_blocks",
 ]

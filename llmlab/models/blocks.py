@@ -60,6 +60,17 @@ def block_matrices(model: nn.Module) -> dict[str, nn.Module]:
     }
 
 
+def matrices_and_others(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """The trainable weight matrices of the blocks (`block_matrices`), and every other trainable
+    parameter (embeddings, LM head, norms, biases): the split Muon trains by (Muon on the first,
+    another optimizer on the second)."""
+    matrices = [layer.weight for layer in block_matrices(model).values()
+                if layer.weight.requires_grad]
+    on_matrices = {id(p) for p in matrices}
+    others = [p for p in model.parameters() if p.requires_grad and id(p) not in on_matrices]
+    return matrices, others
+
+
 def input_dim(module: nn.Module) -> int:
     """The weight dimension that meets the input features."""
     if isinstance(module, Conv1D):

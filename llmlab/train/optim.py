@@ -9,7 +9,7 @@ import torch
 from llmlab.device import choose_dtype
 from llmlab.distributed.data_parallel import make_optimizer
 from llmlab.memory import optimizer_by_name
-from llmlab.models import block_matrices
+from llmlab.models import matrices_and_others
 from llmlab.train.config import TrainConfig
 from llmlab.train.muon import FP32Muon, MuonWithAdamW
 
@@ -56,9 +56,7 @@ def muon_with_adamw(model: torch.nn.Module, config: TrainConfig, strategy: str) 
             "into flat shards, and Muon's Newton-Schulz iteration needs each matrix whole; use "
             "parallel='zero1' (Muon's states sharded by whole matrices) or 'ddp'"
         )
-    matrices = [m.weight for m in block_matrices(model).values() if m.weight.requires_grad]
-    on_muon = {id(p) for p in matrices}
-    others = [p for p in model.parameters() if id(p) not in on_muon]
+    matrices, others = matrices_and_others(model)
     # torch's Newton-Schulz runs in bf16: where the course's dtype rule says bf16 would be
     # emulated (a CPU without bf16 instructions), the same step in fp32 is about 100x faster.
     fast_bf16 = not matrices or choose_dtype(matrices[0].device).dtype == torch.bfloat16

@@ -37,7 +37,7 @@ from llmlab.distributed.harness.equivalence import (
 )
 from llmlab.distributed.launch import launch
 from llmlab.memory.optimizers import OPTIMIZER_STATES, REFERENCE_OPTIMIZERS
-from llmlab.models import block_matrices, build_model
+from llmlab.models import build_model, matrices_and_others
 
 MUON_OPTIONS = {"lr": 0.02}  # torch.optim.Muon's rate for a run of a few steps (momentum 0.95)
 
@@ -71,9 +71,7 @@ class ShardedMuonResult:
 def muon_and_sgd(model: nn.Module, strategy: str, muon_class: type[torch.optim.Optimizer]):
     """Two optimizers, sharded for "zero1": `muon_class` (torch.optim.Muon or a subclass) on the
     blocks' weight matrices, SGD with momentum on every other parameter."""
-    matrices = [layer.weight for layer in block_matrices(model).values()]
-    on_muon = {id(p) for p in matrices}
-    others = [p for p in model.parameters() if id(p) not in on_muon]
+    matrices, others = matrices_and_others(model)
     sgd_class, sgd_options = REFERENCE_OPTIMIZERS["sgd-momentum"]
     return (make_optimizer(model, strategy, matrices, optimizer_class=muon_class, **MUON_OPTIONS),
             make_optimizer(model, strategy, others, optimizer_class=sgd_class, **sgd_options))
@@ -136,7 +134,7 @@ def compare_sharded_muon(
     reference = full_parameters(model)
     ranks = launch(_rank_run, nprocs, args=(strategy, batches, reference, muon_class, drop),
                    timeout_s=timeout_s)
-    matrix_values = sum(layer.weight.numel() for layer in block_matrices(model).values())
+    matrix_values = sum(p.numel() for p in matrices_and_others(model)[0])
     shards = nprocs if strategy == "zero1" else 1
     return ShardedMuonResult(
         strategy=strategy,
