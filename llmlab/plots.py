@@ -856,3 +856,39 @@ def grpo_training(histories: Mapping[str, Sequence], title: str = "") -> Figure:
     fig.suptitle(title or "GRPO, step by step")
     fig.tight_layout()
     return fig
+
+
+def expert_load(imbalance: Mapping[str, Sequence[Sequence[float]]], title: str = "") -> Figure:
+    """The busiest expert's load over the mean load, against step: one line per method (the mean
+    of its seeds) in a band from the lowest seed to the highest. 1 is perfectly even."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for label, by_seed in imbalance.items():
+        steps = range(1, len(by_seed[0]) + 1)
+        per_step = list(zip(*by_seed, strict=True))
+        (line,) = ax.plot(steps, [sum(v) / len(v) for v in per_step], label=label)
+        ax.fill_between(steps, [min(v) for v in per_step], [max(v) for v in per_step],
+                        color=line.get_color(), alpha=0.2)
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("step")
+    ax.set_ylabel("busiest expert / mean")
+    ax.set_title(title or "Expert load")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def attention_work(work: Mapping[str, Sequence[int]], title: str = "") -> Figure:
+    """Causal attention's work (query-key pairs) on each rank, one group of bars per split of
+    the sequence ({"contiguous": [per rank], "zigzag": [...]})."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    width = 0.8 / len(work)
+    for i, (label, per_rank) in enumerate(work.items()):
+        ax.bar([r + i * width for r in range(len(per_rank))], per_rank, width, label=label)
+    ranks = len(next(iter(work.values())))
+    ax.set_xticks([r + 0.4 - width / 2 for r in range(ranks)], [f"rank {r}" for r in range(ranks)])
+    ax.set_ylabel("query-key pairs")
+    ax.set_title(title or "Causal attention's work per rank")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -89,7 +89,7 @@ def _multi_gpu(gpus: Sequence[GpuInfo]) -> tuple[str, str]:
 
 LABS: tuple[Lab, ...] = (
     Lab(0, "environment", "Environment setup and GPU check", True,
-        "any CUDA GPU; about 1 minute", _any_gpu, smoke_seconds=13),
+        "any CUDA GPU; about 1 minute", _any_gpu, smoke_seconds=12),
     Lab(1, "data", "Data preprocessing and tokenization", True,
         "no GPU needed; all of the built-in corpus (about 12 MB, 32k-token vocabulary)",
         _any_gpu, smoke_seconds=24),
@@ -119,6 +119,9 @@ LABS: tuple[Lab, ...] = (
     Lab(10, "post_training", "Post-training: SFT, DPO and RLVR", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (post-trains Lab 03's GPT-2 small: SFT, DPO "
         "and GRPO over seeds)", _on_training_gpu, smoke_seconds=283),
+    Lab(11, "experts_and_context", "Experts and long context", True,
+        "2 or more GPUs (expert and context parallelism; the checks run CPU processes)",
+        _multi_gpu, smoke_seconds=18),
 )
 
 

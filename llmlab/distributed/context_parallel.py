@@ -124,6 +124,12 @@ class PassToNextRank(torch.autograd.Function):
         return _shift(grad, -1, ctx.group), None
 
 
+def pass_to_next(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Send `x` to the next rank of the ring and return what the previous rank sent; in backward,
+    the gradient goes back the other way. Every rank must call it, in the same order."""
+    return PassToNextRank.apply(x, group)
+
+
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    layout: str = "contiguous", group=None) -> torch.Tensor:
     """Causal attention over the whole sequence, for this rank's queries (its part of the
@@ -144,7 +150,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 part = block_attention(query, block[0], block[1], causal=key_chunk == query_chunk)
                 results[i] = part if results[i] is None else merge_attention(*results[i], *part)
         if step < world - 1:
-            kv = PassToNextRank.apply(kv, group)
+            kv = pass_to_next(kv, group)
     out = torch.cat([result[0] for result in results], dim=-2)
     # Every pass's backward must run on every rank, or a neighbour waits forever for its
     # gradient: tie the last keys and values received to the output, even when all were masked.

@@ -117,6 +117,18 @@ def load_balancing_loss(routing: Routing) -> torch.Tensor:
     return num_experts * (fraction * routing.probs.mean(dim=0)).sum()
 
 
+def combine(tokens: torch.Tensor, routing: Routing, experts) -> torch.Tensor:
+    """(T, hidden): each token's kept choices' expert outputs, weighted and summed (zeros for a
+    token whose every choice was dropped). Each expert runs once, on the tokens it received."""
+    mixed = torch.zeros_like(tokens)
+    for e, expert in enumerate(experts):
+        token, choice = torch.where((routing.experts == e) & routing.kept)
+        if len(token):
+            weighted = expert(tokens[token]) * routing.weights[token, choice, None]
+            mixed = mixed.index_add(0, token, weighted)
+    return mixed
+
+
 class MoELayer(nn.Module):
     """A router and `num_experts` experts; `forward(x)` returns `x` plus the weighted outputs
     of each token's kept experts, and the `Routing` (for the balancing loss and the counts)."""
@@ -157,13 +169,7 @@ class MoELayer(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, Routing]:
         tokens = x.reshape(-1, x.shape[-1])
         routing = self.route(tokens)
-        mixed = torch.zeros_like(tokens)
-        for e, expert in enumerate(self.experts):
-            token, choice = torch.where((routing.experts == e) & routing.kept)
-            if len(token):
-                weighted = expert(tokens[token]) * routing.weights[token, choice, None]
-                mixed = mixed.index_add(0, token, weighted)
-        return x + mixed.reshape(x.shape), routing
+        return x + combine(tokens, routing, self.experts).reshape(x.shape), routing
 
     @torch.no_grad()
     def update_balance_bias(self) -> None:

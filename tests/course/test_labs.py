@@ -115,11 +115,12 @@ def test_the_labs_follow_the_course_plan():
     planned = [(lab.number, lab.slug, lab.ready) for lab in LABS if lab.number >= 4]
     assert planned == [(4, "multi_gpu", True), (5, "at_scale", True), (6, "pruning", True),
                        (7, "quantization", True), (8, "finetuning", True),
-                       (9, "kernels", True), (10, "post_training", True)]
+                       (9, "kernels", True), (10, "post_training", True),
+                       (11, "experts_and_context", True)]
     assert [lab.title for lab in LABS[4:]] == [
         "Multi-GPU training", "Training at scale", "Pruning", "4-bit quantization",
         "Fine-tuning and evaluation", "Kernels and profiling",
-        "Post-training: SFT, DPO and RLVR",
+        "Post-training: SFT, DPO and RLVR", "Experts and long context",
     ]
 
 
@@ -131,7 +132,7 @@ def test_every_lab_gives_a_reason_and_notebook_names_follow_the_numbering():
 
 
 def test_an_unknown_lab_number_is_an_error_naming_the_range():
-    with pytest.raises(ValueError, match="no lab 99; the labs are numbered 0 to 10"):
+    with pytest.raises(ValueError, match="no lab 99; the labs are numbered 0 to 11"):
         find_lab(99)
 
 

@@ -4,7 +4,6 @@ the zig-zag split and its inverse; each rank's share of the causal attention wor
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from llmlab.distributed import LaunchError, launch
 from llmlab.distributed import context_parallel as cp
@@ -14,6 +13,7 @@ from llmlab.distributed.context_parallel import (
     shard_sequence,
     unshard_sequence,
 )
+from llmlab.distributed.harness.experts_and_context import context_parallel_differences
 
 HEAD_DIM = 8
 
@@ -38,26 +38,9 @@ def _break(broken: str) -> None:
 
 def _against_full_attention(method: str, layout: str, seq_len: int, heads: int,
                             broken: str = ""):
-    """This rank's largest differences from full causal attention (fp32, one process), in the
-    output and in the gradients of q, k and v."""
+    """This rank's largest differences from full causal attention, with `broken` made first."""
     _break(broken)
-    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    torch.manual_seed(0)  # the same whole sequence on every rank
-    q, k, v = (torch.randn(2, heads, seq_len, HEAD_DIM, requires_grad=True) for _ in range(3))
-    out_grad = torch.randn(2, heads, seq_len, HEAD_DIM)  # an uneven gradient reaching the output
-    full = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    full.backward(out_grad)
-    mine = [shard_sequence(t.detach(), world, layout)[rank].requires_grad_() for t in (q, k, v)]
-    if method == "ring":
-        out = cp.ring_attention(*mine, layout=layout)
-    else:
-        out = cp.ulysses_attention(*mine)
-    out.backward(shard_sequence(out_grad, world, layout)[rank])
-    pairs = {"output": (out, full)} | {
-        f"{name} grad": (local.grad, whole.grad)
-        for name, local, whole in zip("qkv", mine, (q, k, v), strict=True)}
-    return {what: (local - shard_sequence(whole.detach(), world, layout)[rank]).abs().max().item()
-            for what, (local, whole) in pairs.items()}
+    return context_parallel_differences(method, seq_len, heads, HEAD_DIM, layout)
 
 
 # Sequence lengths whose chunks are odd: 7 positions a rank (contiguous), 3 a chunk (zig-zag).

@@ -1,15 +1,13 @@
 """Expert parallelism computes what the single-process MoE layer computes, forward and backward,
 and sends the bytes the planner's formula counts."""
 
-import copy
-
 import pytest
 import torch
-import torch.distributed as dist
 
 from llmlab.distributed import expert_parallel as ep_module
 from llmlab.distributed import launch
 from llmlab.distributed.expert_parallel import ExpertParallelMoE
+from llmlab.distributed.harness.experts_and_context import expert_parallel_differences
 from llmlab.models.moe import MoELayer
 from llmlab.scale.comm_cost import expert_parallel_bytes
 
@@ -17,43 +15,14 @@ HIDDEN, FF, EXPERTS, TOKENS = 8, 12, 12, 10
 
 
 def _against_one_process(capacity_factor, broken: str = "") -> dict:
-    """Each rank's tokens through the split layer, against the whole layer on the same tokens:
-    the largest differences of outputs and gradients."""
+    """This rank's largest differences from the whole layer, with `broken` made first."""
     if broken == "no backward all-to-all":  # each gradient stays on the rank it arrived at
         ep_module.AllToAll.backward = staticmethod(lambda ctx, grad: (grad, None, None, None))
     if broken == "local expert ids":  # the received ids read as this rank's own numbering
         ExpertParallelMoE.__init__ = _numbered_locally(ExpertParallelMoE.__init__)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)  # the same layer and every rank's tokens, on every rank
-    whole = MoELayer(HIDDEN, FF, EXPERTS, top_k=2, capacity_factor=capacity_factor)
-    with torch.no_grad():
-        whole.router.weight.mul_(3)  # spread the choices unevenly over the ranks
-    split = ExpertParallelMoE(copy.deepcopy(whole))
-    inputs = [torch.randn(TOKENS + 3 * r, HIDDEN) for r in range(world)]  # uneven token counts
-    upstream = [torch.randn(x.shape) for x in inputs]  # an uneven output gradient
-    # The whole layer, rank by rank: capacity applies to each rank's tokens.
-    references = [x.clone().requires_grad_(True) for x in inputs]
-    sum((whole(x)[0] * g).sum() for x, g in zip(references, upstream, strict=True)).backward()
-    x = inputs[rank].clone().requires_grad_(True)
-    out, _ = split(x)
-    (out * upstream[rank]).sum().backward()
-    router_grad = split.layer.router.weight.grad
-    dist.all_reduce(router_grad)  # as data parallelism sums the replicated router's gradient
-    expected_out = whole(inputs[rank])[0]
-    expert_grads = [
-        (mine.weight.grad - theirs.weight.grad).abs().max().item()
-        for e, expert in enumerate(split.layer.experts)
-        for mine, theirs in zip(expert.children(), whole.experts[split.first + e].children(),
-                                strict=True)
-    ]
-    routing = whole.route(inputs[rank])
-    return {
-        "dropped": (~routing.kept).sum().item(),
-        "output": (out - expected_out).abs().max().item(),
-        "input grad": (x.grad - references[rank].grad).abs().max().item(),
-        "router grad": (router_grad - whole.router.weight.grad).abs().max().item(),
-        "expert grads": max(expert_grads),
-    }
+    differences = expert_parallel_differences(HIDDEN, FF, EXPERTS, TOKENS, capacity_factor)
+    del differences["sent bytes"]
+    return differences
 
 
 @pytest.mark.parametrize("nprocs", [2, 3, 4])

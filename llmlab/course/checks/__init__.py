@@ -21,11 +21,12 @@ from llmlab.course.checks.judge import (
     is_close,
     passed,
     real_number,
+    run_on_ranks,
     tensor_of_shape,
 )
 
 __all__ = [
     "ExerciseFailed", "ExerciseNotDone", "call", "call_or_fail", "compare_prediction", "exercise",
     "expect_number", "expect_real", "failure_from", "is_close", "passed", "real_number",
-    "tensor_of_shape",
+    "run_on_ranks", "tensor_of_shape",
 ]

@@ -5,9 +5,12 @@ that helps or pass with one line."""
 import functools
 import math
 import numbers
+import traceback
 from collections.abc import Callable, Iterable
 
 import torch
+
+from llmlab.distributed import LaunchError, launch
 
 
 class ExerciseFailed(AssertionError):
@@ -169,3 +172,46 @@ def compare_prediction(label: str, predicted, measured: float, unit: str = "") -
     ratio = measured / number if number else math.inf
     print(f"{label}: you predicted {number:.4g} {unit}, measured {measured:.4g} {unit} "
           f"(measured / predicted = {ratio:.2f})")
+
+
+# ---------------------------------------------------------------- the learner's code on ranks
+
+WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
+_NOT_DONE = "not done"  # what a worker sends back when the learner's code is still the stub
+_RAISED = "the learner's code raised"  # marks a worker's failure that is an exception, not a hang
+
+
+def run_on_ranks(exercise: str, worker: Callable, nprocs: int, *args) -> list:
+    """`worker(*args)` on each of `nprocs` ranks (forked gloo processes, `launch`); their results
+    in rank order. The stub's NotImplementedError means "not done"; an exception in the learner's
+    code fails the check with that exception, and a hang with a note on what hangs a rank."""
+    try:
+        results = launch(_guarded, nprocs=nprocs, args=(worker, *args), timeout_s=WORKER_TIMEOUT_S)
+    except LaunchError as error:
+        raise ExerciseFailed(_launch_failure(exercise, nprocs, str(error))) from None
+    if any(result == _NOT_DONE for result in results):
+        raise ExerciseNotDone(exercise)
+    return results
+
+
+def _launch_failure(exercise: str, nprocs: int, error: str) -> str:
+    """An exception in the learner's code as the exception it is; anything else as a hang."""
+    if _RAISED in error:
+        rank = error.split(" raised an error", 1)[0].removeprefix("rank ")
+        learner = error.split(f"{_RAISED}:\n", 1)[1]
+        # The launcher's note on the ranks it stopped afterwards is not about the learner's code.
+        learner = "\n".join(line for line in learner.splitlines() if not line.startswith("rank("))
+        return (f"{exercise}: with {nprocs} processes your code raised an exception on rank "
+                f"{rank}:\n{learner.strip()}")
+    return (f"{exercise}: with {nprocs} processes your code failed or hung. A rank that waits for "
+            "a message nobody sends (or sends to the wrong rank) hangs until the timeout."
+            f"\n{error}")
+
+
+def _guarded(worker: Callable, *args):
+    try:
+        return worker(*args)
+    except NotImplementedError:
+        return _NOT_DONE
+    except Exception:  # the learner's error, shown in the parent without the checker's frames
+        raise RuntimeError(f"{_RAISED}:\n{traceback.format_exc(limit=-3)}") from None

@@ -7,7 +7,6 @@ sends back numbers; the verdict is given here, in the notebook's process.
 
 import math
 import random
-import traceback
 from collections.abc import Callable
 
 import torch
@@ -18,57 +17,19 @@ from tqdm.auto import tqdm
 
 from llmlab.course.checks import (
     ExerciseFailed,
-    ExerciseNotDone,
     call,
     exercise,
     passed,
     real_number,
+    run_on_ranks,
 )
-from llmlab.distributed import LaunchError, launch
+from llmlab.distributed import launch
 from llmlab.distributed.tensor_parallel import CopyToTensorParallel, ReduceFromTensorParallel
 from llmlab.memory import TrainingSetup
 from llmlab.models import next_token_loss, preset
 from llmlab.numerics import relative_error
 from llmlab.scale.layout import Parallel, choose_layouts, stage_estimate
 from llmlab.units import GB
-
-WORKER_TIMEOUT_S = 60  # a hung rank (a send nobody receives) fails the check instead of the lab
-NOT_DONE = "not done"  # what a worker sends back when the learner's code is still the stub
-RAISED = "the learner's code raised"  # marks a worker's failure that is an exception, not a hang
-
-
-def _run_in_workers(name: str, worker: Callable, nprocs: int, *args) -> list:
-    """`worker(*args)` on every rank; the stub's NotImplementedError means "not done"."""
-    try:
-        results = launch(_guarded, nprocs=nprocs, args=(worker, *args), timeout_s=WORKER_TIMEOUT_S)
-    except LaunchError as error:
-        raise ExerciseFailed(_launch_failure(name, nprocs, str(error))) from None
-    if any(result == NOT_DONE for result in results):
-        raise ExerciseNotDone(name)
-    return results
-
-
-def _launch_failure(name: str, nprocs: int, error: str) -> str:
-    """An exception in the learner's code as the exception it is; anything else as a hang."""
-    if RAISED in error:
-        rank = error.split(" raised an error", 1)[0].removeprefix("rank ")
-        learner = error.split(f"{RAISED}:\n", 1)[1]
-        # The launcher's note on the ranks it stopped afterwards is not about the learner's code.
-        learner = "\n".join(line for line in learner.splitlines() if not line.startswith("rank("))
-        return (f"{name}: with {nprocs} processes your code raised an exception on rank {rank}:"
-                f"\n{learner.strip()}")
-    return (f"{name}: with {nprocs} processes your code failed or hung. A rank that waits for a "
-            f"message nobody sends (or sends to the wrong rank) hangs until the timeout.\n{error}")
-
-
-def _guarded(worker: Callable, *args):
-    try:
-        return worker(*args)
-    except NotImplementedError:
-        return NOT_DONE
-    except Exception:  # the learner's error, shown in the parent without the checker's frames
-        raise RuntimeError(f"{RAISED}:\n{traceback.format_exc(limit=-3)}") from None
-
 
 # ---------------------------------------------------------------- Exercise 1: ring all-reduce
 
@@ -258,7 +219,7 @@ def exercise_ring_all_reduce(ring_all_reduce) -> None:
     name = "Exercise 1 (ring all-reduce)"
     seed = random.randrange(10_000)
     for world in tqdm((2, 3, 4), desc="ranks", leave=False):  # each a fresh set of processes
-        outcomes = _run_in_workers(name, _ring_worker, world, ring_all_reduce, seed)
+        outcomes = run_on_ranks(name, _ring_worker, world, ring_all_reduce, seed)
         _ring_verdict(name, world, outcomes)
     passed(name, f"equal to dist.all_reduce for 2, 3 and 4 ranks on shapes {SHAPES}, sending "
                  "2(n-1)/n of the tensor per rank")
@@ -417,7 +378,7 @@ def exercise_data_parallel(data_parallel) -> None:
     name = "Exercise 2 (DDP by hand)"
     seed = random.randrange(10_000)
     for world in tqdm((2, 3), desc="ranks", leave=False):
-        results = _run_in_workers(name, _ddp_worker, world, data_parallel, seed)
+        results = run_on_ranks(name, _ddp_worker, world, data_parallel, seed)
         _ddp_verdict(name, world, results, seed)
     passed(name, f"with 2 and 3 ranks, {DDP_STEPS} SGD steps give one process's weights on the "
                  "same global batch (and the library's DDP's), tied, bias and buffer included")
@@ -520,7 +481,7 @@ def exercise_tensor_parallel_mlp(tensor_parallel_mlp) -> None:
     seed = random.randrange(10_000)
     expected = _forward_backward(mlp, seed)
     for world in tqdm((2, 3), desc="ranks", leave=False):
-        results = _run_in_workers(name, _tp_worker, world, tensor_parallel_mlp, seed)
+        results = run_on_ranks(name, _tp_worker, world, tensor_parallel_mlp, seed)
         hint = _tp_hint(world, results, expected, seed)
         if hint:
             raise ExerciseFailed(f"{name}: with {world} ranks: {hint}")

@@ -4,6 +4,7 @@ and an exercise left undone that does not stop the rest of the lab."""
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 
 from llmlab.course.checks import (
     ExerciseFailed,
@@ -14,6 +15,7 @@ from llmlab.course.checks import (
     exercise,
     expect_number,
     real_number,
+    run_on_ranks,
     tensor_of_shape,
 )
 
@@ -128,3 +130,26 @@ def test_prediction_is_shown_against_the_measurement(capsys):
     assert "you predicted 2 s, measured 3 s (measured / predicted = 1.50)" in shown
     compare_prediction("step time", ..., 3.0, "s")
     assert "No prediction was written" in capsys.readouterr().out
+
+
+def _stub_on_ranks():
+    raise NotImplementedError("write this")
+
+
+def _raises_on_rank_one():
+    if dist.get_rank() == 1:
+        raise KeyError("no such expert")
+    return dist.get_rank()
+
+
+def _rank():
+    return dist.get_rank()
+
+
+def test_run_on_ranks_returns_results_in_rank_order_and_names_a_stub_or_an_exception():
+    assert run_on_ranks("Exercise 9", _rank, 3) == [0, 1, 2]
+    with pytest.raises(ExerciseNotDone, match="Exercise 9 is not done yet"):
+        run_on_ranks("Exercise 9", _stub_on_ranks, 2)
+    with pytest.raises(ExerciseFailed, match="raised an exception on rank 1") as failure:
+        run_on_ranks("Exercise 9", _raises_on_rank_one, 2)
+    assert "KeyError: 'no such expert'" in str(failure.value)
