@@ -10,6 +10,17 @@ from llmlab.evaluate.seeds import seed_spread
 from llmlab.scale.schedules import bubble
 
 
+def _finish(fig: Figure, ax, xlabel: str, ylabel: str, title: str) -> Figure:
+    """Label a one-axes line figure, grid and legend it, and fit its layout."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def matmul_throughput(
     results: Sequence, reference_peaks: Mapping[str, float] | None = None, title: str = ""
 ) -> Figure:
@@ -230,13 +241,7 @@ def learning_rate_schedules(curves: Mapping[str, Sequence[float]], title: str = 
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for label, values in curves.items():
         ax.plot(range(len(values)), values, label=label)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("learning rate")
-    ax.set_title(title or "Learning-rate schedules")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "optimizer step", "learning rate", title or "Learning-rate schedules")
 
 
 def singular_values(spectra: Mapping[str, Sequence[float]], title: str = "") -> Figure:
@@ -246,13 +251,7 @@ def singular_values(spectra: Mapping[str, Sequence[float]], title: str = "") -> 
     for label, values in spectra.items():
         ax.plot(range(1, len(values) + 1), sorted(values, reverse=True), label=label)
     ax.set_yscale("log")
-    ax.set_xlabel("singular value, largest first")
-    ax.set_ylabel("size")
-    ax.set_title(title or "Singular values")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "singular value, largest first", "size", title or "Singular values")
 
 
 def _running_mean(values: list[float], window: int) -> list[float]:
@@ -270,13 +269,8 @@ def loss_curves(curves: Mapping[str, Sequence[float]], title: str = "", smooth: 
     for label, losses in curves.items():
         values = _running_mean(list(losses), smooth)
         ax.plot(range(1, len(values) + 1), values, label=label)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("training loss" + (f" (mean of {smooth} steps)" if smooth > 1 else ""))
-    ax.set_title(title or "Loss curves")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    ylabel = "training loss" + (f" (mean of {smooth} steps)" if smooth > 1 else "")
+    return _finish(fig, ax, "optimizer step", ylabel, title or "Loss curves")
 
 
 def throughput_bars(values: Mapping[str, float], unit: str = "tokens/s", title: str = "") -> Figure:
@@ -869,13 +863,7 @@ def expert_load(imbalance: Mapping[str, Sequence[Sequence[float]]], title: str =
         ax.fill_between(steps, [min(v) for v in per_step], [max(v) for v in per_step],
                         color=line.get_color(), alpha=0.2)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-    ax.set_xlabel("step")
-    ax.set_ylabel("busiest expert / mean")
-    ax.set_title(title or "Expert load")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "step", "busiest expert / mean", title or "Expert load")
 
 
 def attention_work(work: Mapping[str, Sequence[int]], title: str = "") -> Figure:
@@ -892,3 +880,19 @@ def attention_work(work: Mapping[str, Sequence[int]], title: str = "") -> Figure
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def lsh_s_curve(curves: Mapping[str, Sequence[float]], similarities: Sequence[float],
+                points: Sequence[tuple[float, bool]], title: str = "") -> Figure:
+    """The chance that a pair becomes an LSH candidate against its Jaccard similarity, one line per
+    shape of bands ({label: [probability at each of `similarities`]}), and pairs measured as
+    points: (similarity, whether it became a candidate) at 1 or 0."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for label, probabilities in curves.items():
+        ax.plot(similarities, probabilities, label=label)
+    if points:
+        xs, found = zip(*points, strict=True)
+        ax.scatter(xs, [float(f) for f in found], marker="|", s=200, color="black",
+                   label="planted pairs (1: candidate)")
+    return _finish(fig, ax, "Jaccard similarity of the pair's shingles",
+                   "chance of being a candidate", title or "LSH's S-curve")

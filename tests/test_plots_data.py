@@ -37,3 +37,10 @@ def test_padding_waste_has_one_line_per_strategy_in_each_panel():
 def test_pipeline_throughput_has_a_bar_per_stage():
     fig = plots.pipeline_throughput({"read": 300.0, "tokenize": 2.0})
     assert len(fig.axes[0].patches) == 2
+
+
+def test_lsh_s_curve_draws_a_line_per_shape_and_the_pairs_at_0_or_1():
+    ax = plots.lsh_s_curve({"16 x 8": [0.0, 0.5, 1.0], "8 x 16": [0.0, 0.1, 1.0]}, [0, 0.5, 1],
+                           [(0.9, True), (0.2, False)]).axes[0]
+    assert [list(line.get_ydata()) for line in ax.lines] == [[0.0, 0.5, 1.0], [0.0, 0.1, 1.0]]
+    assert ax.collections[0].get_offsets().tolist() == [[0.9, 1.0], [0.2, 0.0]]

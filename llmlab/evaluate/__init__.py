@@ -24,10 +24,8 @@ from llmlab.evaluate.bootstrap import (
 )
 from llmlab.evaluate.contamination import (
     exact_copies,
-    jaccard,
     minhashes,
     near_duplicates,
-    normalized_words,
 )
 from llmlab.evaluate.decoding import STRATEGIES, complete
 from llmlab.evaluate.model_variants import (
@@ -67,8 +65,8 @@ __all__ = [
     "bootstrap_interval", "check_plain", "chrf", "compare_variants", "comparison_table", "complete",
     "compressor_bits_per_byte", "continuation_logprob", "continuation_logprobs", "corpus_bleu",
     "corpus_chrf",
-    "exact_copies", "generate_samples", "held_out_windows", "jaccard", "latency_seconds",
-    "minhashes", "multiple_choice", "near_duplicates", "next_token_accuracy", "normalized_words",
+    "exact_copies", "generate_samples", "held_out_windows", "latency_seconds",
+    "minhashes", "multiple_choice", "near_duplicates", "next_token_accuracy",
     "paired_bootstrap", "paired_percentile", "paired_perplexity_ratio", "percentile_test",
     "perplexity", "perplexity_of", "predicted_bytes", "resample_indices", "samples_table",
     "score_tokens", "seed_spread", "sentence_counts", "size_on_disk", "smoothed_bleu4",

@@ -3,35 +3,23 @@
 A score on test examples the model trained on measures memory, not skill. A verbatim copy is
 easy to find; a copy that was reformatted on the way (other case, punctuation, separators or
 spacing: "Date: 2021-03-04" and "date 2021/03/04") is not, so texts are compared by their sets
-of words (`normalized_words`) with the Jaccard similarity, |A & B| / |A | B|. Comparing every
-test text with every training text costs their product; MinHash squeezes each word set into
-`num_perm` numbers whose agreement estimates the Jaccard similarity, and MinHashLSH finds the
-pairs likely above a threshold without comparing all of them (both from datasketch).
+of words (`normalized_words`, from llmlab.data.dedup) with the Jaccard similarity,
+|A & B| / |A | B|. Comparing every test text with every training text costs their product;
+MinHash squeezes each word set into `num_perm` numbers whose agreement estimates the Jaccard
+similarity, and MinHashLSH finds the pairs likely above a threshold without comparing all of them
+(both from datasketch).
 """
 
-import re
 from collections.abc import Iterable, Iterator, Sequence
 
 from datasketch import MinHash, MinHashLSH
 
-WORD = re.compile(r"[^\W_]+")  # a run of letters and digits: anything else separates words
+from llmlab.data.dedup import normalized_words
+
 # MinHashLSH needs two bands or more, which its tuning does not give for thresholds near 1 (above
 # 0.96 at 64 permutations, 0.98 at 128): above this one the index proposes the candidates of this
 # one. That only adds candidates; each one's estimate is still held to the threshold asked for.
 HIGHEST_LSH_THRESHOLD = 0.95
-
-
-def normalized_words(text: str) -> frozenset[str]:
-    """The set of a text's words, lowercased; anything that is not a letter or a digit separates
-    them. Case, punctuation, separators and spacing leave it unchanged, so a reformatted copy
-    has the same set; two different dates share the template's words but not all their numbers."""
-    return frozenset(WORD.findall(text.lower()))
-
-
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    """The exact Jaccard similarity |a & b| / |a | b|: 1 for the same set, 0 for disjoint sets."""
-    union = a | b
-    return len(a & b) / len(union) if union else 1.0  # two empty sets are the same set
 
 
 def minhashes(texts: Iterable[str], num_perm: int = 128, seed: int = 0) -> Iterator[MinHash]:

@@ -12,14 +12,9 @@ import random
 
 import pytest
 
+from llmlab.data.dedup import jaccard, normalized_words
 from llmlab.data.tasks import task_splits
-from llmlab.evaluate import (
-    exact_copies,
-    jaccard,
-    minhashes,
-    near_duplicates,
-    normalized_words,
-)
+from llmlab.evaluate import exact_copies, minhashes, near_duplicates
 
 
 def reformatted(text: str) -> str:
@@ -33,21 +28,6 @@ def dates():
     """Date examples as text (prompt and target), from disjoint sets of dates."""
     splits = task_splits("dates", {"train": 1000, "test": 200})
     return {name: [item.prompt + item.target for item in items] for name, items in splits.items()}
-
-
-def test_words_ignore_case_punctuation_separators_and_spacing():
-    text = "Date: 2021-03-04\nWritten: March 4, 2021"
-    assert normalized_words(text) == {"date", "2021", "03", "04", "written", "march", "4"}
-    assert normalized_words("date 2021/03/04 -> written: march 4, 2021") == normalized_words(text)
-    assert normalized_words("snake_case CAFÉ déjà-vu") == {"snake", "case", "café", "déjà", "vu"}
-    assert normalized_words(" -- ") == frozenset()
-
-
-def test_jaccard_is_shared_over_all_words():
-    assert jaccard(frozenset("abc"), frozenset("bcd")) == 2 / 4
-    assert jaccard(frozenset("ab"), frozenset("ab")) == 1.0
-    assert jaccard(frozenset("ab"), frozenset("cd")) == 0.0
-    assert jaccard(frozenset(), frozenset()) == 1.0
 
 
 def test_exact_copies_are_whole_strings_found_in_training(dates):

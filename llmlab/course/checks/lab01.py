@@ -3,16 +3,26 @@
 import json
 import operator
 import random
+import re
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping
 from itertools import pairwise
 
 import numpy as np
+from datasketch import MinHash, MinHashLSH
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from llmlab.course.checks import ExerciseFailed, call, call_or_fail, exercise, passed
 from llmlab.data.clean import CONTROL_CHARACTERS, NEWLINES, normalize_text
+from llmlab.data.dedup import (
+    SHINGLE_WORDS,
+    base_hashes,
+    edited_copy,
+    minhash,
+    permutations,
+    shingles,
+)
 from llmlab.data.packing import pack
 from llmlab.data.shards import token_dtype
 
@@ -96,7 +106,151 @@ def exercise_normalize(normalize) -> None:
                  "no trailing whitespace")
 
 
-# ----------------------------------------------------------------- Exercise 2: the BPE merges
+# ------------------------------------------------------- Exercise 2: MinHash signatures and LSH
+
+_LSH = "Exercise 2 (MinHash and LSH)"
+
+
+def minhash_lsh_reference(texts, a, b, bands, rows, size=SHINGLE_WORDS):
+    """The lab's fallback for Exercise 2: datasketch's MinHash signatures of the texts' shingles,
+    and the pairs that datasketch's MinHashLSH, with these bands and rows, makes candidates."""
+    seed = _seed_of(a)
+    signatures = np.array([minhash(shingles(text, size), len(a), seed).hashvalues
+                           for text in texts], dtype=np.uint32)
+    return signatures, _lsh_pairs(signatures, bands, rows, seed)
+
+
+PERMUTATION_SEEDS = (1, 2, 3)  # the seeds whose permutations the check hands out
+
+
+def _seed_of(a: np.ndarray) -> int:
+    """The seed whose permutations `a` is (the check hands out only those of PERMUTATION_SEEDS)."""
+    for seed in PERMUTATION_SEEDS:
+        if np.array_equal(permutations(len(a), seed)[0], a):
+            return seed
+    raise ExerciseFailed(f"{_LSH}: `a` is not from llmlab.data.dedup.permutations(num_perm, seed) "
+                         f"with a seed in {PERMUTATION_SEEDS}")
+
+
+def _lsh_pairs(signatures: np.ndarray, bands: int, rows: int, seed: int) -> set[tuple[int, int]]:
+    index = MinHashLSH(num_perm=signatures.shape[1], params=(bands, rows))
+    minhashes = [MinHash(num_perm=signatures.shape[1], seed=seed, hashvalues=values,
+                         scheme="affine32") for values in signatures]
+    for i, m in enumerate(minhashes):
+        index.insert(i, m)
+    return {(i, j) for j, m in enumerate(minhashes) for i in index.query(m) if i < j}
+
+
+def _lsh_texts(rng: random.Random) -> list[str]:
+    """Texts with every case the check needs: near-copies (a few words changed), an exact copy,
+    a copy in other case and punctuation, a text shorter than a shingle, unrelated texts."""
+    vocabulary = [f"w{i}" for i in range(40)]
+    originals = [" ".join(rng.choice(vocabulary) for _ in range(rng.randrange(30, 60)))
+                 for _ in range(5)]
+    copies = [edited_copy(originals[0], 0.05, rng), edited_copy(originals[1], 0.1, rng),
+              originals[2], originals[3].upper().replace(" ", ", ")]
+    return [*originals, *copies, "w1 w2", "w3"]
+
+
+def _signature_hint(got: np.ndarray, texts, a, b, size: int, seed: int) -> str:
+    num_perm = len(a)
+
+    def signatures_of(shingle_sets) -> np.ndarray:
+        return np.array([minhash(s, num_perm, seed).hashvalues for s in shingle_sets])
+
+    if got.max() >= 2**32 or got.min() < 0:
+        return ("some values are outside 0 .. 2^32 - 1: each hash function is a * h + b modulo "
+                "2^32 (uint32 arithmetic wraps by itself; Python's int does not).")
+    for other in sorted({1, 2, 3, size - 1, size + 1} - {size}):
+        if other > 0 and np.array_equal(got, signatures_of(shingles(t, other) for t in texts)):
+            return f"these are the signatures of shingles of {other} words, not {size}."
+    if np.array_equal(got, signatures_of(
+            frozenset(" ".join(w).encode() for w in _runs(re.findall(r"[^\W_]+", t), size))
+            for t in texts)):
+        return "the words were not lowercased: a copy in capitals must give the same shingles."
+    if all(len(set(row.tolist())) == 1 for row in got if len(row)):
+        return ("every value of a signature is the same: one hash function was used for all "
+                f"{num_perm}. Function i is a[i] * h + b[i] modulo 2^32.")
+    hashes = [base_hashes(shingles(t, size)) for t in texts]
+    with np.errstate(over="ignore"):
+        largest = np.array([(a[:, None] * h[None, :] + b[:, None]).max(axis=1) for h in hashes])
+    if np.array_equal(got, largest):
+        return "these are the largest hash values; MinHash keeps the smallest."
+    return ("a signature holds, for each hash function i, the smallest value of "
+            "a[i] * h + b[i] (modulo 2^32) over the text's shingles' base hashes h.")
+
+
+def _runs(words: list[str], size: int) -> list[list[str]]:
+    return [words[i:i + size] for i in range(max(1, len(words) - size + 1))]
+
+
+def _pairs_of(exercise_name: str, got) -> set[tuple[int, int]]:
+    try:
+        pairs = {tuple(int(x) for x in pair) for pair in got}
+    except (TypeError, ValueError):
+        raise ExerciseFailed(f"{exercise_name}: the candidates must be pairs of text indices, "
+                             f"got {got!r}") from None
+    if any(len(pair) != 2 for pair in pairs):
+        raise ExerciseFailed(f"{exercise_name}: each candidate is a pair (i, j) of two indices.")
+    self_pairs = [pair for pair in pairs if pair[0] == pair[1]]
+    if self_pairs:
+        raise ExerciseFailed(f"{exercise_name}: {self_pairs[0]} pairs a text with itself: a text "
+                             "is not its own duplicate.")
+    return {tuple(sorted(pair)) for pair in pairs}
+
+
+def _candidates_hint(got: set, signatures: np.ndarray, bands: int, rows: int, seed: int) -> str:
+    if bands != rows and got == _lsh_pairs(signatures, rows, bands, seed):
+        return f"bands and rows are swapped: {bands} bands of {rows} values each."
+    any_value = {(i, j) for i in range(len(signatures)) for j in range(i + 1, len(signatures))
+                 if (signatures[i, :bands * rows] == signatures[j, :bands * rows]).any()}
+    if got == any_value:
+        return ("a pair that agrees on one value is not a candidate: it must agree on every "
+                "value of at least one band.")
+    return ("two texts are candidates when, for at least one band, all of the band's values are "
+            "equal.")
+
+
+@exercise(fallback=minhash_lsh_reference, fallback_name="datasketch's MinHash and MinHashLSH")
+def exercise_minhash_lsh(minhash_lsh) -> None:
+    """Exercise 2: minhash_lsh(texts, a, b, bands, rows, size) -> (signatures, candidate pairs),
+    equal to datasketch's MinHash and MinHashLSH."""
+    rng = random.Random(7)
+    for bands, rows, size, seed in ((8, 4, 5, 1), (4, 8, 3, 2), (16, 2, 4, 3)):
+        texts = _lsh_texts(rng)
+        a, b = permutations(bands * rows, seed)
+        call_text = (f"minhash_lsh(texts, a, b, bands={bands}, rows={rows}, size={size}) with "
+                     f"{len(texts)} texts")
+        got = call_or_fail(_LSH, call_text, minhash_lsh, list(texts), a.copy(), b.copy(), bands,
+                           rows, size)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise ExerciseFailed(f"{_LSH}: {call_text} returned {type(got).__name__}; return "
+                                 "(signatures, candidates).")
+        expected, expected_pairs = minhash_lsh_reference(texts, a, b, bands, rows, size)
+        try:
+            signatures = np.asarray(got[0], dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            raise ExerciseFailed(f"{_LSH}: {call_text}: the signatures must be numbers, one row "
+                                 "per text.") from None
+        if signatures.shape != expected.shape:
+            raise ExerciseFailed(f"{_LSH}: {call_text}: signatures of shape {signatures.shape}, "
+                                 f"expected one row per text and one column per hash function "
+                                 f"{expected.shape}.")
+        if not np.array_equal(signatures, expected):
+            hint = _signature_hint(signatures, texts, a, b, size, seed)
+            raise ExerciseFailed(f"{_LSH}: {call_text}: the signatures differ from datasketch's "
+                                 f"MinHash. {hint}")
+        pairs = _pairs_of(_LSH, got[1])
+        if pairs != expected_pairs:
+            hint = _candidates_hint(pairs, expected, bands, rows, seed)
+            raise ExerciseFailed(
+                f"{_LSH}: {call_text}: candidates {sorted(pairs)}, datasketch's MinHashLSH gives "
+                f"{sorted(expected_pairs)}. {hint}")
+    passed(_LSH, "signatures equal to datasketch's MinHash, candidates equal to its MinHashLSH, "
+                 "for 3 sizes of shingles and 3 shapes of bands")
+
+
+# ----------------------------------------------------------------- Exercise 3: the BPE merges
 
 
 def library_bpe_merges(text: str, num_merges: int) -> list[tuple[str, str]]:
@@ -193,9 +347,9 @@ def _bpe_hint(text: str, got: list, expected: list, k: int) -> str:
     fallback_name="llmlab.course.checks.lab01.library_bpe_merges, the tokenizers library's merges",
 )
 def exercise_bpe_merges(bpe_merges) -> None:
-    """Exercise 2: bpe_merges(text, num_merges) -> the merges BPE learns, in order, as the
+    """Exercise 3: bpe_merges(text, num_merges) -> the merges BPE learns, in order, as the
     `tokenizers` library learns them (words split at whitespace, ties by vocabulary order)."""
-    name = "Exercise 2 (BPE merges)"
+    name = "Exercise 3 (BPE merges)"
     for text, num_merges in BPE_CASES:
         expected = library_bpe_merges(text, num_merges)
         call_text = f"bpe_merges({text!r}, {num_merges})"
@@ -227,7 +381,7 @@ def exercise_bpe_merges(bpe_merges) -> None:
     passed(name, "the same merges, in the same order, as the tokenizers library's BPE trainer")
 
 
-# ----------------------------------------------------------- Exercise 3: pack documents
+# ----------------------------------------------------------- Exercise 4: pack documents
 
 
 def _rows(blocks) -> list[list[int]]:
@@ -348,9 +502,9 @@ PACK_CASES = [
 
 @exercise(fallback=pack, fallback_name="llmlab.data.packing.pack")
 def exercise_pack(pack_documents) -> None:
-    """Exercise 3: pack(documents, block_size, eos_id) -> {"input_ids", "position_ids",
+    """Exercise 4: pack(documents, block_size, eos_id) -> {"input_ids", "position_ids",
     "labels"}: rows of block_size, positions and labels that stay inside each document."""
-    name = "Exercise 3 (pack documents, keeping their boundaries)"
+    name = "Exercise 4 (pack documents, keeping their boundaries)"
     for documents, block_size, eos_id in PACK_CASES:
         copies = [list(doc) for doc in documents]  # the learner's code may change its input
         call_text = f"pack({documents}, {block_size}, {eos_id})"
@@ -366,7 +520,7 @@ def exercise_pack(pack_documents) -> None:
                  "never reach across a document or a row, the last row padded")
 
 
-# --------------------------------------------------------------- Exercise 4: the token dtype
+# --------------------------------------------------------------- Exercise 5: the token dtype
 
 UNSIGNED = [np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64)]
 
@@ -413,8 +567,8 @@ TOKEN_DTYPE_CASES = [8192, 50257, 256, 257, 65535, 65536, 65537, 151936, 2**32, 
 
 @exercise(fallback=token_dtype, fallback_name="llmlab.data.shards.token_dtype")
 def exercise_token_dtype(choose_dtype) -> None:
-    """Exercise 4: token_dtype(vocab_size) -> the smallest unsigned NumPy dtype for every id."""
-    name = "Exercise 4 (token dtype)"
+    """Exercise 5: token_dtype(vocab_size) -> the smallest unsigned NumPy dtype for every id."""
+    name = "Exercise 5 (token dtype)"
     for vocab_size in TOKEN_DTYPE_CASES:
         got = _as_dtype(call_or_fail(name, f"token_dtype({vocab_size:,})", choose_dtype,
                                      vocab_size))
@@ -429,7 +583,7 @@ def exercise_token_dtype(choose_dtype) -> None:
                  "(Llama 3's 128,256), uint64 above")
 
 
-# ------------------------------------------------- Exercise 5: shards for a rank and a worker
+# ------------------------------------------------- Exercise 6: shards for a rank and a worker
 
 
 def reference_shards_for(num_shards: int, rank: int, world_size: int, worker: int,
@@ -574,14 +728,14 @@ def _check_bad_input(name: str, shards_for) -> None:
 @exercise(fallback=reference_shards_for,
           fallback_name="llmlab.course.checks.lab01.reference_shards_for")
 def exercise_shards_for(shards_for) -> None:
-    """Exercise 5: shards_for(num_shards, rank, world_size, worker, num_workers, epoch) -> the
+    """Exercise 6: shards_for(num_shards, rank, world_size, worker, num_workers, epoch) -> the
     shard indices one data-loader worker of one rank reads in one epoch.
 
     Any split is right if every shard is read exactly once, the ranks' shares differ by at most
     one, so do the shares of a rank's workers, the same arguments always give the same list, and
     the epoch changes the order.
     """
-    name = "Exercise 5 (shards for a rank and a worker)"
+    name = "Exercise 6 (shards for a rank and a worker)"
     for num_shards, world_size, num_workers in SHARD_CASES:
         readers = [(rank, worker) for rank in range(world_size) for worker in range(num_workers)]
         for epoch in SHARD_EPOCHS:
@@ -605,6 +759,7 @@ NOTEBOOK = "01_data.ipynb"
 # (tests/course/checks/test_every_lab.py runs them all).
 EXERCISES = {
     "normalize": exercise_normalize,
+    "minhash_lsh": exercise_minhash_lsh,
     "bpe_merges": exercise_bpe_merges,
     "pack": exercise_pack,
     "token_dtype": exercise_token_dtype,

@@ -13,6 +13,7 @@ import torch
 
 from llmlab.course.checks import ExerciseFailed
 from llmlab.course.checks import lab01 as check
+from llmlab.data.dedup import base_hashes
 
 
 def _is_control(char: str) -> bool:
@@ -363,3 +364,67 @@ def _torch_randperm_blocks(n, rank, world, worker, workers, epoch):
 def test_shards_for_accepts_any_balanced_deterministic_split(right, capsys):
     check.exercise_shards_for(right)
     assert "PASSED" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- Exercise 2: MinHash and LSH
+
+
+def _minhash_lsh(texts, a, b, bands, rows, size=5, *, words=None, reduce="min", lower=True,
+                 one_function=False, wrap=True, any_value=False, swap=False, self_pairs=False):
+    """MinHash and LSH by hand, with one switch per likely mistake (none: a correct version)."""
+    size = words or size
+    signatures = []
+    for text in texts:
+        found = re.findall(r"[^\W_]+", text.lower() if lower else text)
+        runs = [found[i:i + size] for i in range(max(1, len(found) - size + 1))]
+        hashes = base_hashes({" ".join(run).encode() for run in runs})
+        if one_function:
+            a, b = np.full_like(a, a[0]), np.full_like(b, b[0])
+        if wrap:
+            values = a[:, None] * hashes[None, :] + b[:, None]  # uint32: modulo 2^32
+        else:
+            values = np.array([[int(x) * int(h) + int(y) for h in hashes]
+                               for x, y in zip(a, b, strict=True)], dtype=object)
+        signatures.append(values.max(axis=1) if reduce == "max" else values.min(axis=1))
+    if swap:
+        bands, rows = rows, bands
+    buckets = {}
+    for t, signature in enumerate(signatures):
+        for band in range(bands):
+            part = signature[band * rows:(band + 1) * rows]
+            keys = [(band, int(v)) for v in part] if any_value else [(band, tuple(part))]
+            for key in keys:
+                buckets.setdefault(key, set()).add(t)
+    pairs = {(i, j) for members in buckets.values() for i in members for j in members
+             if i < j or (self_pairs and i == j)}
+    return signatures, pairs
+
+
+def test_minhash_lsh_accepts_the_loop_and_the_library(capsys):
+    assert check.exercise_minhash_lsh(_minhash_lsh) is _minhash_lsh
+    assert check.exercise_minhash_lsh(check.minhash_lsh_reference) is check.minhash_lsh_reference
+
+    def listed(*args):  # lists instead of arrays and sets, pairs in either order
+        signatures, pairs = _minhash_lsh(*args)
+        return [row.tolist() for row in signatures], [(j, i) for i, j in pairs]
+
+    check.exercise_minhash_lsh(listed)
+    assert capsys.readouterr().out.count("PASSED") == 3
+
+
+@pytest.mark.parametrize("mistake,hint", [
+    ({"words": 1}, "shingles of 1 words, not 5"),
+    ({"lower": False}, "not lowercased"),
+    ({"one_function": True}, "one hash function was used"),
+    ({"reduce": "max"}, "keeps the smallest"),
+    ({"wrap": False}, "modulo 2\\^32"),
+    ({"swap": True}, "bands and rows are swapped"),
+    ({"any_value": True}, "agrees on one value is not a candidate"),
+    ({"self_pairs": True}, "pairs a text with itself"),
+])
+def test_minhash_lsh_names_each_mistake(mistake, hint):
+    def wrong(*args):
+        return _minhash_lsh(*args, **mistake)
+
+    with pytest.raises(ExerciseFailed, match=hint):
+        check.exercise_minhash_lsh(wrong)
