@@ -4,7 +4,7 @@ header. Exact hashing (clean.py) finds only copies to the byte; near-copies need
 The similarity of two documents is the Jaccard similarity |A & B| / |A | B| of their sets of
 *shingles*: every run of `size` consecutive words (`shingles`). A small edit changes only the
 shingles that overlap it, so a near-copy keeps most of them. Comparing every pair of documents
-costs n^2 set operations, so two tricks from datasketch make it linear:
+costs n^2 set operations; two tricks (datasketch implements both) make it linear:
 
 - **MinHash**: for each of `num_perm` random hash functions, a document keeps the smallest hash of
   its shingles. Two documents keep the same smallest value for one function with probability
