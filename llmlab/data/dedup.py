@@ -29,6 +29,10 @@ from datasketch.minhash import _fmix
 
 WORD = re.compile(r"[^\W_]+")  # a run of letters and digits: anything else separates words
 SHINGLE_WORDS = 5  # words per shingle: long enough that two unrelated files share few
+# MinHashLSH needs two bands or more, which its tuning does not give for thresholds near 1 (above
+# 0.96 at 64 permutations, 0.98 at 128): above this one the index proposes the candidates of this
+# one. That only adds candidates; each one's estimate is still held to the threshold asked for.
+HIGHEST_LSH_THRESHOLD = 0.95
 
 
 def normalized_words(text: str) -> frozenset[str]:
@@ -86,7 +90,7 @@ def near_duplicate_pairs(texts: Sequence[str], threshold: float = 0.7, num_perm:
     if not 0 < threshold < 1:
         raise ValueError(f"threshold is a Jaccard similarity in (0, 1), got {threshold}")
     signatures = [minhash(shingles(text, size), num_perm, seed) for text in texts]
-    index = MinHashLSH(threshold=threshold, num_perm=num_perm)
+    index = MinHashLSH(threshold=min(threshold, HIGHEST_LSH_THRESHOLD), num_perm=num_perm)
     pairs = set()
     for j, signature in enumerate(signatures):  # each text meets only those before it
         pairs.update((i, j) for i in index.query(signature)

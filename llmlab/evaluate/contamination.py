@@ -14,12 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from datasketch import MinHash, MinHashLSH
 
-from llmlab.data.dedup import normalized_words
-
-# MinHashLSH needs two bands or more, which its tuning does not give for thresholds near 1 (above
-# 0.96 at 64 permutations, 0.98 at 128): above this one the index proposes the candidates of this
-# one. That only adds candidates; each one's estimate is still held to the threshold asked for.
-HIGHEST_LSH_THRESHOLD = 0.95
+from llmlab.data.dedup import HIGHEST_LSH_THRESHOLD, normalized_words
 
 
 def minhashes(texts: Iterable[str], num_perm: int = 128, seed: int = 0) -> Iterator[MinHash]:

@@ -95,6 +95,12 @@ def test_a_high_threshold_misses_copies_edited_more_than_it_allows(documents):
     assert loose["recall"] >= 0.95 and loose["precision"] == 1.0, loose
 
 
+def test_a_threshold_near_1_finds_the_nearest_copies_only(documents):
+    texts = [documents[0], documents[0] + " one more", edited_copy(documents[0], 0.05,
+                                                                   random.Random(0))]
+    assert near_duplicate_pairs(texts, threshold=0.99) == [(0, 1)]
+
+
 def test_the_first_of_each_group_is_kept(documents):
     texts = [documents[0], documents[1], edited_copy(documents[0], 0.02, random.Random(0)),
              documents[0]]
