@@ -80,6 +80,8 @@ def documents():
 def test_planted_near_copies_are_found_and_only_they(documents):
     texts, planted = plant_near_duplicates(documents, copies=30, shares=[0.02], seed=3)
     assert len(texts) == len(documents) + 30 and len(planted) == 30
+    assert set(planted.values()) == {0.02}
+    assert all(source < len(documents) <= copy for source, copy in planted)
     quality = detection_quality(texts, near_duplicate_pairs(texts, threshold=0.5), planted, 0.5)
     assert quality["planted above"] == 30  # 2% of the words changed: still above 0.5
     assert quality["precision"] == 1.0 and quality["recall"] >= 0.95, quality
