@@ -19,7 +19,6 @@ from llmlab.data.dedup import (
     SHINGLE_WORDS,
     base_hashes,
     edited_copy,
-    minhash,
     permutations,
     shingles,
 )
@@ -114,28 +113,24 @@ _LSH = "Exercise 2 (MinHash and LSH)"
 def minhash_lsh_reference(texts, a, b, bands, rows, size=SHINGLE_WORDS):
     """The lab's fallback for Exercise 2: datasketch's MinHash signatures of the texts' shingles,
     and the pairs that datasketch's MinHashLSH, with these bands and rows, makes candidates."""
-    seed = _seed_of(a)
-    signatures = np.array([minhash(shingles(text, size), len(a), seed).hashvalues
-                           for text in texts], dtype=np.uint32)
-    return signatures, _lsh_pairs(signatures, bands, rows, seed)
+    signatures = _signatures((shingles(text, size) for text in texts), a, b)
+    return signatures, _lsh_pairs(signatures, bands, rows)
 
 
-PERMUTATION_SEEDS = (1, 2, 3)  # the seeds whose permutations the check hands out
+def _signatures(shingle_sets, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """datasketch's MinHash signature of each set of shingles, with the hash functions (a, b)."""
+    rows = []
+    for shingle_set in shingle_sets:
+        signature = MinHash(num_perm=len(a), permutations=(a, b), scheme="affine32")
+        signature.update_batch(list(shingle_set))
+        rows.append(signature.hashvalues)
+    return np.array(rows, dtype=np.uint32)
 
 
-def _seed_of(a: np.ndarray) -> int:
-    """The seed whose permutations `a` is (the check hands out only those of PERMUTATION_SEEDS)."""
-    for seed in PERMUTATION_SEEDS:
-        if np.array_equal(permutations(len(a), seed)[0], a):
-            return seed
-    raise ExerciseFailed(f"{_LSH}: `a` is not from llmlab.data.dedup.permutations(num_perm, seed) "
-                         f"with a seed in {PERMUTATION_SEEDS}")
-
-
-def _lsh_pairs(signatures: np.ndarray, bands: int, rows: int, seed: int) -> set[tuple[int, int]]:
+def _lsh_pairs(signatures: np.ndarray, bands: int, rows: int) -> set[tuple[int, int]]:
     index = MinHashLSH(num_perm=signatures.shape[1], params=(bands, rows))
-    minhashes = [MinHash(num_perm=signatures.shape[1], seed=seed, hashvalues=values,
-                         scheme="affine32") for values in signatures]
+    minhashes = [MinHash(num_perm=signatures.shape[1], hashvalues=values, scheme="affine32")
+                 for values in signatures]
     for i, m in enumerate(minhashes):
         index.insert(i, m)
     return {(i, j) for j, m in enumerate(minhashes) for i in index.query(m) if i < j}
@@ -152,11 +147,9 @@ def _lsh_texts(rng: random.Random) -> list[str]:
     return [*originals, *copies, "w1 w2", "w3"]
 
 
-def _signature_hint(got: np.ndarray, texts, a, b, size: int, seed: int) -> str:
-    num_perm = len(a)
-
+def _signature_hint(got: np.ndarray, texts, a, b, size: int) -> str:
     def signatures_of(shingle_sets) -> np.ndarray:
-        return np.array([minhash(s, num_perm, seed).hashvalues for s in shingle_sets])
+        return _signatures(shingle_sets, a, b)
 
     if got.max() >= 2**32 or got.min() < 0:
         return ("some values are outside 0 .. 2^32 - 1: each hash function is a * h + b modulo "
@@ -170,7 +163,7 @@ def _signature_hint(got: np.ndarray, texts, a, b, size: int, seed: int) -> str:
         return "the words were not lowercased: a copy in capitals must give the same shingles."
     if all(len(set(row.tolist())) == 1 for row in got if len(row)):
         return ("every value of a signature is the same: one hash function was used for all "
-                f"{num_perm}. Function i is a[i] * h + b[i] modulo 2^32.")
+                f"{len(a)}. Function i is a[i] * h + b[i] modulo 2^32.")
     hashes = [base_hashes(shingles(t, size)) for t in texts]
     with np.errstate(over="ignore"):
         largest = np.array([(a[:, None] * h[None, :] + b[:, None]).max(axis=1) for h in hashes])
@@ -199,8 +192,8 @@ def _pairs_of(exercise_name: str, got) -> set[tuple[int, int]]:
     return {tuple(sorted(pair)) for pair in pairs}
 
 
-def _candidates_hint(got: set, signatures: np.ndarray, bands: int, rows: int, seed: int) -> str:
-    if bands != rows and got == _lsh_pairs(signatures, rows, bands, seed):
+def _candidates_hint(got: set, signatures: np.ndarray, bands: int, rows: int) -> str:
+    if bands != rows and got == _lsh_pairs(signatures, rows, bands):
         return f"bands and rows are swapped: {bands} bands of {rows} values each."
     any_value = {(i, j) for i in range(len(signatures)) for j in range(i + 1, len(signatures))
                  if (signatures[i, :bands * rows] == signatures[j, :bands * rows]).any()}
@@ -237,12 +230,12 @@ def exercise_minhash_lsh(minhash_lsh) -> None:
                                  f"expected one row per text and one column per hash function "
                                  f"{expected.shape}.")
         if not np.array_equal(signatures, expected):
-            hint = _signature_hint(signatures, texts, a, b, size, seed)
+            hint = _signature_hint(signatures, texts, a, b, size)
             raise ExerciseFailed(f"{_LSH}: {call_text}: the signatures differ from datasketch's "
                                  f"MinHash. {hint}")
         pairs = _pairs_of(_LSH, got[1])
         if pairs != expected_pairs:
-            hint = _candidates_hint(pairs, expected, bands, rows, seed)
+            hint = _candidates_hint(pairs, expected, bands, rows)
             raise ExerciseFailed(
                 f"{_LSH}: {call_text}: candidates {sorted(pairs)}, datasketch's MinHashLSH gives "
                 f"{sorted(expected_pairs)}. {hint}")
