@@ -115,7 +115,7 @@ def make_labs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def estimate_memory(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Print the itemised memory of a training step and which common GPUs it fits."""
     from llmlab.memory import TrainingSetup, estimate_memory, fit_table
-    from llmlab.models import count_parameters
+    from llmlab.models import count_active_parameters, count_parameters
 
     try:
         setup = TrainingSetup(
@@ -124,14 +124,16 @@ def estimate_memory(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             master_weights=not args.pure, fp32_grads=args.fp32_grads,
             checkpointing=args.checkpointing, attention=args.attention,
             grad_accumulation=args.accumulation, zero=args.zero, gpus=args.gpus,
-            tensor_parallel=args.tp, lora_rank=args.lora_rank, weights_4bit=args.weights_4bit,
+            tensor_parallel=args.tp, context_parallel=args.cp, expert_parallel=args.ep,
+            lora_rank=args.lora_rank, weights_4bit=args.weights_4bit,
         )
         estimate = estimate_memory(args.model, setup)
     except ValueError as error:  # an unknown name, or numbers that do not go together
         parser.error(str(error))  # exits with status 2
-    counts = count_parameters(args.model)
+    counts, active = count_parameters(args.model), count_active_parameters(args.model)
+    each_token = f", {active.total / 1e9:.3f}B active" if active != counts else ""
     print(f"{args.model}: {counts.total / 1e9:.3f}B parameters "
-          f"({counts.non_embedding / 1e9:.3f}B non-embedding)")
+          f"({counts.non_embedding / 1e9:.3f}B non-embedding{each_token})")
     print(f"set-up: {setup.describe()}\n")
     print(estimate.table())
     print()
@@ -329,6 +331,10 @@ def _add_memory_parser(commands) -> argparse.ArgumentParser:
                    help="torch.autocast's fp32 weights and gradients (18 bytes/param with Adam)")
     p.add_argument("--gpus", type=_gpu_count, default=1, help="all GPUs")
     p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage")
+    p.add_argument("--cp", type=_positive, default=1,
+                   help="context parallel: GPUs that split each sequence (of --gpus)")
+    p.add_argument("--ep", type=_positive, default=1,
+                   help="expert parallel: GPUs that share out a mixture of experts' experts")
     p.add_argument("--tp", type=_positive, default=1,
                    help="tensor-parallel degree (it divides the attention heads)")
     p.add_argument("--lora-rank", type=_count_or_zero, default=0,

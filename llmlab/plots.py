@@ -740,9 +740,9 @@ def attention_memory(
     limit: tuple[str, float] | None = None,
     title: str = "",
 ) -> Figure:
-    """Bytes against sequence length, one line per way of holding attention's scores
-    ({"N x N scores": [bytes per length], ...}), log scales; `limit` ("80 GB", bytes) is drawn
-    as a dashed line."""
+    """Bytes against sequence length, one line per curve ({"N x N scores": [bytes per length],
+    ...}: Lab 09's ways of holding attention's scores, Lab 11's context-parallel degrees), log
+    scales; `limit` ("80 GB", bytes) is drawn as a dashed line."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, values in curves.items():
         ax.plot(seq_lens, values, "o-", label=label)

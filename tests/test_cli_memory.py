@@ -36,6 +36,19 @@ def test_a_set_up_too_big_for_80_gb_gpus_gets_the_out_of_memory_advice(capsys):
     assert "activation checkpointing: 24.2 GB, fits." in advice
 
 
+def test_context_parallel_and_a_mixture_of_experts_from_the_command_line(capsys):
+    assert cli.main(["estimate-memory", "--model", "llama-7b", "--seq", "4096", "--gpus", "8",
+                     "--cp", "4", "--zero", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "context parallel 4" in out
+    assert "block activations           |  6.107 |" in out  # 32 x 1024 x 186,368 bytes
+    assert cli.main(["estimate-memory", "--model", "mixtral-8x7b", "--seq", "4096", "--gpus",
+                     "8", "--ep", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "46.703B parameters (46.441B non-embedding, 12.880B active)" in out
+    assert "expert parallel 8" in out and "weights" in out and "LoRA" not in out
+
+
 @pytest.mark.parametrize("option", ["--seq", "--lora-rank"])
 def test_zero_is_the_documented_default_and_accepted(option, capsys):
     assert cli.main(["estimate-memory", "--model", "tiny", option, "0"]) == 0
@@ -54,6 +67,8 @@ def test_zero_is_the_documented_default_and_accepted(option, capsys):
         (["--gpus", "6", "--tp", "4"], "not a multiple of tensor_parallel"),
         (["--seq", "8192"], "longer than the model's context 4096"),
         (["--weights-4bit", "nf4"], "set lora_rank"),
+        (["--gpus", "2", "--ep", "2"], "needs a mixture of experts"),
+        (["--gpus", "8", "--cp", "3"], "not a multiple of tensor_parallel x context_parallel"),
         (["--seq", "-1"], "argument --seq: must be 0 or a positive integer, got '-1'"),
         (["--lora-rank", "-4"], "argument --lora-rank: must be 0 or a positive integer, got '-4'"),
         (["--lora-rank", "1e9"], "argument --lora-rank: must be 0 or a positive integer"),

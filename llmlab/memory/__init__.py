@@ -16,6 +16,7 @@ from llmlab.memory.estimate import (
     estimate_memory,
     head_activation_bytes,
     layer_activations,
+    model_setup_problem,
     model_states,
     tensor_parallel_problem,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "Moment", "Option", "OutOfMemoryWithAdvice", "TrainingSetup", "block_activation_bytes",
     "bytes_per_parameter", "check_tensor_parallel", "dry_run", "estimate_grpo_memory",
     "estimate_memory", "fit_table", "fits", "gpus_with", "head_activation_bytes", "kv_cache_bytes",
-    "layer_activations", "measure", "measure_training_step", "memory_options", "model_states",
-    "oom_advice", "optimizer_by_name", "prepare", "tensor_parallel_problem", "training_step",
+    "layer_activations", "measure", "measure_training_step", "memory_options",
+    "model_setup_problem", "model_states", "oom_advice", "optimizer_by_name", "prepare",
+    "tensor_parallel_problem", "training_step",
 ]

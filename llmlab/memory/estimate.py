@@ -9,6 +9,11 @@ activations are gone by the optimizer step, so the peak is the largest of three 
 - the end of the backward pass: states + all gradients + the first block's activations;
 - the optimizer step: states + gradients + the optimizer's scratch buffer.
 
+Context parallelism splits each sequence over `context_parallel` GPUs: each keeps the
+activations of its share of the tokens (ring attention keeps only its own keys and values; the
+others' come round again in the backward pass). Expert parallelism puts each of a mixture of
+experts' experts on one of `expert_parallel` GPUs.
+
 A pipeline stage (`pipeline_stage` of `pipeline_stages`, 1F1B) holds its blocks, the embeddings if
 it is the first stage, the LM head and the loss if it is the last, and the activations of every
 micro-batch it has begun and not finished; each micro-batch's backward runs alone.
@@ -22,7 +27,13 @@ from dataclasses import dataclass
 
 from llmlab.device import TORCH_DTYPES
 from llmlab.memory.optimizers import OPTIMIZER_STATES
-from llmlab.models import ModelShape, as_shape, count_parameters, stage_parameters
+from llmlab.models import (
+    ModelShape,
+    as_shape,
+    count_parameters,
+    expert_parameters,
+    stage_parameters,
+)
 from llmlab.tables import markdown_table
 from llmlab.units import GB  # the one definition of the unit
 
@@ -48,8 +59,12 @@ class TrainingSetup:
     the convention: False is DeepSpeed/Megatron's 16-bit gradients (16 bytes per parameter with
     Adam, as in the ZeRO paper); True is torch.autocast's fp32 weights and gradients plus the
     16-bit weight copies it makes (18 bytes per parameter, as in Hugging Face's guide).
-    `gpus` counts all GPUs; `tensor_parallel` of them split each layer, the rest replicate the
-    model (data parallel), sharded by ZeRO `zero` stage 1-3 (FSDP's FULL_SHARD is stage 3).
+    `gpus` counts all GPUs; `tensor_parallel` of them split each layer, `context_parallel` each
+    sequence; the rest replicate the model (data parallel). ZeRO `zero` stage 1-3 (FSDP's
+    FULL_SHARD is stage 3) shards over all the GPUs holding the same weights, gpus /
+    tensor_parallel: the context-parallel ones sum their gradients as data-parallel ones do
+    (Megatron-LM's distributed optimizer shards over both). `expert_parallel` of those GPUs
+    share a mixture of experts' experts, each holding n_experts / expert_parallel of them.
     These are a narrower view of a layout, all the memory model needs: the whole layout (with
     the pipeline degree) is llmlab.scale's `Parallel`, and llmlab.scale.layout.stage_setup gives
     the TrainingSetup of one of its pipeline stages.
@@ -72,6 +87,8 @@ class TrainingSetup:
     zero: int = 0
     gpus: int = 1
     tensor_parallel: int = 1
+    context_parallel: int = 1
+    expert_parallel: int = 1
     lora_rank: int = 0
     weights_4bit: str = ""
     head_only: bool = False
@@ -80,7 +97,8 @@ class TrainingSetup:
     scored_tokens: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("batch", "grad_accumulation", "gpus", "tensor_parallel"):
+        for name in ("batch", "grad_accumulation", "gpus", "tensor_parallel", "context_parallel",
+                     "expert_parallel"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -98,9 +116,16 @@ class TrainingSetup:
             raise ValueError(f"unknown attention {self.attention!r}: use 'sdpa' or 'eager'")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero must be a ZeRO stage 0, 1, 2 or 3, got {self.zero!r}")
-        if self.gpus % self.tensor_parallel:
+        if self.gpus % (self.tensor_parallel * self.context_parallel):
             raise ValueError(
-                f"gpus={self.gpus} is not a multiple of tensor_parallel={self.tensor_parallel}"
+                f"gpus={self.gpus} is not a multiple of tensor_parallel x context_parallel = "
+                f"{self.tensor_parallel} x {self.context_parallel}"
+            )
+        if self.weight_replicas % self.expert_parallel:
+            raise ValueError(
+                f"expert_parallel={self.expert_parallel} does not divide the {self.weight_replicas}"
+                " GPUs that hold the same weights (gpus / tensor_parallel): the experts are "
+                "shared out among those"
             )
         if self.weights_4bit and self.weights_4bit not in WEIGHT_BITS_4BIT:
             raise ValueError(
@@ -119,6 +144,13 @@ class TrainingSetup:
 
     @property
     def data_parallel(self) -> int:
+        """Replicas that each take their own sequences."""
+        return self.gpus // (self.tensor_parallel * self.context_parallel)
+
+    @property
+    def weight_replicas(self) -> int:
+        """GPUs holding the same weights and summing their gradients: data- and
+        context-parallel ones; what ZeRO shards over."""
         return self.gpus // self.tensor_parallel
 
     @property
@@ -153,8 +185,9 @@ class TrainingSetup:
             parts.append("activation checkpointing")
         if self.gpus > 1:
             parts.append(f"{self.gpus} GPUs" + (f", ZeRO-{self.zero}" if self.zero else ", DDP"))
-        if self.tensor_parallel > 1:
-            parts.append(f"tensor parallel {self.tensor_parallel}")
+        for name in ("tensor_parallel", "context_parallel", "expert_parallel"):
+            if getattr(self, name) > 1:
+                parts.append(f"{name.replace('_', ' ')} {getattr(self, name)}")
         if self.lora_rank:
             parts.append(f"LoRA rank {self.lora_rank}")
         if self.weights_4bit:
@@ -169,9 +202,15 @@ def _seq(shape: ModelShape, setup: TrainingSetup) -> int:
     return setup.seq or shape.context
 
 
+def _local_seq(shape: ModelShape, setup: TrainingSetup) -> int:
+    """Tokens of each sequence on one GPU: its share under context parallelism."""
+    return _seq(shape, setup) // setup.context_parallel
+
+
 def _scored(shape: ModelShape, setup: TrainingSetup) -> int:
-    """Positions per sequence whose logits are computed: all, or the last `scored_tokens`."""
-    return min(setup.scored_tokens or _seq(shape, setup), _seq(shape, setup))
+    """Positions per sequence (per GPU) whose logits are computed: all, or the last
+    `scored_tokens`."""
+    return min(setup.scored_tokens or _local_seq(shape, setup), _local_seq(shape, setup))
 
 
 def _state_bytes(setup: TrainingSetup) -> int:
@@ -181,38 +220,52 @@ def _state_bytes(setup: TrainingSetup) -> int:
 
 def model_states(
     params: float, setup: TrainingSetup, frozen_bytes: float = 0.0,
-    muon_params: float | None = None,
+    muon_params: float | None = None, expert_params: float = 0.0,
 ) -> dict[str, float]:
     """Bytes per device of the weights, master weights, gradients and optimizer states of
     `params` trainable parameters (plus `frozen_bytes` of frozen weights, e.g. a LoRA base).
     With optimizer "muon", `muon_params` of them are the blocks' weight matrices, which Muon
-    steps; AdamW steps the others.
+    steps; AdamW steps the others. `expert_params` of them are a mixture of experts' experts.
 
     ZeRO (Rajbhandari et al. 2020) shards over the data-parallel GPUs: stage 1 the optimizer
     states (with the fp32 master weights), stage 2 also the gradients, stage 3 also the weights.
-    Tensor parallelism splits every weight matrix, so all of it, over its GPUs.
+    Tensor parallelism splits every weight matrix, so all of it, over its GPUs. Expert
+    parallelism gives each GPU 1/expert_parallel of the experts, with all their states.
     """
-    if params < 0 or frozen_bytes < 0:
-        raise ValueError(f"need non-negative sizes, got {params=} and {frozen_bytes=}")
+    if params < 0 or frozen_bytes < 0 or not 0 <= expert_params <= params:
+        raise ValueError(f"need non-negative sizes, expert_params at most params, got {params=}, "
+                         f"{frozen_bytes=} and {expert_params=}")
     compute = DTYPE_BYTES[setup.dtype]
     if setup.autocast:  # autocast: the fp32 weights are the master copy,
         weights, copies, master, grad_bytes = 4, compute, 0, 4  # and it makes 16-bit copies
     else:
         weights, copies, master, grad_bytes = compute, 0, 4 if setup.mixed else 0, compute
     per_state = ADAM_8BIT_BYTES_PER_STATE if setup.optimizer == "adam-8bit" else _state_bytes(setup)
-    states = _optimizer_state_count(params, setup.optimizer, muon_params)
-    dp, tp = setup.data_parallel, setup.tensor_parallel
+    # States per parameter: Muon's count differs between matrices and the rest, but it trains
+    # no mixture of experts (_check_model_fits_setup), so experts and others share one rate.
+    states = _optimizer_state_count(params, setup.optimizer, muon_params) / params if params else 0
 
-    def shard(nbytes: float, from_stage: int) -> float:
-        return nbytes / tp / (dp if setup.zero >= from_stage else 1)
+    def shard(per_parameter: float, from_stage: int) -> float:
+        return _sharded(setup, (params - expert_params) * per_parameter,
+                        expert_params * per_parameter, setup.zero >= from_stage)
 
     return {
-        "weights": shard(params * weights + frozen_bytes, 3),
-        "16-bit weight copies": shard(params * copies, 3),
-        "master weights": shard(params * master, 1),
-        "gradients": shard(params * grad_bytes, 2),
+        "weights": shard(weights, 3) + _sharded(setup, frozen_bytes, 0, setup.zero >= 3),
+        "16-bit weight copies": shard(copies, 3),
+        "master weights": shard(master, 1),
+        "gradients": shard(grad_bytes, 2),
         "optimizer states": shard(states * per_state, 1),
     }
+
+
+def _sharded(setup: TrainingSetup, dense_bytes: float, expert_bytes: float, zero: bool) -> float:
+    """Bytes on one GPU of `dense_bytes` and `expert_bytes` held by the whole model: split by
+    tensor parallelism, and over the weight replicas when ZeRO shards them (`zero`); experts are
+    split by expert parallelism otherwise (ZeRO over the replicas covers the experts' split too:
+    expert_parallel divides them)."""
+    replicas = setup.weight_replicas if zero else 1
+    experts_over = setup.weight_replicas if zero else setup.expert_parallel
+    return (dense_bytes / replicas + expert_bytes / experts_over) / setup.tensor_parallel
 
 
 def _optimizer_state_count(params: float, optimizer: str, muon_params: float | None) -> float:
@@ -257,6 +310,10 @@ def layer_activations(model: str | ModelShape, setup: TrainingSetup) -> dict[str
     cast), so the norms keep fp32 tensors, and every matmul keeps its own 16-bit cast of its
     input: Llama's separate q, k and v projections keep three copies of one input, its gate and
     up projections two (GPT-2 fuses q, k, v into one matmul).
+
+    A mixture of experts (transformers' Mixtral block, token by token through each expert) keeps
+    the router's fp32 probabilities, and for each of the top_k experts a token goes to: its copy
+    of the token, the SwiGLU's four tensors and the expert's output (to weight it).
     """
     shape = as_shape(model)
     seq = _seq(shape, setup)
@@ -286,6 +343,7 @@ def layer_activations(model: str | ModelShape, setup: TrainingSetup) -> dict[str
         scores = shape.n_head * seq * a
         if shape.family == "llama" and a < 4:  # Llama's softmax runs (and is kept) in fp32,
             scores = shape.n_head * seq * (4 + a)  # then a 16-bit copy feeds the next matmul
+    k = shape.active_experts
     items = {
         "norm inputs": norms,
         "attention input": attention_inputs * d * a,  # the normalised input of q, k, v
@@ -293,7 +351,10 @@ def layer_activations(model: str | ModelShape, setup: TrainingSetup) -> dict[str
         "attention scores": scores,
         "attention output": d * a,
         "MLP input": mlp_inputs * d * a,
-        "MLP hidden": mlp,
+        "router probabilities": shape.n_experts * 4,
+        "expert inputs": k * d * a if shape.n_experts else 0,
+        "MLP hidden": k * mlp,
+        "expert outputs": k * d * a if shape.n_experts else 0,
     }
     return {name: nbytes for name, nbytes in items.items() if nbytes}
 
@@ -314,7 +375,7 @@ def block_activation_bytes(model: str | ModelShape, setup: TrainingSetup, layers
     )
     if setup.checkpointing:  # the block's input: the residual stream, fp32 under autocast
         per_token = shape.d_model * (4 if setup.autocast else DTYPE_BYTES[setup.dtype])
-    return setup.batch * _seq(shape, setup) * (layers or shape.n_layer) * per_token
+    return setup.batch * _local_seq(shape, setup) * (layers or shape.n_layer) * per_token
 
 
 def head_activation_bytes(model: str | ModelShape, setup: TrainingSetup) -> float:
@@ -332,7 +393,7 @@ def head_activation_bytes(model: str | ModelShape, setup: TrainingSetup) -> floa
     # The final norm runs on every token; the head and the loss only on the scored ones (the
     # head's input, a slice, keeps the whole normalised output alive).
     log_probs = _scored(shape, setup) * shape.vocab_size * 4 / setup.tensor_parallel
-    return setup.batch * (_seq(shape, setup) * (final_norm + d * a) + log_probs)
+    return setup.batch * (_local_seq(shape, setup) * (final_norm + d * a) + log_probs)
 
 
 @dataclass(frozen=True)
@@ -402,7 +463,7 @@ def _frozen_weight_copies(
     matrices = shape.vocab_size * shape.d_model if last else 0
     if not setup.weights_4bit:
         matrices += block_matrix_parameters(shape, layers)
-    shards = setup.tensor_parallel * (setup.data_parallel if setup.zero == 3 else 1)
+    shards = setup.tensor_parallel * (setup.weight_replicas if setup.zero == 3 else 1)
     return matrices * DTYPE_BYTES[setup.dtype] / shards  # sharded as the weights are
 
 
@@ -433,15 +494,16 @@ def estimate_memory(
     # 1F1B: stage i starts the forwards of (stages - i) micro-batches before its first backward,
     # with as many micro-batches per step as stages, or more, to keep the bubble small.
     in_flight = pipeline_stages - pipeline_stage
-    tokens = setup.batch * _seq(shape, setup)
-    tp, dp = setup.tensor_parallel, setup.data_parallel
+    tokens = setup.batch * _local_seq(shape, setup)
+    tp, replicas = setup.tensor_parallel, setup.weight_replicas
     trainable, frozen = _trainable_and_frozen(shape, setup, layers, first, last)
     # Muon's share: the blocks' weight matrices, trained unless the head alone is.
     on_muon = setup.optimizer == "muon" and not setup.head_only
     muon_params = block_matrix_parameters(shape, layers) if on_muon else 0
-    items = model_states(trainable, setup, frozen, muon_params)
+    experts = expert_parameters(shape, layers)
+    items = model_states(trainable, setup, frozen, muon_params, experts)
     items["16-bit weight copies"] += _frozen_weight_copies(shape, setup, layers, last)
-    if dp > 1 and setup.zero <= 1:
+    if replicas > 1 and setup.zero <= 1:
         # DDP's reducer keeps its own flat copy of the gradients to all-reduce in buckets
         # (unless DistributedDataParallel(gradient_as_bucket_view=True)); PyTorch's ZeRO-1,
         # ZeroRedundancyOptimizer, runs on DDP and keeps it too.
@@ -467,11 +529,15 @@ def estimate_memory(
         softmax_bytes = 4 if shape.family == "llama" else DTYPE_BYTES[setup.dtype]
         items["attention backward"] = 2 * tokens * shape.n_head * _seq(shape, setup) * (
             softmax_bytes / tp)
-    if dp > 1 and setup.zero == 3:
-        # ZeRO-3/FSDP gathers a whole block to compute it, and prefetches the next one.
-        block_params = count_parameters(shape).non_embedding / shape.n_layer
-        items["gathered blocks"] = 2 * block_params * DTYPE_BYTES[setup.dtype] / tp
-    items["optimizer scratch"] = _optimizer_scratch(shape, setup, trainable, muon_params)
+    if replicas > 1 and setup.zero == 3:
+        # ZeRO-3/FSDP gathers a whole block to compute it (the experts this GPU holds), and
+        # prefetches the next one.
+        block_experts = expert_parameters(shape, layers=1)
+        block_params = count_parameters(shape).non_embedding / shape.n_layer - block_experts
+        items["gathered blocks"] = 2 * _sharded(
+            setup, block_params * DTYPE_BYTES[setup.dtype], block_experts
+            * DTYPE_BYTES[setup.dtype], zero=False)
+    items["optimizer scratch"] = _optimizer_scratch(shape, setup, trainable, muon_params, experts)
     items = {name: nbytes for name, nbytes in items.items() if nbytes > 0}
 
     # Accumulating over micro-batches keeps the gradients alive through the next backward.
@@ -514,10 +580,22 @@ def check_tensor_parallel(model: str | ModelShape, tp: int) -> None:
         raise ValueError(problem)
 
 
+def model_setup_problem(model: str | ModelShape, setup: TrainingSetup) -> str:
+    """Why `setup` makes no sense for this model (a LoRA rank above its matrices' sides, EP on a
+    dense model, ...), or "" when it does."""
+    try:
+        _check_model_fits_setup(as_shape(model), setup)
+    except ValueError as problem:
+        return str(problem)
+    return ""
+
+
 def _check_model_fits_setup(shape: ModelShape, setup: TrainingSetup) -> None:
     """The numbers of the set-up that only make sense for some models."""
     if setup.seq > shape.context:
         raise ValueError(f"seq={setup.seq} is longer than the model's context {shape.context}")
+    _check_context_parallel(shape, setup)
+    _check_experts(shape, setup)
     check_tensor_parallel(shape, setup.tensor_parallel)
     # A rank-r adapter of an (in, out) matrix is full rank once r reaches min(in, out).
     smallest = min(min(matrix) for matrix in block_linear_shapes(shape))
@@ -525,6 +603,39 @@ def _check_model_fits_setup(shape: ModelShape, setup: TrainingSetup) -> None:
         raise ValueError(f"lora_rank={setup.lora_rank} is more than {smallest}, the smallest "
                          "side of the model's adapted matrices: a LoRA update of that rank is "
                          "already a full one; use a rank such as 8-64")
+
+
+def _check_context_parallel(shape: ModelShape, setup: TrainingSetup) -> None:
+    cp = setup.context_parallel
+    if cp == 1:
+        return
+    if _seq(shape, setup) % cp:
+        raise ValueError(f"context_parallel={cp} does not divide the {_seq(shape, setup)}-token "
+                         "sequence: each GPU takes an equal share; pick a seq it divides")
+    if setup.attention == "eager":
+        raise ValueError("context parallelism runs a fused attention kernel on each block of "
+                         "keys (ring attention): use attention='sdpa'")
+    if setup.scored_tokens:
+        raise ValueError("scored_tokens plans post-training on one GPU's whole sequences: leave "
+                         "context_parallel at 1")
+
+
+def _check_experts(shape: ModelShape, setup: TrainingSetup) -> None:
+    if not shape.n_experts:
+        if setup.expert_parallel > 1:
+            raise ValueError(f"expert_parallel={setup.expert_parallel} needs a mixture of "
+                             "experts (a shape with n_experts): this model is dense")
+        return
+    if shape.n_experts % setup.expert_parallel:
+        raise ValueError(f"expert_parallel={setup.expert_parallel} does not divide the model's "
+                         f"{shape.n_experts} experts: each GPU holds an equal share of them")
+    for name in ("lora_rank", "weights_4bit", "head_only"):
+        if getattr(setup, name):
+            raise ValueError(f"{name} is planned for dense models only: this model is a mixture "
+                             "of experts; plan full training (leave it unset)")
+    if setup.optimizer == "muon":
+        raise ValueError("Muon is planned for dense models only: use optimizer='adamw' for a "
+                         "mixture of experts")
 
 
 def _check_pipeline(shape: ModelShape, stage: int, stages: int) -> None:
@@ -536,15 +647,17 @@ def _check_pipeline(shape: ModelShape, stage: int, stages: int) -> None:
 
 
 def _optimizer_scratch(
-    shape: ModelShape, setup: TrainingSetup, trainable: float, muon_params: float
+    shape: ModelShape, setup: TrainingSetup, trainable: float, muon_params: float,
+    experts: float = 0.0,
 ) -> float:
     """PyTorch's multi-tensor (foreach) Adam, its default on CUDA, computes sqrt(v) for all
     parameters at once: one buffer the size of the (local) optimizer states' dtype. Fused
     kernels (fused=True, the 8-bit optimizer) and SGD with momentum need none. Muon steps its
     matrices one at a time, then its AdamW the other parameters: the larger of the two."""
     adam = setup.optimizer in ("adam", "adamw", "muon") and not setup.fused_optimizer
-    shards = setup.tensor_parallel * (setup.data_parallel if setup.zero >= 1 else 1)
-    adam_buffer = (trainable - muon_params) * _state_bytes(setup) / shards if adam else 0.0
+    on_adam = (trainable - muon_params - experts) * _state_bytes(setup)
+    adam_buffer = _sharded(setup, on_adam, experts * _state_bytes(setup),
+                           setup.zero >= 1) if adam else 0.0
     if not muon_params:
         return adam_buffer
     return max(adam_buffer, _muon_temporaries(shape, setup))

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
-from llmlab.memory.estimate import GB, MemoryEstimate, TrainingSetup, estimate_memory
+from llmlab.memory.estimate import (
+    GB,
+    MemoryEstimate,
+    TrainingSetup,
+    estimate_memory,
+    model_setup_problem,
+)
 from llmlab.models import ModelShape, as_shape
 
 
@@ -57,7 +63,7 @@ LEVERS = (
      lambda s, fits: s.replace(optimizer="adam-8bit") if s.optimizer in ("adam", "adamw")
      else None),
     ("ZeRO stage 3 / FSDP full sharding", "more communication between the GPUs",
-     lambda s, fits: s.replace(zero=3) if s.data_parallel > 1 and s.zero < 3 else None),
+     lambda s, fits: s.replace(zero=3) if s.weight_replicas > 1 and s.zero < 3 else None),
     # (Muon trains whole matrices: no adapters for it.)
     ("LoRA, rank 16", "trains adapters only: fine-tuning, not pre-training",
      lambda s, fits: None if s.lora_rank or s.optimizer == "muon" else s.replace(lora_rank=16)),
@@ -67,12 +73,14 @@ LEVERS = (
 )
 
 
-def _apply(setup: TrainingSetup, levers, fits) -> tuple[TrainingSetup, list[str], list[str]]:
-    """Apply each lever that applies, in order: the new setup, what changed and the costs."""
+def _apply(shape: ModelShape, setup: TrainingSetup, levers, fits
+           ) -> tuple[TrainingSetup, list[str], list[str]]:
+    """Apply each lever that applies, in order: the new setup, what changed and the costs. A
+    lever the model cannot take (LoRA on a mixture of experts) does not apply."""
     changes, costs = [], []
     for change, cost, lever in levers:
         new = lever(setup, fits)
-        if new is None:
+        if new is None or model_setup_problem(shape, new):
             continue
         if new.batch != setup.batch:
             change = f"micro-batch {new.batch} x {new.grad_accumulation} accumulation steps"
@@ -97,7 +105,7 @@ def memory_options(
 
     def option(levers) -> tuple[int, Option] | None:
         """The option, and how invasive it is: its most invasive lever."""
-        new, changes, costs = _apply(setup, levers, fits)
+        new, changes, costs = _apply(shape, setup, levers, fits)
         if not changes:
             return None
         invasive = max(LEVERS.index(lever) for lever in levers)
@@ -106,14 +114,14 @@ def memory_options(
     options = [option([lever]) for lever in LEVERS]
     chosen = []  # add levers, least invasive first, until the set-up fits ...
     for lever in LEVERS:
-        if fits(_apply(setup, chosen, fits)[0]):
+        if fits(_apply(shape, setup, chosen, fits)[0]):
             break
         chosen.append(lever)
     for lever in reversed(chosen):  # ... then drop the most invasive ones it fits without
         fewer = [other for other in chosen if other is not lever]
-        if fits(_apply(setup, fewer, fits)[0]):
+        if fits(_apply(shape, setup, fewer, fits)[0]):
             chosen = fewer
-    if len(chosen) > 1 and fits(_apply(setup, chosen, fits)[0]):
+    if len(chosen) > 1 and fits(_apply(shape, setup, chosen, fits)[0]):
         options.append(option(chosen))
     ranked = sorted((o for o in options if o is not None), key=lambda pair: pair[0])
     fitting = [o for _, o in ranked if o.fits(gpu_bytes)]

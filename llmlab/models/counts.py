@@ -4,8 +4,12 @@ Conventions (stated once, used everywhere):
 - Tied embeddings are one matrix: counted once (PyTorch's `parameters()` also yields it once).
 - "Embedding" parameters are the vocabulary and position matrices (and an untied LM head);
   everything else, norms included, is "non-embedding" (Kaplan et al. 2020's N).
-- Training FLOPs per token = 6 x (non-embedding params) + 6 x d_model x vocab (the LM head is a
-  matmul even when its weights are tied) + 12 x n_layer x seq x d_model for the attention scores.
+- A mixture of experts has every expert's parameters in its total, and each token runs through
+  top_k of them: its *active* parameters (`count_active_parameters`) count those top_k experts,
+  and its training FLOPs are the active ones' (Mixtral: 46.7B in total, 12.9B active).
+- Training FLOPs per token = 6 x (active non-embedding params) + 6 x d_model x vocab (the LM head
+  is a matmul even when its weights are tied) + 12 x n_layer x seq x d_model for the attention
+  scores.
   6 = 2 (multiply-add) x 3 (forward, then backward for inputs and for weights). The attention
   term counts both matmuls (Q K^T and scores x V) over the full seq x seq square, as eager
   attention and FlopCounterMode do (PaLM, Chowdhery et al. 2022, appendix B); Kaplan et al. write
@@ -29,8 +33,9 @@ class ParamCounts:
     non_embedding: int
 
 
-def block_parameters(shape: ModelShape) -> int:
-    """Parameters of one transformer block, from its shape alone."""
+def block_parameters(shape: ModelShape, active: bool = False) -> int:
+    """Parameters of one transformer block, from its shape alone; with `active`, only those one
+    token uses (of a mixture of experts, the router and top_k experts)."""
     d, f, kv = shape.d_model, shape.ff, shape.kv_dim
     if shape.family == "gpt2":
         attention = d * (d + 2 * kv) + (d + 2 * kv) + d * d + d  # fused q,k,v and output, biases
@@ -38,18 +43,38 @@ def block_parameters(shape: ModelShape) -> int:
         norms = 2 * 2 * d  # two LayerNorms, each a scale and a shift
     else:
         attention = d * d + 2 * d * kv + d * d  # q, k, v, output projections; no biases
-        mlp = 3 * d * f  # SwiGLU: gate, up and down projections
+        experts = shape.active_experts if active else shape.experts
+        mlp = experts * 3 * d * f  # SwiGLU: gate, up and down projections, per expert
+        mlp += d * shape.n_experts  # the router: one logit per expert (none when dense)
         norms = 2 * d  # two RMSNorms, a scale each
     return attention + mlp + norms
 
 
 def count_parameters(model: str | ModelShape) -> ParamCounts:
     """Total, embedding and non-embedding parameters of a shape, by formula."""
+    return _counts(as_shape(model), active=False)
+
+
+def count_active_parameters(model: str | ModelShape) -> ParamCounts:
+    """The parameters one token uses: count_parameters' of a dense model; of a mixture of
+    experts, the router and top_k experts of each block in place of all its experts."""
+    return _counts(as_shape(model), active=True)
+
+
+def expert_parameters(model: str | ModelShape, layers: int = 0) -> int:
+    """Parameters of the experts of `layers` blocks (default: all): what expert parallelism
+    shards. 0 for a dense model."""
     shape = as_shape(model)
+    if not shape.n_experts:
+        return 0
+    return (layers or shape.n_layer) * shape.n_experts * 3 * shape.d_model * shape.ff
+
+
+def _counts(shape: ModelShape, active: bool) -> ParamCounts:
     embedding = _input_embeddings(shape)
     if not shape.tied_embeddings:
         embedding += shape.vocab_size * shape.d_model  # a separate LM head matrix
-    non_embedding = shape.n_layer * block_parameters(shape) + _final_norm(shape)
+    non_embedding = shape.n_layer * block_parameters(shape, active) + _final_norm(shape)
     return ParamCounts(embedding + non_embedding, embedding, non_embedding)
 
 
@@ -119,7 +144,7 @@ def training_flops_per_token(model: str | ModelShape, seq: int) -> FlopCounts:
     shape = as_shape(model)
     if seq <= 0:
         raise ValueError(f"seq must be a positive number of tokens, got {seq}")
-    n = count_parameters(shape).non_embedding
+    n = count_active_parameters(shape).non_embedding
     return FlopCounts(
         blocks=6 * n,
         lm_head=6 * shape.d_model * shape.vocab_size,

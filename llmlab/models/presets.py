@@ -16,6 +16,8 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
 )
 
 from llmlab.vocab_sizes import VOCAB_SIZES
@@ -31,7 +33,9 @@ class ModelShape:
 
     `family` decides the block: "gpt2" (LayerNorm, GELU MLP of width d_ff, biases, learned
     positions) or "llama" (RMSNorm, SwiGLU MLP, no biases, rotary positions, grouped-query
-    attention with n_kv_head key/value heads).
+    attention with n_kv_head key/value heads). A llama shape with `n_experts` is a mixture of
+    experts in Mixtral's form: every block's MLP is `n_experts` SwiGLU experts of width d_ff and
+    a router that sends each token to `top_k` of them.
     """
 
     family: str
@@ -43,6 +47,8 @@ class ModelShape:
     d_ff: int = 0  # MLP width; 0 means 4 * d_model
     n_kv_head: int = 0  # key/value heads; 0 means n_head (plain multi-head attention)
     tied_embeddings: bool = True  # the LM head reuses the token-embedding matrix
+    n_experts: int = 0  # experts per block; 0 means a dense MLP
+    top_k: int = 0  # experts each token goes to (with n_experts)
     source: str = ""  # where the numbers come from
 
     def __post_init__(self) -> None:
@@ -52,10 +58,18 @@ class ModelShape:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("d_ff", "n_kv_head"):
+        for name in ("d_ff", "n_kv_head", "n_experts", "top_k"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a positive integer (or 0 for the default)")
+        if self.n_experts or self.top_k:
+            if self.family != "llama":
+                raise ValueError("mixtures of experts are llama shapes here (Mixtral's block): "
+                                 "use family='llama' or leave n_experts and top_k at 0")
+            if not 1 <= self.top_k <= self.n_experts or self.n_experts < 2:
+                raise ValueError(f"a mixture of experts needs n_experts >= 2 and top_k from 1 "
+                                 f"to n_experts, got n_experts={self.n_experts}, "
+                                 f"top_k={self.top_k}")
         if self.d_model % self.n_head:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_head={self.n_head}: each head gets "
@@ -75,6 +89,16 @@ class ModelShape:
         return self.d_ff or 4 * self.d_model
 
     @property
+    def experts(self) -> int:
+        """MLPs per block: n_experts, or the dense model's one."""
+        return self.n_experts or 1
+
+    @property
+    def active_experts(self) -> int:
+        """MLPs each token runs through: top_k, or the dense model's one."""
+        return self.top_k or 1
+
+    @property
     def kv_heads(self) -> int:
         return self.n_kv_head or self.n_head
 
@@ -91,7 +115,7 @@ class ModelShape:
         """A copy with some numbers changed, checked again: `shape.replace(n_layer=8)`."""
         return dataclasses.replace(self, **changes)
 
-    def config(self, attention: str = "sdpa") -> GPT2Config | LlamaConfig:
+    def config(self, attention: str = "sdpa") -> GPT2Config | LlamaConfig | MixtralConfig:
         """The `transformers` config for this shape.
 
         No dropout (modern pre-training uses none, and it would add masks to the activations);
@@ -111,11 +135,13 @@ class ModelShape:
                 activation_function="gelu_pytorch_tanh",
                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common,
             )
-        return LlamaConfig(
-            num_hidden_layers=self.n_layer, hidden_size=self.d_model,
-            num_attention_heads=self.n_head, num_key_value_heads=self.kv_heads,
-            intermediate_size=self.ff, max_position_embeddings=self.context, **common,
-        )
+        llama = dict(num_hidden_layers=self.n_layer, hidden_size=self.d_model,
+                     num_attention_heads=self.n_head, num_key_value_heads=self.kv_heads,
+                     intermediate_size=self.ff, max_position_embeddings=self.context, **common)
+        if self.n_experts:
+            return MixtralConfig(num_local_experts=self.n_experts,
+                                 num_experts_per_tok=self.top_k, **llama)
+        return LlamaConfig(**llama)
 
 
 def _gpt2(n_layer, d_model, n_head, context=1024, vocab_size=50257, source=""):
@@ -143,6 +169,12 @@ PRESETS: dict[str, ModelShape] = {
                             tied_embeddings=False, source=_LLAMA2_SOURCE),
     "llama-70b": ModelShape("llama", 80, 8192, 64, 32000, 4096, d_ff=28672, n_kv_head=8,
                             tied_embeddings=False, source=_LLAMA2_SOURCE),
+    "mixtral-8x7b": ModelShape(
+        "llama", 32, 4096, 32, 32000, 32768, d_ff=14336, n_kv_head=8, tied_embeddings=False,
+        n_experts=8, top_k=2,
+        source="Mixtral of Experts (Jiang et al. 2024), Table 1: 32 layers, width 4096, FFN "
+               "14,336, 8 KV heads, 8 experts, top 2, context 32,768",
+    ),
 }
 
 
@@ -164,7 +196,7 @@ def build_model(
     dtype: torch.dtype = torch.float32,
     attention: str = "sdpa",
     seed: int | None = 0,
-) -> GPT2LMHeadModel | LlamaForCausalLM:
+) -> GPT2LMHeadModel | LlamaForCausalLM | MixtralForCausalLM:
     """A freshly initialised `transformers` model of this shape, in training mode.
 
     device="meta" builds the structure with no memory behind the weights: a 70B model in a second,
@@ -187,13 +219,15 @@ def model_shape(model: nn.Module) -> ModelShape:
     if family == "gpt2":
         return ModelShape("gpt2", c.n_layer, c.n_embd, c.n_head, c.vocab_size, c.n_positions,
                           d_ff=c.n_inner or 0, tied_embeddings=c.tie_word_embeddings)
-    if family == "llama":
+    if family in ("llama", "mixtral"):
+        experts = dict(n_experts=c.num_local_experts, top_k=c.num_experts_per_tok) if (
+            family == "mixtral") else {}
         return ModelShape("llama", c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
                           c.vocab_size, c.max_position_embeddings, d_ff=c.intermediate_size,
                           n_kv_head=c.num_key_value_heads,
-                          tied_embeddings=c.tie_word_embeddings)
+                          tied_embeddings=c.tie_word_embeddings, **experts)
     raise TypeError(f"no ModelShape for a {family or type(model).__name__!r} model: the course's "
-                    "shapes are gpt2 and llama")
+                    "shapes are gpt2, llama and mixtral")
 
 
 def enable_activation_checkpointing(model: nn.Module) -> None:

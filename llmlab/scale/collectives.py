@@ -9,6 +9,8 @@ are llmlab.scale.comm_cost's (`ring_bytes`, `PHASES`: what Lab 04 counted), so
   ring all-gather           (N-1) alpha +   (N-1)/N S / beta   (S: the full output)
   tree all-reduce    2 log2(N) alpha + 2 S / beta             (reduce up, broadcast down,
                                                                pipelined in small chunks)
+  all-to-all                (N-1) alpha +   (N-1)/N S / beta   (pairwise: one message to each
+                                                               other rank; S: what a rank holds)
 
 The ring's bandwidth term hardly grows with N, its latency term does: a tree wins for small
 messages on many ranks, a ring for large ones (NCCL picks between them by size).
@@ -44,6 +46,16 @@ def tree_all_reduce_seconds(nbytes: float, ranks: int, over: str | Link) -> floa
     if ranks == 1:
         return 0.0
     return link(over).seconds(2 * nbytes, messages=2 * math.ceil(math.log2(ranks)))
+
+
+def all_to_all_seconds(nbytes: float, ranks: int, over: str | Link) -> float:
+    """alpha-beta time of an all-to-all with even splits: each rank keeps 1/N of its `nbytes` and
+    sends the other ranks one message each (expert parallelism's dispatch and combine)."""
+    if not nbytes >= 0:
+        raise ValueError(f"the tensor must have a size >= 0 bytes, got {nbytes}")
+    if not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    return link(over).seconds(nbytes * (ranks - 1) / ranks, messages=ranks - 1)
 
 
 def send_seconds(nbytes: float, over: str | Link) -> float:

@@ -1,7 +1,9 @@
 """Choosing a layout: how to spread a training run over GPUs, by memory first, then by a rule.
 
 A layout is a data-parallel degree `dp` (with a ZeRO stage), a tensor-parallel degree `tp` and
-a pipeline degree `pp`, with dp x tp x pp = all GPUs. `choose_layouts` keeps the layouts whose
+a pipeline degree `pp`, with dp x tp x pp = all GPUs; a mixture of experts also shares its experts
+out over `ep` of each stage's data-parallel ranks (expert parallelism: each holds 1/ep of them,
+and tokens travel to their experts by all-to-all). `choose_layouts` keeps the layouts whose
 planned memory per GPU fits, and ranks them by one stated rule, simplest communication first:
 
 1. plain data parallel: each GPU holds the whole model; one gradient all-reduce per step;
@@ -62,12 +64,16 @@ class Parallel:
     checkpointing: bool = True
     seq: int = 0  # tokens per sequence; 0: the model's context
     virtual_stages: int = 1  # interleaved 1F1B: each GPU holds this many chunks of layers
+    ep: int = 1  # expert parallel: data-parallel ranks (neighbours) sharing out the experts
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batch", "accumulation", "virtual_stages"):
+        for name in ("dp", "tp", "pp", "micro_batch", "accumulation", "virtual_stages", "ep"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.dp % self.ep:
+            raise ValueError(f"ep={self.ep} does not divide dp={self.dp}: the experts are shared "
+                             "out over data-parallel ranks; pick an ep that divides dp")
         if not isinstance(self.seq, int) or self.seq < 0:
             raise ValueError(f"seq must be 0 (the model's context) or a positive integer, "
                              f"got {self.seq!r}")
@@ -76,10 +82,10 @@ class Parallel:
 
     @classmethod
     def for_setup(cls, setup: TrainingSetup, dp: int, tp: int = 1, pp: int = 1,
-                  zero: int = 0) -> "Parallel":
+                  zero: int = 0, ep: int = 1) -> "Parallel":
         """These degrees with `setup`'s micro-batching: `stage_setup`'s way back."""
         return cls(dp, tp, pp, zero, setup.batch, setup.grad_accumulation, setup.checkpointing,
-                   setup.seq)
+                   setup.seq, ep=ep)
 
     @property
     def gpus(self) -> int:
@@ -94,13 +100,14 @@ class Parallel:
         return strides
 
     def crosses_nodes(self, dim: str, gpus_per_node: int) -> bool:
-        """Whether some `dim` group ("dp", "tp" or "pp") has ranks on two nodes, ranks filling
-        node 0 first, then node 1. Each group lies in a run of stride x size consecutive ranks,
-        and one of them crosses exactly when those runs do not tile a node."""
-        if dim not in RANK_ORDER:
-            raise ValueError(f"unknown dimension {dim!r}: use one of {RANK_ORDER}")
-        size = getattr(self, dim)
-        return size > 1 and gpus_per_node % (self.strides()[dim] * size) != 0
+        """Whether some `dim` group ("dp", "tp", "pp" or "ep") has ranks on two nodes, ranks
+        filling node 0 first, then node 1. Each group lies in a run of stride x size consecutive
+        ranks, and one of them crosses exactly when those runs do not tile a node. An EP group is
+        ep neighbouring data-parallel ranks: DP's stride."""
+        if dim not in (*RANK_ORDER, "ep"):
+            raise ValueError(f"unknown dimension {dim!r}: use one of {(*RANK_ORDER, 'ep')}")
+        size, stride = getattr(self, dim), self.strides()["dp" if dim == "ep" else dim]
+        return size > 1 and gpus_per_node % (stride * size) != 0
 
     def describe(self) -> str:
         """Everything, degrees of 1 included: "DP 8 x TP 1 x PP 1, micro-batch 1 x 1"."""
@@ -115,8 +122,10 @@ class Parallel:
         return " x ".join([self._data_parallel(), *splits])
 
     def _data_parallel(self) -> str:
-        """The data-parallel degree and its ZeRO stage, if any: "DP 8" or "DP 8 ZeRO-1"."""
-        return f"DP {self.dp}" + (f" ZeRO-{self.zero}" if self.zero else "")
+        """The data-parallel degree, the experts' share-out and the ZeRO stage, if any: "DP 8",
+        "DP 8 (EP 4)" or "DP 8 ZeRO-1"."""
+        experts = f" (EP {self.ep})" if self.ep > 1 else ""
+        return f"DP {self.dp}{experts}" + (f" ZeRO-{self.zero}" if self.zero else "")
 
 
 @dataclass(frozen=True)
@@ -170,13 +179,13 @@ def choose_layouts(
         for pp in _pipeline_degrees(shape, nodes):
             dp = total // (tp * pp)
             for zero in (0, 1, 2, 3) if dp > 1 else (0,):
-                parallel = Parallel.for_setup(setup, dp, tp, pp, zero)
-                estimate = stage_estimate(shape, setup, parallel)
-                fit = fits(estimate, gpu_gb)
-                if fit != "no":
-                    dp_crosses = parallel.crosses_nodes("dp", gpus_per_node)
-                    reason = _reason(parallel, dp_crosses, between_nodes)
-                    layouts.append(Layout(parallel, estimate, fit, reason))
+                for ep in _expert_parallel_degrees(shape, dp):
+                    parallel = Parallel.for_setup(setup, dp, tp, pp, zero, ep)
+                    estimate = stage_estimate(shape, setup, parallel)
+                    fit = fits(estimate, gpu_gb)
+                    if fit != "no":
+                        reason = _reason(parallel, gpus_per_node, between_nodes)
+                        layouts.append(Layout(parallel, estimate, fit, reason))
     return sorted(layouts, key=lambda layout: _rank(layout, nodes, between_nodes))
 
 
@@ -204,6 +213,11 @@ def _pipeline_degrees(shape: ModelShape, nodes: int) -> list[int]:
     return [pp for pp in _divisors(nodes) if pp <= shape.n_layer]
 
 
+def _expert_parallel_degrees(shape: ModelShape, dp: int) -> list[int]:
+    """EP only for a mixture of experts, by a degree that divides both its experts and dp."""
+    return [ep for ep in _divisors(dp) if shape.experts % ep == 0]
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -216,7 +230,7 @@ def stage_setup(setup: TrainingSetup, parallel: Parallel) -> TrainingSetup:
     p = parallel
     return setup.replace(batch=p.micro_batch, seq=p.seq, checkpointing=p.checkpointing,
                          grad_accumulation=p.accumulation, zero=p.zero, gpus=p.dp * p.tp,
-                         tensor_parallel=p.tp)
+                         tensor_parallel=p.tp, expert_parallel=p.ep)
 
 
 def stage_estimate(shape, setup: TrainingSetup, parallel: Parallel) -> MemoryEstimate:
@@ -246,11 +260,11 @@ def _tier(layout: Layout, nodes: int, between: str) -> int:
 
 def _rank(layout: Layout, nodes: int, between: str) -> tuple:
     p = layout.parallel
-    return (layout.fit != "yes", _tier(layout, nodes, between), p.tp * p.pp, p.zero,
+    return (layout.fit != "yes", _tier(layout, nodes, between), p.tp * p.pp, p.zero, p.ep,
             layout.estimate.total)
 
 
-def _reason(parallel: Parallel, dp_crosses: bool, between: str) -> str:
+def _reason(parallel: Parallel, gpus_per_node: int, between: str) -> str:
     tp, pp, zero = parallel.tp, parallel.pp, parallel.zero
     if tp > 1:
         reason = f"each layer split over {tp} GPUs of a node: fast only on NVLink"
@@ -262,7 +276,10 @@ def _reason(parallel: Parallel, dp_crosses: bool, between: str) -> str:
         reason = f"ZeRO-{zero} shards the optimizer's part: less memory, 1-1.5x DP's traffic"
     else:
         reason = "the whole model on every GPU: one gradient all-reduce per step"
-    if dp_crosses and between == "ethernet":
+    if parallel.ep > 1:
+        over = LINK[between] if parallel.crosses_nodes("ep", gpus_per_node) else "inside a node"
+        reason += f"; experts over {parallel.ep} GPUs: all-to-all {over}"
+    if parallel.crosses_nodes("dp", gpus_per_node) and between == "ethernet":
         reason += f"; data-parallel traffic crosses {LINK[between]}"
     return reason
 

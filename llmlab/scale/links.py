@@ -7,6 +7,7 @@ downstream has to remember which was which. Latencies are typical figures for a 
 message, not datasheet numbers: they only matter for small messages and many hops.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 BITS_PER_BYTE = 8
@@ -56,6 +57,23 @@ LINKS: dict[str, Link] = {
     "roce-400": Link("RoCE, 400 Gb/s per GPU", gbit_to_bytes(400), 10e-6,
                      "Llama 3 (Meta 2024), section 3.3.1: 400 Gbps RoCE between GPUs"),
 }
+
+
+def fit_link(name: str, sizes: Sequence[float], seconds: Sequence[float]) -> Link:
+    """The Link whose alpha-beta line best fits measured one-message times (least squares of
+    t = alpha + S / beta): alpha is the intercept (0 if the fit goes below), beta one over the
+    slope."""
+    if len(sizes) != len(seconds) or len(set(sizes)) < 2:
+        raise ValueError(f"need one time per size and two sizes or more, got {len(sizes)} sizes "
+                         f"({len(set(sizes))} different) and {len(seconds)} times")
+    n = len(sizes)
+    mean_s, mean_t = sum(sizes) / n, sum(seconds) / n
+    slope = (sum((s - mean_s) * (t - mean_t) for s, t in zip(sizes, seconds, strict=True))
+             / sum((s - mean_s) ** 2 for s in sizes))
+    if not slope > 0:
+        raise ValueError("the times do not grow with the message size: measure larger messages "
+                         "(the bandwidth term must outgrow the noise)")
+    return Link(name, 1 / slope, max(0.0, mean_t - slope * mean_s), "fitted to measured times")
 
 
 def link(name: str | Link) -> Link:

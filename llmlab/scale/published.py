@@ -10,6 +10,11 @@ Table 1 (1T). The 1024-GPU layout of the 34-day estimate is not printed in the p
 
 Llama 3 405B (Meta 2024, "The Llama 3 Herd of Models", section 3.3.2 and Table 4): H100s on
 400 Gb/s RoCE, TP 8 x PP 16 x DP (FSDP), 16M tokens a batch, 38-43% BF16 MFU.
+
+DeepSeek-V3 (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", abstract, section 1 and Table 1):
+a mixture of experts of 671B parameters, 37B active per token, pre-trained on 14.8T tokens in
+2,664K H800 GPU-hours (180K per trillion tokens) on 2,048 H800s, with FP8 matmuls. The H800 is
+an H100 SXM with a narrower NVLink (400 GB/s): the same tensor cores and peaks.
 """
 
 from dataclasses import dataclass
@@ -74,3 +79,23 @@ MEGATRON_TABLE2_175B = PublishedRun("GPT-3 175B (Table 2)", GPT3_175B, "a100", 1
 #   links between pods that Meta's job placement works around.
 LLAMA3_405B_RUN = PublishedRun("Llama 3 405B", LLAMA3_405B, "h100", 16384, 8, 16, 1, 2048, 400,
                                15.6e12, mfu=0.41)
+
+
+@dataclass(frozen=True)
+class PublishedMoERun:
+    """A mixture of experts' reported pre-training: sizes, tokens and GPU-hours."""
+
+    name: str
+    parameters: float
+    active_parameters: float  # per token
+    tokens: float
+    gpu_hours: float
+    gpu: str  # llmlab.gpu_specs' name of a GPU with the same peak
+
+    def achieved_tflops_per_gpu(self) -> float:
+        """The rate each GPU sustained: 6 x active parameters x tokens (attention's FLOPs left
+        out) over the GPU-hours."""
+        return 6 * self.active_parameters * self.tokens / (self.gpu_hours * 3600) / 1e12
+
+
+DEEPSEEK_V3 = PublishedMoERun("DeepSeek-V3", 671e9, 37e9, 14.8e12, 2.664e6, "h100")

@@ -73,13 +73,15 @@ def plan_table(predictions: list[Prediction], limit: int = 5) -> str:
     """The best `limit` predictions as text: layout, memory, step time and where it goes."""
     if not predictions:
         return "nothing fits: more GPUs, a GPU with more memory, or shorter sequences"
+    shown = predictions[:limit]
+    experts = any(p.parallel.ep > 1 for p in shown)  # an EP column only where there is EP
     rows = [{"#": i, "layout": p.parallel.describe(),
              "ckpt": "yes" if p.parallel.checkpointing else "no",
              "GB/GPU": f"{p.memory.total / 1e9:.1f}", "step s": f"{p.step_s:.2f}",
              "bubble": f"{p.bubble:.0%}", "TP s": f"{p.tp_s:.2f}", "PP s": f"{p.pp_s:.2f}",
-             "DP s": f"{p.dp_s:.2f}", "MFU": f"{p.mfu:.0%}", "days": f"{p.days:.1f}",
-             "cost $": f"{p.cost:,.0f}"}
-            for i, p in enumerate(predictions[:limit], 1)]
+             "DP s": f"{p.dp_s:.2f}", **({"EP s": f"{p.ep_s:.2f}"} if experts else {}),
+             "MFU": f"{p.mfu:.0%}", "days": f"{p.days:.1f}", "cost $": f"{p.cost:,.0f}"}
+            for i, p in enumerate(shown, 1)]
     return markdown_table(rows, aligned=True)
 
 

@@ -10,11 +10,15 @@ One step of a layout dp x tp x pp on `Cluster`'s GPUs, with each data-parallel r
   and what is assumed to hide:
   TP  every block all-reduces its activations 2x in forward, 2x in backward (and 2x in the
       recomputed forward): on the critical path, nothing hidden (Megatron-LM, Narayanan 2021);
+  EP  every MoE layer sends each token to its top_k experts and their outputs back (two
+      all-to-alls) in forward, again in backward (and in the recomputed forward), routing
+      assumed balanced: not hidden (DeepSeek-V3's DualPipe overlaps them; not modelled);
   PP  each micro-batch's activations go forward and its gradients back, 1/tp per GPU (their
       scatter/gather), over (v m + p - 1) time slots each way: not hidden;
   DP  the gradients (ZeRO-1/2: reduce-scatter, then all-gather the updated weights; ZeRO-3:
       weights gathered twice and gradients reduce-scattered for every micro-batch) hide behind
       the last micro-batch's backward (ZeRO-3: behind all compute) at `overlap` x that time.
+      A GPU's experts are summed over the dp / ep ranks that hold the same ones.
 
 Or give `achieved_tflops` (an end-to-end rate per GPU, as papers report it): the step then takes
 its FLOPs at that rate, and bubble and communication are already inside it.
@@ -24,9 +28,15 @@ import math
 from dataclasses import dataclass
 
 from llmlab.gpu_specs import GpuSpec, gpu_names, resolve_gpu_spec
-from llmlab.memory import MemoryEstimate, TrainingSetup, check_tensor_parallel, fits
-from llmlab.models import ModelShape, as_shape, count_parameters, training_flops_per_token
-from llmlab.scale.collectives import ring_seconds, send_seconds
+from llmlab.memory import DTYPE_BYTES, MemoryEstimate, TrainingSetup, check_tensor_parallel, fits
+from llmlab.models import (
+    ModelShape,
+    as_shape,
+    count_parameters,
+    expert_parameters,
+    training_flops_per_token,
+)
+from llmlab.scale.collectives import all_to_all_seconds, ring_seconds, send_seconds
 from llmlab.scale.comm_cost import (
     DTYPE,
     PHASES,
@@ -77,8 +87,9 @@ class Cluster:
         return self.gpus_per_node * self.nodes
 
     def link_for(self, dim: str, parallel: Parallel) -> str:
-        """The link that `parallel`'s "tp", "dp" or "pp" groups are as slow as: the one between
-        nodes when a group has ranks on two (in the mesh's rank order, llmlab.scale.layout's)."""
+        """The link that `parallel`'s "tp", "dp", "pp" or "ep" groups are as slow as: the one
+        between nodes when a group has ranks on two (in the mesh's rank order,
+        llmlab.scale.layout's)."""
         crosses = parallel.crosses_nodes(dim, self.gpus_per_node)
         return self.between_nodes if crosses else self.inside_node
 
@@ -95,6 +106,7 @@ class Prediction:
     pp_s: float
     dp_s: float
     dp_total_s: float  # all of DP's communication, before overlap
+    ep_s: float
     step_s: float
     mfu: float  # model FLOPs (no recompute) over the peak
     tokens: float  # tokens to train
@@ -146,6 +158,7 @@ def simulate(
     # as if the pipe carried v x m micro-batches.
     bubble = bubble_fraction(p.pp, p.accumulation * p.virtual_stages)
     tp_s, pp_s = _tp_seconds(shape, cluster, p, seq), _pp_seconds(shape, cluster, p, seq)
+    ep_s = _ep_seconds(shape, cluster, p, seq)
     dp_total = _dp_seconds(shape, cluster, p)
     # Backward is 2/3 of a step's matmuls (3/4 with the recomputed forward); DP hides behind
     # the last micro-batch's backward, ZeRO-3's per-micro-batch traffic behind all compute.
@@ -153,13 +166,13 @@ def simulate(
     window = compute_s if p.zero == 3 else compute_s * backward_share / p.accumulation
     dp_s = max(0.0, dp_total - overlap * window)
     if achieved_tflops is None:
-        step_s = compute_s / (1 - bubble) + tp_s + pp_s + dp_s
+        step_s = compute_s / (1 - bubble) + tp_s + pp_s + dp_s + ep_s
     else:  # an end-to-end rate: bubble and communication are inside it
         step_s = flops_per_gpu / (achieved_tflops * 1e12)
     model_flops = tokens_per_step * training_flops_per_token(shape, seq).total
     return Prediction(
         p, memory, fits(memory, spec.memory_gb), tokens_per_step, compute_s, bubble, tp_s, pp_s,
-        dp_s, dp_total, step_s, model_flops / (step_s * p.gpus * peak), tokens,
+        dp_s, dp_total, ep_s, step_s, model_flops / (step_s * p.gpus * peak), tokens,
         cluster.dollars_per_gpu_hour, p.gpus,
     )
 
@@ -169,6 +182,9 @@ def _check(shape, cluster, p, tokens, efficiency, overlap, achieved_tflops) -> N
         raise ValueError(f"dp x tp x pp = {p.dp} x {p.tp} x {p.pp} = {p.gpus} GPUs, but the "
                          f"cluster has {cluster.gpus}: make the product equal")
     check_tensor_parallel(shape, p.tp)
+    if shape.experts % p.ep:
+        raise ValueError(f"ep={p.ep} does not divide the model's {shape.experts} expert(s): "
+                         "each GPU of an EP group holds an equal share")
     if p.pp > shape.n_layer:
         raise ValueError(f"pp={p.pp} stages for {shape.n_layer} layers: at most one per layer")
     if not tokens > 0:
@@ -200,8 +216,24 @@ def _pp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> f
     return slots * send_seconds(activation_bytes(shape, p, seq) / p.tp, over)
 
 
+def _ep_seconds(shape: ModelShape, cluster: Cluster, p: Parallel, seq: int) -> float:
+    if p.ep == 1:
+        return 0.0
+    per_layer = 6 if p.checkpointing else 4  # 2 forward, 2 backward, 2 in the recomputation
+    all_to_alls = per_layer * math.ceil(shape.n_layer / p.pp) * p.accumulation
+    tokens = p.micro_batch * seq  # a data-parallel rank's, per micro-batch
+    # Each token's top_k copies: the (ep-1)/ep of them that leave are expert_parallel_bytes'.
+    held = tokens * shape.top_k * shape.d_model * DTYPE_BYTES[DTYPE]
+    return all_to_alls * all_to_all_seconds(held, p.ep, cluster.link_for("ep", p))
+
+
 def _dp_seconds(shape: ModelShape, cluster: Cluster, p: Parallel) -> float:
-    stage = count_parameters(shape.replace(n_layer=math.ceil(shape.n_layer / p.pp))).total
+    layers = math.ceil(shape.n_layer / p.pp)
+    experts = expert_parameters(shape, layers)
+    others = count_parameters(shape.replace(n_layer=layers)).total - experts
     over = cluster.link_for("dp", p)
-    return sum(ring_seconds(kind, n, p.dp, over)
-               for kind, n in dp_collectives(stage / p.tp, p.zero, p.accumulation))
+    # The other parameters are summed over all dp replicas; a GPU's 1/ep of the experts over the
+    # dp / ep replicas that hold the same ones.
+    groups = ((others / p.tp, p.dp), (experts / p.ep / p.tp, p.dp // p.ep))
+    return sum(ring_seconds(kind, n, ranks, over) for params, ranks in groups if params
+               for kind, n in dp_collectives(params, p.zero, p.accumulation))

@@ -190,6 +190,10 @@ def test_no_figure_is_ever_negative_or_nan(name, setup):
         with pytest.raises(ValueError, match="tensor parallel degree"):
             estimate_memory(name, setup)
         return
+    if PRESETS[name].n_experts and (setup.lora_rank or setup.optimizer == "muon"):
+        with pytest.raises(ValueError, match="for dense models only"):
+            estimate_memory(name, setup)
+        return
     estimate = estimate_memory(name, setup)
     assert all(math.isfinite(v) and v > 0 for v in estimate.items.values())
     assert estimate.items["weights"] + estimate.items.get("optimizer states", 0) <= estimate.peak
@@ -210,6 +214,10 @@ def test_no_figure_is_ever_negative_or_nan(name, setup):
         ({"weights_4bit": "int3", "lora_rank": 4}, "unknown 4-bit format"),
         ({"master_weights": False, "fp32_grads": True}, "needs master_weights"),
         ({"optimizer": "muon", "lora_rank": 8}, "Muon trains whole weight matrices"),
+        ({"gpus": 8, "context_parallel": 3}, "not a multiple of tensor_parallel x context_par"),
+        ({"gpus": 8, "expert_parallel": 3}, "does not divide the 8 GPUs that hold the same"),
+        ({"gpus": 8, "tensor_parallel": 2, "expert_parallel": 8}, "does not divide the 4 GPUs"),
+        ({"context_parallel": 0}, "context_parallel must be a positive integer"),
     ],
 )
 def test_bad_setups_are_refused_with_a_clear_message(changes, words):
@@ -322,3 +330,82 @@ def test_numbers_the_model_cannot_take_are_refused(changes, words):
     with pytest.raises(ValueError, match=words):
         estimate_memory(SMALL, SMALL_STEP.replace(**changes))
     assert estimate_memory(SMALL, SMALL_STEP.replace(lora_rank=64)).items["weights"] > 0
+
+
+# ------------------------------------------------------------- context and expert parallelism
+# llama-7b, bf16 mixed precision, AdamW, fused attention: per token and layer, by hand,
+# norms 2 x (4 + 2) x 4096 (an fp32 copy and the bf16 result), attention input 2 x 4096,
+# q, k, v 3 x 2 x 4096, attention output 2 x 4096, MLP input 2 x 4096, SwiGLU 4 x 2 x 11,008.
+LLAMA_7B_BYTES_PER_TOKEN_LAYER = 49_152 + 8_192 + 24_576 + 8_192 + 8_192 + 88_064
+LLAMA_7B_PARAMETERS = 6_738_415_616
+
+
+def test_context_parallel_keeps_a_quarter_of_the_sequence_and_shards_zero_over_its_gpus():
+    """8 GPUs: context parallel 4 x data parallel 2, ZeRO-1, 4096-token sequences."""
+    setup = TrainingSetup(seq=4096, gpus=8, context_parallel=4, zero=1)
+    estimate = estimate_memory("llama-7b", setup)
+    tokens = 4096 // 4  # this GPU's share of the sequence
+    assert estimate.items["block activations"] == 32 * tokens * LLAMA_7B_BYTES_PER_TOKEN_LAYER
+    # The final norm (fp32 copy + bf16 result), the head's input, fp32 log-probabilities.
+    assert estimate.items["head activations"] == tokens * (6 * 4096 + 2 * 4096 + 4 * 32000)
+    # ZeRO-1 shards AdamW's two fp32 states over all 8 GPUs that hold the weights, the
+    # context-parallel ones included (over the 2 data-parallel ones alone would be 4x this).
+    assert estimate.items["optimizer states"] == 8 * LLAMA_7B_PARAMETERS / 8
+    assert setup.data_parallel == 2 and setup.weight_replicas == 8
+    whole = estimate_memory("llama-7b", setup.replace(context_parallel=1))
+    assert whole.items["block activations"] == 4 * estimate.items["block activations"]
+
+
+# Mixtral 8x7B: 45,097,156,608 parameters in experts, 1,605,636,096 others.
+MIXTRAL_EXPERTS, MIXTRAL_OTHERS = 45_097_156_608, 1_605_636_096
+
+
+@pytest.mark.parametrize("ep", [1, 2, 8])
+def test_expert_parallel_gives_each_gpu_its_share_of_the_experts(ep):
+    estimate = estimate_memory("mixtral-8x7b", seq=4096, gpus=8, expert_parallel=ep)
+    held = MIXTRAL_OTHERS + MIXTRAL_EXPERTS / ep
+    assert estimate.items["weights"] == 2 * held  # bf16
+    assert estimate.items["master weights"] == 4 * held
+    assert estimate.items["optimizer states"] == 8 * held
+    # ZeRO-1 shards every state over the 8 GPUs, whatever share of the experts each holds.
+    sharded = estimate_memory("mixtral-8x7b", seq=4096, gpus=8, expert_parallel=ep, zero=1)
+    assert sharded.items["optimizer states"] == 8 * (MIXTRAL_OTHERS + MIXTRAL_EXPERTS) / 8
+    assert sharded.items["weights"] == 2 * held
+
+
+def test_moe_activations_count_the_router_and_each_token_s_top_k_experts():
+    """Per token and layer, by hand (bf16): norms 12 x 4096, attention input 2 x 4096, q, k, v
+    2 x (4096 + 2 x 1024), attention output and MLP input 2 x 4096 each, the router's fp32
+    probabilities 4 x 8, and for each of the top 2 experts the token's copy (2 x 4096), SwiGLU's
+    four tensors (4 x 2 x 14,336) and the expert's output (2 x 4096)."""
+    per_token = (49_152 + 8_192 + 12_288 + 8_192 + 8_192 + 32
+                 + 2 * (8_192 + 114_688 + 8_192))
+    estimate = estimate_memory("mixtral-8x7b", seq=4096)
+    assert estimate.items["block activations"] == 32 * 4096 * per_token
+
+
+@pytest.mark.parametrize(
+    "model, changes, words",
+    [
+        ("llama-7b", {"seq": 4000, "gpus": 3, "context_parallel": 3},
+         "does not divide the 4000-token sequence"),
+        ("llama-7b", {"gpus": 2, "context_parallel": 2, "attention": "eager"},
+         "use attention='sdpa'"),
+        ("llama-7b", {"gpus": 2, "context_parallel": 2, "scored_tokens": 64},
+         "leave context_parallel at 1"),
+        ("llama-7b", {"gpus": 2, "expert_parallel": 2}, "needs a mixture of experts"),
+        ("mixtral-8x7b", {"gpus": 16, "expert_parallel": 16}, "does not divide the model's 8"),
+        ("mixtral-8x7b", {"lora_rank": 16}, "lora_rank is planned for dense models only"),
+        ("mixtral-8x7b", {"optimizer": "muon"}, "Muon is planned for dense models only"),
+    ],
+)
+def test_setups_a_model_cannot_take_are_refused(model, changes, words):
+    with pytest.raises(ValueError, match=words):
+        estimate_memory(model, TrainingSetup(**changes))
+    assert words.split("'")[0] in memory.model_setup_problem(model, TrainingSetup(**changes))
+
+
+def test_the_out_of_memory_advice_offers_a_mixture_of_experts_no_lora():
+    options = memory.memory_options("mixtral-8x7b", TrainingSetup(seq=4096, gpus=8,
+                                                                   expert_parallel=8), 80 * GB)
+    assert options and not any("LoRA" in option.change for option in options)

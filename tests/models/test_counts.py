@@ -78,3 +78,42 @@ def test_flops_per_token_grow_with_the_sequence_only_through_attention():
     short, long = (models.training_flops_per_token("gpt2-124m", seq) for seq in (512, 1024))
     assert (short.blocks, short.lm_head) == (long.blocks, long.lm_head)
     assert long.attention == 2 * short.attention == 12 * 12 * 1024 * 768
+
+
+# A tiny Mixtral-style mixture of experts: 2 layers, 6 experts of width 96, top 2.
+SMALL_MOE = models.preset("mixtral-8x7b").replace(
+    n_layer=2, d_model=64, n_head=4, n_kv_head=2, d_ff=96, vocab_size=300, context=64,
+    n_experts=6, top_k=2, source="")
+
+
+def test_mixtral_has_its_published_total_and_active_parameters():
+    """Mixtral of Experts (Jiang et al. 2024): 46.7B parameters, 12.9B active per token. By hand:
+    attention 2 x 4096^2 + 2 x 4096 x 1024, an expert 3 x 4096 x 14,336, the router 8 x 4096, two
+    norms; 32 layers; untied embedding and head; the final norm."""
+    attention, expert, router, norms = 41_943_040, 176_160_768, 32_768, 8_192
+    outside = 2 * 32000 * 4096 + 4096
+    counts = models.count_parameters("mixtral-8x7b")
+    active = models.count_active_parameters("mixtral-8x7b")
+    assert counts.total == 32 * (attention + 8 * expert + router + norms) + outside
+    assert active.total == 32 * (attention + 2 * expert + router + norms) + outside
+    assert round(counts.total / 1e9, 1) == 46.7 and round(active.total / 1e9, 1) == 12.9
+    assert models.expert_parameters("mixtral-8x7b") == 32 * 8 * expert
+    assert models.expert_parameters("llama-7b") == 0
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 6])
+def test_an_moe_shape_counts_what_transformers_builds_and_only_top_k_experts_are_active(top_k):
+    shape = SMALL_MOE.replace(top_k=top_k)
+    model = models.build_model(shape)
+    assert type(model).__name__ == "MixtralForCausalLM"
+    assert models.count_parameters(shape) == models.count_model_parameters(model)
+    experts_left_out = (6 - top_k) * 3 * 64 * 96 * 2  # per layer, 2 layers
+    assert (models.count_parameters(shape).total - models.count_active_parameters(shape).total
+            == experts_left_out)
+    # Training FLOPs follow the active parameters: 6 per active non-embedding parameter.
+    flops = models.training_flops_per_token(shape, seq=32)
+    assert flops.blocks == 6 * models.count_active_parameters(shape).non_embedding
+
+
+def test_a_dense_shape_is_all_active():
+    assert models.count_active_parameters("llama-7b") == models.count_parameters("llama-7b")

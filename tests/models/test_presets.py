@@ -33,11 +33,18 @@ def test_unknown_preset_lists_the_presets():
         ({"d_ff": -1}, "d_ff must be"),
         ({"family": "mamba"}, "unknown model family"),
         ({"n_kv_head": 2}, "no grouped-query attention"),
+        ({"n_experts": 4, "top_k": 2}, "mixtures of experts are llama shapes"),
     ],
 )
 def test_bad_shapes_are_refused_with_a_clear_message(changes, words):
     with pytest.raises(ValueError, match=words):
         models.preset("tiny", **changes)
+
+
+@pytest.mark.parametrize("experts, top_k", [(4, 0), (0, 2), (4, 5), (1, 1), (4, -1)])
+def test_a_mixture_needs_two_or_more_experts_and_a_top_k_among_them(experts, top_k):
+    with pytest.raises(ValueError, match="n_experts >= 2 and top_k from 1|must be a positive"):
+        models.preset("llama-7b", n_experts=experts, top_k=top_k)
 
 
 def test_llama_heads_must_be_a_multiple_of_the_kv_heads():
@@ -82,7 +89,8 @@ def test_activation_checkpointing_switches_on_under_either_transformers_name():
     ModelShape("gpt2", 2, 64, 4, 256, 32, source="a test"),
     ModelShape("gpt2", 2, 64, 4, 256, 32, d_ff=96, tied_embeddings=False),
     ModelShape("llama", 2, 64, 4, 256, 32, d_ff=96, n_kv_head=2),
-], ids=["gpt2", "gpt2-untied-narrow-mlp", "llama-gqa"])
+    ModelShape("llama", 2, 64, 4, 256, 32, d_ff=96, n_kv_head=2, n_experts=4, top_k=2),
+], ids=["gpt2", "gpt2-untied-narrow-mlp", "llama-gqa", "mixtral"])
 def test_model_shape_reads_back_the_shape_a_model_was_built_from(shape):
     built = models.build_model(shape, device="meta")
     read = models.model_shape(built)

@@ -5,7 +5,12 @@ import math
 
 import pytest
 
-from llmlab.scale.collectives import ring_seconds, send_seconds, tree_all_reduce_seconds
+from llmlab.scale.collectives import (
+    all_to_all_seconds,
+    ring_seconds,
+    send_seconds,
+    tree_all_reduce_seconds,
+)
 from llmlab.scale.comm_cost import ring_bytes
 from llmlab.scale.links import LINKS, Link
 
@@ -49,11 +54,21 @@ def test_the_bandwidth_term_is_the_ring_bytes(ranks):
         ring_bytes("all_reduce", params * 2, ranks) / NO_LATENCY.bandwidth)
 
 
+def test_an_all_to_all_sends_one_message_to_each_other_rank():
+    slow_start = Link("test", bandwidth=1e30, latency=1e-5)
+    assert all_to_all_seconds(1.0, 8, slow_start) == pytest.approx(7 * 1e-5)
+    # Each rank keeps its own 1/N and sends the rest: (N-1)/N S, not S, and not 2x as a ring.
+    assert all_to_all_seconds(8e9, 8, NO_LATENCY) == pytest.approx(7e9 / 50e9)
+    assert all_to_all_seconds(8e9, 1, NO_LATENCY) == 0.0
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda: ring_seconds("broadcastt", 1, 2, "ib-ndr"), "unknown collective"),
     (lambda: ring_seconds("all_reduce", -1, 2, "ib-ndr"), ">= 0 bytes"),
     (lambda: ring_seconds("all_reduce", 1, 0, "ib-ndr"), "positive integer"),
     (lambda: ring_seconds("all_reduce", 1, 2, "infiniband"), "unknown link"),
+    (lambda: all_to_all_seconds(-1, 2, "ib-ndr"), ">= 0 bytes"),
+    (lambda: all_to_all_seconds(1, 0, "ib-ndr"), "positive integer"),
 ])
 def test_bad_input_is_refused(call, message):
     with pytest.raises(ValueError, match=message):

@@ -123,6 +123,7 @@ def test_a_pipeline_is_planned_by_its_most_loaded_stage_each_with_its_own_items(
     (Parallel(dp=8, zero=1, tp=2), "DP 8 ZeRO-1 x TP 2"),
     (Parallel(dp=2, tp=8, pp=2, zero=1, micro_batch=4), "DP 2 ZeRO-1 x TP 8 x PP 2"),
     (Parallel(dp=1, pp=4), "DP 1 x PP 4"),
+    (Parallel(dp=16, zero=1, ep=8), "DP 16 (EP 8) ZeRO-1"),
 ])
 def test_the_short_form_names_the_degrees_above_one(parallel, degrees):
     assert parallel.degrees() == degrees
@@ -146,6 +147,8 @@ def test_the_long_form_names_everything():
     ({"virtual_stages": 0}, "virtual_stages must be a positive integer"),
     ({"seq": -1}, "seq must be 0 .* or a positive integer, got -1"),
     ({"zero": 4}, "zero must be a ZeRO stage 0-3, got 4"),
+    ({"ep": 0}, "ep must be a positive integer, got 0"),
+    ({"ep": 4}, "ep=4 does not divide dp=2"),
 ])
 def test_a_layout_rejects_degrees_below_one(kwargs, message):
     # So a layout's GPUs, dp * tp * pp, are always a whole multiple of tp and of pp.
@@ -163,6 +166,31 @@ def test_a_layout_rejects_degrees_below_one(kwargs, message):
 def test_which_groups_cross_nodes(dp, tp, pp, gpus_per_node, crossing):
     parallel = Parallel(dp, tp, pp)
     assert {dim: parallel.crosses_nodes(dim, gpus_per_node) for dim in crossing} == crossing
+
+
+@pytest.mark.parametrize("dp, tp, ep, crosses", [
+    (16, 1, 8, False),  # EP 8 over 8 neighbouring ranks: a node
+    (16, 1, 16, True),  # EP 16: two nodes of 8
+    (8, 2, 8, True),  # with TP 2, an EP group of 8 spans 16 ranks
+    (8, 2, 4, False),
+])
+def test_an_expert_parallel_group_is_neighbouring_data_parallel_ranks(dp, tp, ep, crosses):
+    assert Parallel(dp, tp, ep=ep).crosses_nodes("ep", 8) == crosses
+
+
+def test_a_mixture_of_experts_gets_expert_parallel_layouts_a_dense_model_none():
+    moe = choose_layouts("mixtral-8x7b", "h100", 8, 8, setup=LLAMA_STEP)
+    assert moe and all(layout.parallel.ep in (1, 2, 4, 8) for layout in moe)
+    with_ep = [layout for layout in moe if layout.parallel.ep > 1]
+    assert with_ep and all("experts over" in layout.reason for layout in with_ep)
+    # Without EP, ZeRO-3 or a model split, every GPU would hold all 46.7B weights (93 GB in
+    # bf16): sharing out the experts over a node is the simplest layout that fits.
+    assert moe[0].describe() == "DP 64 (EP 8) ZeRO-1"
+    assert not [layout for layout in moe if layout.parallel.ep == 1 and layout.parallel.zero < 3
+                and layout.parallel.tp == layout.parallel.pp == 1]
+    assert all(layout.parallel.ep == 1 for layout in choose_layouts("llama-70b", "h100", 8, 8))
+    ep_estimate = stage_estimate("mixtral-8x7b", LLAMA_STEP, Parallel(64, ep=8))
+    assert ep_estimate.setup.expert_parallel == 8
 
 
 def test_the_memory_models_view_of_a_layout_round_trips():

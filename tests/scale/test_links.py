@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from llmlab.scale.links import LINKS, Link, gbit_to_bytes, link
+from llmlab.scale.links import LINKS, Link, fit_link, gbit_to_bytes, link
 
 
 def test_network_speeds_are_bits_not_bytes():
@@ -46,3 +46,28 @@ def test_a_bandwidth_or_latency_out_of_range_is_refused(bandwidth, latency):
     with pytest.raises(ValueError, match=f"link 'bad' needs a positive bandwidth and a latency "
                        f">= 0, got {bandwidth} B/s and {latency} s"):
         Link("bad", bandwidth=bandwidth, latency=latency)
+
+
+def test_a_link_fitted_to_exact_times_gives_back_its_alpha_and_beta():
+    sizes = [1e3, 1e5, 1e6, 4e6]
+    fitted = fit_link("measured", sizes, [20e-6 + s / 2e9 for s in sizes])
+    assert fitted.latency == pytest.approx(20e-6) and fitted.bandwidth == pytest.approx(2e9)
+    # Noise around the line moves the fit a little, not the order of magnitude.
+    noisy = fit_link("measured", sizes, [(20e-6 + s / 2e9) * f for s, f in
+                                         zip(sizes, (1.1, 0.9, 1.05, 0.97), strict=True)])
+    assert 1.5e9 < noisy.bandwidth < 2.5e9
+
+
+def test_a_fit_below_zero_latency_keeps_zero():
+    assert fit_link("fast start", [1e3, 2e3], [0.0, 2e-6]).latency == 0.0
+
+
+@pytest.mark.parametrize("sizes, seconds, message", [
+    ([1e3], [1e-5], "two sizes or more"),
+    ([1e3, 1e3], [1e-5, 2e-5], "2 sizes .1 different"),
+    ([1e3, 1e6], [1e-5], "one time per size"),
+    ([1e3, 1e6], [2e-5, 1e-5], "do not grow with the message size"),
+])
+def test_a_fit_that_cannot_be_made_says_why(sizes, seconds, message):
+    with pytest.raises(ValueError, match=message):
+        fit_link("bad", sizes, seconds)

@@ -1,12 +1,14 @@
 """The published runs as data: the models have the papers' parameter counts, the layouts divide
 the GPUs and the batch as the papers say, eq. 4 of Narayanan et al. 2021 gives the paper's
-days, and Llama 3's throughput is its reported MFU. (The simulator against these runs:
+days, Llama 3's throughput is its reported MFU, and DeepSeek-V3's GPU-hours give a rate its
+GPUs can sustain. (The simulator against these runs:
 tests/scale/test_simulate.py.)"""
 
 import pytest
 
 from llmlab.models import count_parameters
 from llmlab.scale.published import (
+    DEEPSEEK_V3,
     GPT3_175B,
     GPT_1T,
     LLAMA3_405B,
@@ -49,3 +51,14 @@ def test_the_layouts_are_the_papers():
     # 400 TFLOP/s per GPU is the 41% MFU of the H100's dense bf16 peak
     assert llama.tflops_per_gpu / gpu_spec(llama.gpu).tflops["bf16"] == pytest.approx(
         llama.mfu, abs=0.01)
+
+
+def test_deepseek_v3s_gpu_hours_give_a_third_of_the_bf16_peak():
+    """By hand: 6 x 37e9 x 14.8e12 = 3.29e24 FLOPs over 2.664e6 x 3600 GPU-seconds: 343 TFLOP/s,
+    35% of the H800's (an H100's) 989 TFLOP/s dense bf16 peak, in the range large runs report
+    (Llama 3: 38-43%). Counted with all 671B parameters, the same hours would need 6.2 PFLOP/s a
+    GPU: six times the peak."""
+    rate = DEEPSEEK_V3.achieved_tflops_per_gpu()
+    assert rate == pytest.approx(6 * 37e9 * 14.8e12 / (2.664e6 * 3600) / 1e12)
+    assert 0.3 < rate / gpu_spec(DEEPSEEK_V3.gpu).tflops["bf16"] < 0.4
+    assert 18 * rate > 6 * gpu_spec(DEEPSEEK_V3.gpu).tflops["bf16"]

@@ -94,3 +94,15 @@ def test_strong_scaling_to_16k_gpus_loses_efficiency():
     assert large["gpus"] == 16384
     assert large["mfu"] < small["mfu"]
     assert large["tokens_per_s"] > small["tokens_per_s"]
+
+
+def test_plan_prints_expert_parallel_layouts_for_a_mixture_of_experts(capsys):
+    assert cli.main(["plan", "--model", "mixtral-8x7b", "--gpus", "64", "--tokens", "1e12",
+                     "--seq", "4096", "--limit", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "| EP s |" in out and "(EP 8)" in out
+
+
+def test_a_dense_plan_has_no_ep_column(capsys):
+    assert cli.main(PLAN) == 0
+    assert "EP s" not in capsys.readouterr().out

@@ -8,6 +8,7 @@ from llmlab.distributed.mesh import RankGrid
 from llmlab.models import block_parameters
 from llmlab.scale.collectives import send_seconds
 from llmlab.scale.layout import Parallel
+from llmlab.scale.links import LINKS
 from llmlab.scale.published import (
     LLAMA3_405B_RUN,
     MEGATRON_TABLE2_175B,
@@ -165,3 +166,38 @@ def test_the_1t_layout_is_planned_by_its_first_stage():
     assert prediction.memory.total == pytest.approx(expected)
     assert prediction.memory.total / 1e9 == pytest.approx(52.4, abs=0.05)  # was 75.9, "tight"
     assert prediction.memory.pipeline_stage == 0 and prediction.fit == "yes"
+
+
+def test_expert_parallel_all_to_alls_are_priced_per_moe_layer():
+    """Mixtral 8x7B, EP 8 on one node, one micro-batch of 4096 tokens: each of 32 layers
+    dispatches and combines in forward and again in backward, 4 all-to-alls, each sending 7/8
+    of the rank's tokens x 2 experts x 4096 bf16 values in 7 messages over NVLink."""
+    layout = Parallel(8, ep=8, seq=4096, checkpointing=False)
+    prediction = simulate("mixtral-8x7b", Cluster("h100", 8, 1), layout)
+    held = 4096 * 2 * 4096 * 2
+    nvlink = LINKS["nvlink4"]
+    assert prediction.ep_s == pytest.approx(4 * 32 * (7 * nvlink.latency
+                                                       + 7 / 8 * held / nvlink.bandwidth))
+    across = simulate("mixtral-8x7b", Cluster("h100", 4, 2), layout)
+    assert across.ep_s > 5 * prediction.ep_s  # EP 8 over two nodes of 4: InfiniBand
+    recomputed = simulate("mixtral-8x7b", Cluster("h100", 8, 1),
+                          Parallel(8, ep=8, seq=4096, checkpointing=True))
+    assert recomputed.ep_s == pytest.approx(1.5 * prediction.ep_s)  # 2 more in the recomputation
+    assert simulate("llama-7b", Cluster("h100", 8, 1), Parallel(8)).ep_s == 0.0
+
+
+def test_expert_gradients_are_summed_only_over_the_ranks_that_hold_the_same_experts():
+    cluster = Cluster("h100", 8, 1)
+    replicated = simulate("mixtral-8x7b", cluster, Parallel(8, seq=4096))
+    shared_out = simulate("mixtral-8x7b", cluster, Parallel(8, ep=8, seq=4096))
+    # EP 8 on 8 GPUs: every GPU holds different experts: only the other parameters are summed.
+    others = simulate("llama-7b", cluster, Parallel(8, seq=4096))
+    assert shared_out.dp_total_s < replicated.dp_total_s / 10
+    assert others.dp_total_s > shared_out.dp_total_s  # llama-7b has more non-expert parameters
+
+
+def test_an_ep_that_does_not_divide_the_experts_is_refused():
+    with pytest.raises(ValueError, match="ep=16 does not divide the model's 8 expert"):
+        simulate("mixtral-8x7b", Cluster("h100", 8, 2), Parallel(16, ep=16))
+    with pytest.raises(ValueError, match="ep=2 does not divide the model's 1 expert"):
+        simulate("llama-7b", Cluster("h100", 8, 1), Parallel(8, ep=2))

@@ -5,9 +5,14 @@ returning how far its part is from the same computation done whole, forward and 
   (`ExpertParallelMoE`), each rank with its own tokens, against the whole layer on those tokens.
 - `context_parallel_differences`: one sequence split over the ranks, attention by ring (contiguous
   or zig-zag split) or by Ulysses, against full causal attention (`scaled_dot_product_attention`).
+- `communication_times`: one message and an all-to-all, timed, to check the alpha-beta model's
+  all-to-all (llmlab.scale.collectives) against the real one.
 """
 
 import copy
+import statistics
+import time
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -109,3 +114,44 @@ def torch_context_parallel_difference(seq_len: int = 64, heads: int = 4,
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     (out,) = context_parallel_unshard(mesh, [out], [2])
     return (out - full).abs().max().item()
+
+
+def communication_times(sizes: Sequence[int], repeats: int = 15) -> dict[str, dict[int, float]]:
+    """Median seconds over `repeats` (after one warm-up) of, for each size in bytes (fp32; a
+    multiple of 4 x the ranks): "send", one message from rank 0 to rank 1 (half a round trip:
+    rank 1 sends it back); "all_to_all", an all-to-all of a buffer of that size on every rank,
+    split evenly (the slowest rank's time). Every rank returns the same numbers."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    times: dict[str, dict[int, float]] = {"send": {}, "all_to_all": {}}
+    for size in sizes:
+        if size % (4 * world):
+            raise ValueError(f"size {size} is not a whole number of fp32 values per rank: use a "
+                             f"multiple of {4 * world}")
+        buffer, received = torch.zeros(size // 4), torch.empty(size // 4)
+
+        def ping_pong(buffer=buffer) -> None:
+            if rank < 2:
+                peer = 1 - rank
+                for step in ("send", "recv") if rank == 0 else ("recv", "send"):
+                    getattr(dist, step)(buffer, peer)
+
+        times["send"][size] = _median_seconds(ping_pong, repeats) / 2
+        times["all_to_all"][size] = _median_seconds(
+            lambda buffer=buffer, received=received: dist.all_to_all_single(received, buffer),
+            repeats)
+    return times
+
+
+def _median_seconds(operation: Callable[[], None], repeats: int) -> float:
+    """The median over `repeats` runs (one more first, to warm up) of the slowest rank's time,
+    every rank starting together."""
+    seconds = []
+    for repeat in range(repeats + 1):
+        dist.barrier()
+        start = time.perf_counter()
+        operation()
+        elapsed = torch.tensor(time.perf_counter() - start, dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        if repeat:
+            seconds.append(elapsed.item())
+    return statistics.median(seconds)

@@ -1,10 +1,12 @@
 """The harness reports what the notebook prints: differences from one process, the choices dropped
-and the bytes sent (EP), and refuses a method it does not know (CP)."""
+and the bytes sent (EP), refuses a method it does not know (CP), and times a message and an
+all-to-all the same on every rank (no test reads the times' values: they are the machine's)."""
 
 import pytest
 
 from llmlab.distributed import LaunchError, launch
 from llmlab.distributed.harness.experts_and_context import (
+    communication_times,
     context_parallel_differences,
     expert_parallel_differences,
     torch_context_parallel_difference,
@@ -35,3 +37,13 @@ def test_torchs_context_parallel_is_refused_on_cpu_ranks_with_its_reason():
     # The notebook prints this refusal on CPU; on GPUs the same function compares (not run here).
     with pytest.raises(LaunchError, match="does not have a sharding strategy registered"):
         launch(torch_context_parallel_difference, nprocs=2, timeout_s=60)
+
+
+def test_communication_times_are_one_table_shared_by_every_rank():
+    results = launch(communication_times, nprocs=3, args=([48, 480], 2), timeout_s=60)
+    assert results[0] == results[1] == results[2]  # the slowest rank's time, everywhere
+    assert set(results[0]) == {"send", "all_to_all"}
+    assert all(set(times) == {48, 480} and all(t > 0 for t in times.values())
+               for times in results[0].values())
+    with pytest.raises(LaunchError, match="not a whole number of fp32 values per rank"):
+        launch(communication_times, nprocs=3, args=([40],), timeout_s=60)
