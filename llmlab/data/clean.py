@@ -1,5 +1,9 @@
 """Cleaning: normalize each text, then drop documents that are too short, too long, low quality or
-exact duplicates. A report says what each step removed (documents and characters).
+exact duplicates, and on request those that fail a set of web-page quality rules (Gopher's, C4's:
+llmlab.data.quality) or are near-copies of an earlier one (MinHash-LSH: llmlab.data.dedup). A
+report says what each step removed (documents and characters). The two requested steps are off by
+default: the quality rules were tuned on web pages and remove much of a corpus's code, and the
+built-in corpus has no near-copies to find.
 
 Deliberately missing, unlike many tutorials: removing punctuation and lowercasing by default.
 A language model should see text as it will be asked to write it; punctuation is most of code's
@@ -12,7 +16,9 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from llmlab.data.dedup import drop_near_duplicates
 from llmlab.data.documents import Document
+from llmlab.data.quality import RULE_SETS, passes
 from llmlab.tables import markdown_table
 
 # C0 and C1 control characters (Unicode category Cc) except tab and newline.
@@ -41,6 +47,16 @@ class CleaningConfig:
     min_letter_fraction: float = 0.35  # below it: tables of numbers and escapes, not language
     max_line_chars: int = 1000  # longer lines: minified or generated data
     deduplicate: bool = True
+    quality_rules: str = ""  # a name in llmlab.data.quality.RULE_SETS ("gopher", ...); "": none
+    near_duplicates: float = 0.0  # > 0: drop near-copies of this Jaccard similarity; 0: off
+
+    def __post_init__(self) -> None:
+        if self.quality_rules and self.quality_rules not in RULE_SETS:
+            raise ValueError(f"unknown quality rules {self.quality_rules!r}: use one of "
+                             f"{tuple(RULE_SETS)}, or '' for none")
+        if not (self.near_duplicates == 0 or 0 < self.near_duplicates < 1):
+            raise ValueError("near_duplicates is a Jaccard similarity in (0, 1), or 0 for off; "
+                             f"got {self.near_duplicates}")
 
 
 @dataclass(frozen=True)
@@ -120,4 +136,12 @@ def clean_documents(
             return new
 
         keep("exact duplicates (sha256)", first_copy)
+    if config.quality_rules:
+        rules = RULE_SETS[config.quality_rules]
+        keep(f"{config.quality_rules} quality rules", lambda d: passes(d.text, rules))
+    if config.near_duplicates:
+        kept = {id(docs[i]) for i in drop_near_duplicates([d.text for d in docs],
+                                                          config.near_duplicates)}
+        keep(f"near duplicates (MinHash-LSH, Jaccard >= {config.near_duplicates})",
+             lambda d: id(d) in kept)
     return docs, report

@@ -166,6 +166,7 @@ def build_dataset(
             "train": [p.name for p in shards["train"]], "val": [p.name for p in shards["val"]],
             "tokens": report.tokens, "documents": {"train": len(train_docs),
                                                    "val": len(val_docs)},
+            "cleaning": [asdict(step) for step in report.cleaning.steps],
             "input_bytes": report.input_bytes, "seconds": report.seconds,
             "python": platform.python_version(),
         }

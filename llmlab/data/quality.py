@@ -63,6 +63,10 @@ C4_RULES = (
 )
 
 
+# The sets a dataset's cleaning can name (CleaningConfig.quality_rules).
+RULE_SETS = {"gopher": GOPHER_RULES, "c4": C4_RULES, "gopher+c4": GOPHER_RULES + C4_RULES}
+
+
 def passes(text: str, rules: Sequence[Rule]) -> bool:
     return not any(rule.fails(text) for rule in rules)
 

@@ -1,6 +1,7 @@
 """The pipeline: a full round trip from documents to shards and back, and prepare_dataset's
 promises: reuse when intact, rebuild when damaged, nothing half-built, one build for two callers."""
 
+import dataclasses
 import multiprocessing
 import time
 
@@ -78,6 +79,9 @@ def test_build_round_trip_from_documents_to_shards_and_back(tmp_path):
     assert decoded == {d.text for d in train}
     assert set(report.seconds) == {"read", "clean", "train tokenizer", "tokenize", "write"}
     assert report.mb_per_s() > 0 and report.input_bytes == paths.info["input_bytes"]
+    # The manifest says what each cleaning step removed.
+    assert paths.info["cleaning"] == [dataclasses.asdict(s) for s in report.cleaning.steps]
+    assert paths.info["cleaning"][-1]["step"] == "exact duplicates (sha256)"
 
 
 def test_split_is_by_whole_documents():
