@@ -94,7 +94,7 @@ LABS: tuple[Lab, ...] = (
         "no GPU needed; all of the built-in corpus (about 12 MB, 32k-token vocabulary)",
         _any_gpu, smoke_seconds=32),
     Lab(2, "memory", "Model configuration and training memory", True,
-        "any CUDA GPU (measures GPT-2 124M on it)", _any_gpu, smoke_seconds=23),
+        "any CUDA GPU (measures GPT-2 124M on it)", _any_gpu, smoke_seconds=19),
     Lab(3, "training", "Training on one GPU", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (GPT-2 small, 2000 steps of 65k tokens)",
         _on_training_gpu, smoke_seconds=334),
@@ -121,7 +121,7 @@ LABS: tuple[Lab, ...] = (
         "and GRPO over seeds)", _on_training_gpu, smoke_seconds=283),
     Lab(11, "experts_and_context", "Experts and long context", True,
         "2 or more GPUs (expert and context parallelism; the checks run CPU processes)",
-        _multi_gpu, smoke_seconds=18),
+        _multi_gpu, smoke_seconds=61),
 )
 
 

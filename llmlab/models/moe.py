@@ -25,6 +25,10 @@ Two ways to keep the experts evenly loaded:
   that choose the top k (never to the weights), nudged by `bias_rate` after each step by
   `update_balance_bias`: up for an expert that took fewer tokens than the average, down for one
   that took more.
+
+`with_experts` puts an MoE layer in every block's MLP place of a built model (`MoEFeedForward`:
+the block adds the residual, and the balancing loss reaches the training loss through any loop by
+`AddToLoss`), so an MoE model trains with the course's loops (Lab 11).
 """
 
 import math
@@ -33,6 +37,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from llmlab.models.blocks import transformer_blocks
 
 SOFTMAX_ORDERS = ("before_top_k", "after_top_k")
 
@@ -68,8 +74,12 @@ def route(
     renormalize: bool = True,
     balance_bias: torch.Tensor | None = None,
     capacity: int | None = None,
+    weight_scale: float = 1.0,
 ) -> Routing:
-    """Choose each token's experts and weights from the router's `logits` (T, E)."""
+    """Choose each token's experts and weights from the router's `logits` (T, E); the weights
+    are multiplied by `weight_scale` (DeepSeek's routed scaling factor: with top 1 of E and no
+    renormalisation a weight starts near 1/E, and E brings the output back to a dense MLP's
+    scale)."""
     if softmax not in SOFTMAX_ORDERS:
         raise ValueError(f"softmax must be one of {SOFTMAX_ORDERS}, got {softmax!r}")
     probs = logits.softmax(dim=-1)
@@ -82,6 +92,7 @@ def route(
         weights = weights.softmax(dim=-1)
     elif renormalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
+    weights = weights * weight_scale
     kept = torch.ones_like(experts, dtype=torch.bool)
     if capacity is not None:
         kept = seat_order(experts, logits.shape[-1]) < capacity
@@ -143,6 +154,7 @@ class MoELayer(nn.Module):
         renormalize: bool = True,
         capacity_factor: float | None = None,
         bias_rate: float = 0.0,
+        weight_scale: float = 1.0,
     ):
         super().__init__()
         self.router = nn.Linear(hidden, num_experts, bias=False)
@@ -150,6 +162,7 @@ class MoELayer(nn.Module):
         self.num_experts, self.top_k = num_experts, top_k
         self.softmax, self.renormalize = softmax, renormalize
         self.capacity_factor, self.bias_rate = capacity_factor, bias_rate
+        self.weight_scale = weight_scale
         # Buffers, not parameters: the optimizer never touches them, and they are saved.
         self.register_buffer("balance_bias", torch.zeros(num_experts))
         self.register_buffer("load", torch.zeros(num_experts))  # choices since the last update
@@ -161,7 +174,7 @@ class MoELayer(nn.Module):
             capacity = expert_capacity(len(tokens), self.top_k, self.num_experts,
                                        self.capacity_factor)
         routing = route(self.router(tokens), self.top_k, self.softmax, self.renormalize,
-                        self.balance_bias, capacity)
+                        self.balance_bias, capacity, self.weight_scale)
         if self.training:
             self.load += tokens_per_expert(routing, self.num_experts)
         return routing
@@ -178,6 +191,70 @@ class MoELayer(nn.Module):
         more, by `bias_rate`; then start counting again."""
         self.balance_bias += self.bias_rate * torch.sign(self.load.mean() - self.load)
         self.load.zero_()
+
+
+class AddToLoss(torch.autograd.Function):
+    """Forward: `x` unchanged. Backward: `loss` gets the gradient 1, as if it had been added to
+    the training loss. A layer's auxiliary loss reaches the optimizer this way through any training
+    loop, which calls backward on the model's loss and never sees this one."""
+
+    @staticmethod
+    def forward(ctx, x, loss):
+        ctx.loss_dtype = loss.dtype
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, torch.ones((), dtype=ctx.loss_dtype, device=grad.device)
+
+
+class MoEFeedForward(nn.Module):
+    """An MoE layer in a transformer block's MLP place: returns the experts' weighted outputs only
+    (the block adds its residual). In training it adds `aux_weight` x the balancing loss to the
+    training loss (`AddToLoss`), moves the balance bias after every forward when the layer has a
+    `bias_rate` (after every optimizer step, without gradient accumulation), and keeps each
+    forward's choices per expert and share of choices dropped in `loads` and `dropped`."""
+
+    def __init__(self, layer: MoELayer, aux_weight: float = 0.0):
+        super().__init__()
+        self.layer, self.aux_weight = layer, aux_weight
+        self.loads: list[torch.Tensor] = []
+        self.dropped: list[float] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, x.shape[-1])
+        routing = self.layer.route(tokens)
+        mixed = combine(tokens, routing, self.layer.experts).reshape(x.shape)
+        if self.training:
+            self.loads.append(tokens_per_expert(routing, self.layer.num_experts))
+            self.dropped.append((~routing.kept).float().mean().item())
+            if self.aux_weight:
+                mixed = AddToLoss.apply(mixed, self.aux_weight * load_balancing_loss(routing))
+            if self.layer.bias_rate:
+                self.layer.update_balance_bias()
+        return mixed
+
+
+def with_experts(model: nn.Module, num_experts: int, top_k: int, ff: int,
+                 capacity_factor: float | None = None, aux_weight: float = 0.0,
+                 bias_rate: float = 0.0, renormalize: bool = True,
+                 weight_scale: float = 1.0) -> nn.Module:
+    """`model` (from build_model) with every block's MLP replaced, in place, by an MoE layer of
+    `num_experts` SwiGLU experts of width `ff`, `top_k` per token. With one expert and top 1 it is
+    a dense SwiGLU MLP (the router's one weight is always 1): the dense model to compare with."""
+    hidden = model.config.hidden_size
+    for block in transformer_blocks(model):
+        block.mlp = MoEFeedForward(
+            MoELayer(hidden, ff, num_experts, top_k, renormalize=renormalize,
+                     capacity_factor=capacity_factor, bias_rate=bias_rate,
+                     weight_scale=weight_scale), aux_weight)
+    return model
+
+
+def moe_layers(model: nn.Module) -> list[MoEFeedForward]:
+    """The MoE layers `with_experts` put in `model`, first block first."""
+    return [block.mlp for block in transformer_blocks(model)
+            if isinstance(block.mlp, MoEFeedForward)]
 
 
 def load_transformers_experts(layer: MoELayer, block: nn.Module) -> MoELayer:

@@ -10,14 +10,19 @@ from transformers.models.mixtral.modeling_mixtral import (
 )
 from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeSparseMoeBlock
 
+from llmlab.models import build_model
 from llmlab.models.moe import (
+    MoEFeedForward,
     MoELayer,
     Routing,
     expert_capacity,
     load_balancing_loss,
     load_transformers_experts,
+    moe_layers,
     route,
+    with_experts,
 )
+from llmlab.models.presets import ModelShape
 
 HIDDEN, FF, EXPERTS, TOP_K = 16, 24, 6, 2
 
@@ -174,3 +179,56 @@ def test_the_balance_bias_evens_out_a_skewed_router():
 def test_an_unknown_softmax_order_is_named():
     with pytest.raises(ValueError, match="softmax must be one of"):
         route(CROWDED, top_k=1, softmax="after")
+
+
+def test_the_weight_scale_multiplies_the_weights_and_not_the_choice():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    plain = route(logits, top_k=1, renormalize=False)
+    scaled = route(logits, top_k=1, renormalize=False, weight_scale=4.0)
+    assert scaled.experts.tolist() == plain.experts.tolist()
+    assert scaled.weights.item() == pytest.approx(4 * plain.weights.item())
+
+
+SMALL = ModelShape("llama", 2, 16, 2, 40, context=12, d_ff=8)
+
+
+def test_with_experts_puts_a_layer_in_every_blocks_mlp_place_and_records_training_only():
+    model = with_experts(build_model(SMALL, seed=0), num_experts=4, top_k=1, ff=8,
+                         capacity_factor=1.0)
+    layers = moe_layers(model)
+    assert len(layers) == 2 and all(isinstance(layer, MoEFeedForward) for layer in layers)
+    ids = torch.randint(40, (3, 12), generator=torch.Generator().manual_seed(0))
+    model(ids)
+    assert [len(layer.loads) for layer in layers] == [1, 1]
+    assert all(layer.loads[0].sum() == 36 for layer in layers)  # every token's one choice
+    model.eval()
+    model(ids)
+    assert [len(layer.loads) for layer in layers] == [1, 1]  # evaluation records nothing
+
+
+def test_the_balancing_loss_reaches_the_router_as_if_added_to_the_training_loss():
+    """With AddToLoss inside the model, backward on the model's loss alone gives the router the
+    gradient of loss + weight x balancing loss, computed here by hand from the same routing."""
+    ids = torch.randint(40, (2, 12), generator=torch.Generator().manual_seed(1))
+    weight = 0.5
+    inside = with_experts(build_model(SMALL, seed=0), num_experts=4, top_k=2, ff=8,
+                          aux_weight=weight)
+    inside(ids, labels=ids).loss.backward()
+    by_hand = with_experts(build_model(SMALL, seed=0), num_experts=4, top_k=2, ff=8)
+    routings = []
+    for layer in moe_layers(by_hand):
+        original = layer.layer.route  # the same routing, kept for the loss by hand
+
+        def keep(tokens, original=original):
+            routings.append(original(tokens))
+            return routings[-1]
+
+        layer.layer.route = keep
+    loss = by_hand(ids, labels=ids).loss
+    (loss + weight * sum(load_balancing_loss(r) for r in routings)).backward()
+    for mine, theirs in zip(moe_layers(inside), moe_layers(by_hand), strict=True):
+        torch.testing.assert_close(mine.layer.router.weight.grad, theirs.layer.router.weight.grad)
+    without = with_experts(build_model(SMALL, seed=0), num_experts=4, top_k=2, ff=8)
+    without(ids, labels=ids).loss.backward()
+    assert not torch.allclose(moe_layers(without)[0].layer.router.weight.grad,
+                              moe_layers(inside)[0].layer.router.weight.grad)

@@ -5,12 +5,11 @@ returning how far its part is from the same computation done whole, forward and 
   (`ExpertParallelMoE`), each rank with its own tokens, against the whole layer on those tokens.
 - `context_parallel_differences`: one sequence split over the ranks, attention by ring (contiguous
   or zig-zag split) or by Ulysses, against full causal attention (`scaled_dot_product_attention`).
-- `communication_times`: one message and an all-to-all, timed, to check the alpha-beta model's
-  all-to-all (llmlab.scale.collectives) against the real one.
+- `communication_times`: two ranks exchanging a message, and an all-to-all, timed, to check the
+  alpha-beta model's all-to-all (llmlab.scale.collectives) against the real one.
 """
 
 import copy
-import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -116,34 +115,34 @@ def torch_context_parallel_difference(seq_len: int = 64, heads: int = 4,
     return (out - full).abs().max().item()
 
 
-def communication_times(sizes: Sequence[int], repeats: int = 15) -> dict[str, dict[int, float]]:
-    """Median seconds over `repeats` (after one warm-up) of, for each size in bytes (fp32; a
-    multiple of 4 x the ranks): "send", one message from rank 0 to rank 1 (half a round trip:
-    rank 1 sends it back); "all_to_all", an all-to-all of a buffer of that size on every rank,
-    split evenly (the slowest rank's time). Every rank returns the same numbers."""
+def communication_times(sizes: Sequence[int], repeats: int = 30) -> dict[str, dict[int, float]]:
+    """The fastest of `repeats` runs (after one warm-up; the least disturbed by the machine's other
+    work) of, for each size in bytes (fp32; a multiple of 4 x the ranks): "exchange", ranks 0 and
+    1 sending each other a message of that size at once (what every rank of an all-to-all does
+    with each other rank); "all_to_all", an all-to-all of a buffer of that size on every rank,
+    split evenly. Each run's time is the slowest rank's; every rank returns the same numbers."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    times: dict[str, dict[int, float]] = {"send": {}, "all_to_all": {}}
+    times: dict[str, dict[int, float]] = {"exchange": {}, "all_to_all": {}}
     for size in sizes:
         if size % (4 * world):
             raise ValueError(f"size {size} is not a whole number of fp32 values per rank: use a "
                              f"multiple of {4 * world}")
         buffer, received = torch.zeros(size // 4), torch.empty(size // 4)
 
-        def ping_pong(buffer=buffer) -> None:
+        def exchange(buffer=buffer, received=received) -> None:
             if rank < 2:
-                peer = 1 - rank
-                for step in ("send", "recv") if rank == 0 else ("recv", "send"):
-                    getattr(dist, step)(buffer, peer)
+                for request in (dist.isend(buffer, 1 - rank), dist.irecv(received, 1 - rank)):
+                    request.wait()
 
-        times["send"][size] = _median_seconds(ping_pong, repeats) / 2
-        times["all_to_all"][size] = _median_seconds(
+        times["exchange"][size] = _fastest_seconds(exchange, repeats)
+        times["all_to_all"][size] = _fastest_seconds(
             lambda buffer=buffer, received=received: dist.all_to_all_single(received, buffer),
             repeats)
     return times
 
 
-def _median_seconds(operation: Callable[[], None], repeats: int) -> float:
-    """The median over `repeats` runs (one more first, to warm up) of the slowest rank's time,
+def _fastest_seconds(operation: Callable[[], None], repeats: int) -> float:
+    """The fastest of `repeats` runs (one more first, to warm up) of the slowest rank's time,
     every rank starting together."""
     seconds = []
     for repeat in range(repeats + 1):
@@ -154,4 +153,4 @@ def _median_seconds(operation: Callable[[], None], repeats: int) -> float:
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         if repeat:
             seconds.append(elapsed.item())
-    return statistics.median(seconds)
+    return min(seconds)

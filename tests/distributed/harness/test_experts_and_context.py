@@ -42,7 +42,7 @@ def test_torchs_context_parallel_is_refused_on_cpu_ranks_with_its_reason():
 def test_communication_times_are_one_table_shared_by_every_rank():
     results = launch(communication_times, nprocs=3, args=([48, 480], 2), timeout_s=60)
     assert results[0] == results[1] == results[2]  # the slowest rank's time, everywhere
-    assert set(results[0]) == {"send", "all_to_all"}
+    assert set(results[0]) == {"exchange", "all_to_all"}
     assert all(set(times) == {48, 480} and all(t > 0 for t in times.values())
                for times in results[0].values())
     with pytest.raises(LaunchError, match="not a whole number of fp32 values per rank"):
