@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from llmlab.device import TORCH_DTYPES
+from llmlab.device import TORCH_DTYPES, choose_dtype
 from llmlab.gpu_specs import check_dtype
 from llmlab.timing import time_fn
 
@@ -20,6 +20,10 @@ def matmul_flops(m: int, n: int, k: int) -> int:
     """FLOPs of an (m x k) @ (k x n) matmul: a multiply and an add per term."""
     return 2 * m * n * k
 
+
+# The largest emulated matmul a sweep times: bf16 emulated at about 1 GFLOP/s (a CPU without bf16
+# instructions) takes seconds for one 1024 x 1024 matmul, a tenth of a second at 512.
+EMULATED_UP_TO = 512
 
 # tf32 is not a tensor dtype: it is float32 tensors multiplied with TF32 tensor-core math.
 _TORCH_DTYPES = {**TORCH_DTYPES, "tf32": torch.float32}
@@ -43,6 +47,15 @@ def dtype_supported(dtype: str, device: torch.device | str) -> bool:
         return True
     device = torch.device(device)
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def emulated(dtype: str, device: torch.device | str) -> bool:
+    """Whether `device` computes `dtype` without hardware for it: bf16 on a CPU without bf16
+    instructions (llmlab.device's dtype rule reads them), where it is about 100x slower than
+    fp32."""
+    device = torch.device(device)
+    return (dtype == "bf16" and device.type == "cpu"
+            and choose_dtype(device).dtype != torch.bfloat16)
 
 
 @contextlib.contextmanager
@@ -88,12 +101,15 @@ def matmul_sweep(
     warmup: int = 2,
     repeats: int = 5,
     progress: bool = True,
+    emulated_up_to: int | None = EMULATED_UP_TO,
 ) -> list[MatmulResult]:
     """`measure_matmul` for every size and dtype, in that order.
 
-    Combinations the device cannot run (tf32 off an Ampere-or-newer GPU) are skipped.
+    Combinations the device cannot run (tf32 off an Ampere-or-newer GPU) are skipped, and so are
+    emulated ones (`emulated`) above `emulated_up_to` (None: every size).
     """
-    runnable = [(s, d) for s in sizes for d in dtypes if dtype_supported(d, device)]
+    runnable = [(s, d) for s in sizes for d in dtypes if dtype_supported(d, device)
+                and not (emulated_up_to and s > emulated_up_to and emulated(d, device))]
     return [
         measure_matmul(size, dtype, device, warmup=warmup, repeats=repeats)
         for size, dtype in tqdm(runnable, desc="matmul", disable=not progress)

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
+from llmlab.device import training_dtype_for
 from llmlab.gpu_specs import DTYPES, peak_tflops
-from llmlab.matmul import matmul_flops, matmul_sweep, measure_matmul, mfu
+from llmlab.matmul import emulated, matmul_flops, matmul_sweep, measure_matmul, mfu
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -34,6 +35,23 @@ def test_matmul_sweep_skips_tf32_on_cpu():
     assert len(results) == len(sizes) * 3
     assert [r.dtype for r in results[:3]] == ["fp32", "bf16", "fp16"]
     assert [r.size for r in results] == [16, 16, 16, 32, 32, 32]
+
+
+@pytest.mark.parametrize("fast_bf16", [True, False])
+def test_a_sweep_times_emulated_bf16_only_up_to_its_limit(monkeypatch, fast_bf16):
+    """On a CPU without bf16 instructions (injected: the dtype rule says fp32) bf16 is emulated,
+    about 100x slower: the sweep stops it at `emulated_up_to`; fp32, and bf16 where it is native,
+    run every size. Sizes stand in for 512 and 1024 with a lower limit."""
+    choice = training_dtype_for("cpu", cpu_fast_bf16=fast_bf16)
+    monkeypatch.setattr("llmlab.matmul.choose_dtype", lambda device: choice)
+    assert emulated("bf16", "cpu") is not fast_bf16 and not emulated("fp32", "cpu")
+    results = matmul_sweep((16, 32), ["fp32", "bf16"], "cpu", warmup=0, repeats=1,
+                           progress=False, emulated_up_to=16)
+    expected = [(16, "fp32"), (16, "bf16"), (32, "fp32")] + ([(32, "bf16")] if fast_bf16 else [])
+    assert [(r.size, r.dtype) for r in results] == expected
+    every = matmul_sweep((16, 32), ["bf16"], "cpu", warmup=0, repeats=1, progress=False,
+                         emulated_up_to=None)
+    assert [r.size for r in every] == [16, 32]
 
 
 def test_mfu():
