@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-IGNORE = -100  # the label transformers' loss skips
+from llmlab.data.packing import IGNORE_INDEX
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,9 @@ def key_value_facts(num_facts: int, key_vocab: int, num_values: int,
 
 
 def with_value_labels(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, labels) for rows of whole facts: labels are the value tokens, IGNORE elsewhere
-    (transformers shifts them: the model predicts each value from its two key tokens)."""
-    labels = torch.full_like(rows, IGNORE)
+    """(input_ids, labels) for rows of whole facts: labels are the value tokens, IGNORE_INDEX
+    elsewhere (transformers shifts them: the model predicts each value from its two key tokens)."""
+    labels = torch.full_like(rows, IGNORE_INDEX)
     labels[:, 2::3] = rows[:, 2::3]
     return rows, labels
 

@@ -533,10 +533,10 @@ def estimate_memory(
         # ZeRO-3/FSDP gathers a whole block to compute it (the experts this GPU holds), and
         # prefetches the next one.
         block_experts = expert_parameters(shape, layers=1)
-        block_params = count_parameters(shape).non_embedding / shape.n_layer - block_experts
-        items["gathered blocks"] = 2 * _sharded(
-            setup, block_params * DTYPE_BYTES[setup.dtype], block_experts
-            * DTYPE_BYTES[setup.dtype], zero=False)
+        block_others = count_parameters(shape).non_embedding / shape.n_layer - block_experts
+        nbytes = DTYPE_BYTES[setup.dtype]
+        items["gathered blocks"] = 2 * _sharded(setup, block_others * nbytes,
+                                                block_experts * nbytes, zero=False)
     items["optimizer scratch"] = _optimizer_scratch(shape, setup, trainable, muon_params, experts)
     items = {name: nbytes for name, nbytes in items.items() if nbytes > 0}
 

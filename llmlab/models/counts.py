@@ -44,7 +44,7 @@ def block_parameters(shape: ModelShape, active: bool = False) -> int:
     else:
         attention = d * d + 2 * d * kv + d * d  # q, k, v, output projections; no biases
         experts = shape.active_experts if active else shape.experts
-        mlp = experts * 3 * d * f  # SwiGLU: gate, up and down projections, per expert
+        mlp = experts * _swiglu_parameters(shape)
         mlp += d * shape.n_experts  # the router: one logit per expert (none when dense)
         norms = 2 * d  # two RMSNorms, a scale each
     return attention + mlp + norms
@@ -67,7 +67,12 @@ def expert_parameters(model: str | ModelShape, layers: int = 0) -> int:
     shape = as_shape(model)
     if not shape.n_experts:
         return 0
-    return (layers or shape.n_layer) * shape.n_experts * 3 * shape.d_model * shape.ff
+    return (layers or shape.n_layer) * shape.n_experts * _swiglu_parameters(shape)
+
+
+def _swiglu_parameters(shape: ModelShape) -> int:
+    """One SwiGLU MLP (a llama block's, or one expert's): gate, up and down projections."""
+    return 3 * shape.d_model * shape.ff
 
 
 def _counts(shape: ModelShape, active: bool) -> ParamCounts:

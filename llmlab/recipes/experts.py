@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from llmlab.data.key_values import IGNORE, KeyValueFacts, every_fact, fact_batch, key_value_facts
+from llmlab.data.key_values import KeyValueFacts, every_fact, fact_batch, key_value_facts
+from llmlab.data.packing import IGNORE_INDEX
 from llmlab.models import build_model, eval_mode, next_token_cross_entropy
 from llmlab.models.moe import moe_layers, with_experts
 from llmlab.models.presets import ModelShape
@@ -92,8 +93,8 @@ def recall(model: torch.nn.Module, table: KeyValueFacts,
     with eval_mode(model):
         logits = model(inputs).logits[:, :-1]
     targets = labels[:, 1:]
-    loss = next_token_cross_entropy(logits, targets).item()  # the values only: keys are IGNORE
-    scored = targets != IGNORE
+    loss = next_token_cross_entropy(logits, targets).item()  # the values only: keys are ignored
+    scored = targets != IGNORE_INDEX
     accuracy = (logits[scored].argmax(dim=-1) == targets[scored]).float().mean().item()
     return loss, accuracy
 

@@ -4,7 +4,8 @@ score only the values."""
 import pytest
 import torch
 
-from llmlab.data.key_values import IGNORE, every_fact, fact_batch, key_value_facts
+from llmlab.data.key_values import every_fact, fact_batch, key_value_facts
+from llmlab.data.packing import IGNORE_INDEX
 
 
 def test_the_keys_are_distinct_and_the_ids_keep_to_their_ranges():
@@ -28,7 +29,7 @@ def test_a_batch_labels_the_values_only_and_every_fact_covers_the_table_once():
                                 generator=torch.Generator().manual_seed(0))
     assert inputs.shape == labels.shape == (3, 12)
     assert (labels[:, 2::3] == inputs[:, 2::3]).all()
-    assert (labels[:, 0::3] == IGNORE).all() and (labels[:, 1::3] == IGNORE).all()
+    assert (labels[:, 0::3] == IGNORE_INDEX).all() and (labels[:, 1::3] == IGNORE_INDEX).all()
     inputs, labels = every_fact(table, facts_per_row=8)
     assert torch.equal(inputs.reshape(-1, 3), table.facts)
     with pytest.raises(ValueError, match="do not divide"):
