@@ -6,9 +6,16 @@ Raw is a sample of the smoke corpus's training documents with noise added
 (llmlab.recipes.curation.noisy_corpus: boilerplate copied many times, near-copies, base64 and
 number tables); curated is raw through Lab 01's cleaning with near-copy removal. Each seed gives
 both corpora the same initial weights and the same window-sampling seed, so the difference
-raw - curated is paired. One thread.
+raw - curated is paired. One thread. Its output (the defaults, the noise floor, and each kind of
+noise alone): benchmarks/measured/curation_effect.txt
 
-    python benchmarks/curation_effect.py [--fraction 0.2] [--steps 200] [--width 64] ...
+    python benchmarks/curation_effect.py [--null] [--junk 0] [--fraction 0.1] [--steps 120] ...
+
+What it found (2 layers of width 64, 120 steps of 16 x 128 tokens, a fifth of the smoke corpus's
+training documents, 55% of raw's tokens noise): raw - curated +0.24 to +0.26 bits per byte at
+every seed, where data order alone (--null) moves the score by 0.02 to 0.10; about 65 s for the
+six runs. The effect is the junk's: duplicates alone (--junk 0) are within the noise at 1.7
+passes over the clean text, and at 3.7 (--fraction 0.1) raw is if anything better.
 """
 
 import argparse
