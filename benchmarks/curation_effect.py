@@ -14,8 +14,9 @@ noise alone): benchmarks/measured/curation_effect.txt
 What it found (2 layers of width 64, 120 steps of 16 x 128 tokens, a fifth of the smoke corpus's
 training documents, 55% of raw's tokens noise): raw - curated +0.24 to +0.26 bits per byte at
 every seed, where data order alone (--null) moves the score by 0.02 to 0.10; about 65 s for the
-six runs. The effect is the junk's: duplicates alone (--junk 0) are within the noise at 1.7
-passes over the clean text, and at 3.7 (--fraction 0.1) raw is if anything better.
+six runs. The effect is the junk's (alone: +0.25 to +0.35). Duplicates alone (--junk 0) are not
+consistent: +0.21, +0.23 and 0.00 at 1.7 passes over the clean text, and at 3.7 passes
+(--fraction 0.1) raw does better by 0.00 to 0.07.
 """
 
 import argparse
