@@ -92,7 +92,7 @@ LABS: tuple[Lab, ...] = (
         "any CUDA GPU; about 1 minute", _any_gpu, smoke_seconds=12),
     Lab(1, "data", "Data preprocessing and tokenization", True,
         "no GPU needed; all of the built-in corpus (about 12 MB, 32k-token vocabulary)",
-        _any_gpu, smoke_seconds=32),
+        _any_gpu, smoke_seconds=64),
     Lab(2, "memory", "Model configuration and training memory", True,
         "any CUDA GPU (measures GPT-2 124M on it)", _any_gpu, smoke_seconds=19),
     Lab(3, "training", "Training on one GPU", True,
