@@ -43,5 +43,7 @@ def test_speedups_pair_the_rounds():
 def test_busy_warning_only_when_the_load_exceeds_the_cores():
     assert busy_warning(load=1.5, cores=2) is None
     assert busy_warning(load=2.0, cores=2) is None
+    assert busy_warning(load=2.4, cores=2) is None  # the notebook's own two threads, and chores
+    assert "2.6" in busy_warning(load=2.6, cores=2)
     warning = busy_warning(load=3.2, cores=2)
     assert "busy" in warning and "3.2" in warning and "2 cores" in warning

@@ -74,12 +74,17 @@ def merge_rounds(rounds: list[list[QuickRun]]) -> list[QuickRun]:
     return merged
 
 
+def rounds_text(count: int) -> str:
+    """'the 3 rounds', or 'its one round'."""
+    return "its one round" if count == 1 else f"the {count} rounds"
+
+
 def round_lines(rounds: list[list[QuickRun]]) -> str:
     """Each variant's step time in every round, a line each: how far its median could move."""
     width = max(len(run.name) for run in rounds[0])
     return "\n".join(
-        f"{run.name:>{width}}: {', '.join(f'{r[i].step_ms:.0f}' for r in rounds)} ms/step in the "
-        f"{len(rounds)} rounds"
+        f"{run.name:>{width}}: {', '.join(f'{r[i].step_ms:.0f}' for r in rounds)} ms/step in "
+        f"{rounds_text(len(rounds))}"
         for i, run in enumerate(rounds[0])
     )
 

@@ -12,6 +12,7 @@ from llmlab.train.quick_runs import (
     merge_rounds,
     quick_runs,
     round_lines,
+    rounds_text,
     runs_table,
 )
 
@@ -100,6 +101,9 @@ def test_the_rounds_are_shown_and_a_gain_counts_only_beyond_their_spread():
     assert round_lines(apart).splitlines() == ["   eager: 150, 160 ms/step in the 2 rounds",
                                                "compiled: 120, 130 ms/step in the 2 rounds"]
     assert faster_in_every_round(apart, fast=1, slow=0)
+    assert round_lines(apart[:1]).splitlines() == ["   eager: 150 ms/step in its one round",
+                                                   "compiled: 120 ms/step in its one round"]
+    assert rounds_text(3) == "the 3 rounds"
     overlap = [[run("eager", 154), run("compiled", 180)], [run("eager", 172), run("compiled", 135)]]
     # the medians differ (163 against 157.5), the rounds do not say which is faster
     assert not faster_in_every_round(overlap, fast=1, slow=0)
