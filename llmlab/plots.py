@@ -190,7 +190,9 @@ def _log_log_lines(series: Mapping[str, Mapping[int, float]], scale: float, xlab
 
 
 class LiveLoss:
-    """A trainer callback that redraws the loss curve in the notebook as training goes.
+    """A trainer callback that redraws the loss curve in the notebook as training goes: every
+    `every` logged steps and at each validation point (the last step has one, so the figure left
+    in the notebook is the whole run). A redraw costs about 0.1 s.
 
     `Trainer(..., callbacks=[LiveLoss()])`; outside a notebook it draws nothing until `figure()`.
     """
@@ -207,7 +209,7 @@ class LiveLoss:
             self.val_steps.append(metrics.step)
             self.val_losses.append(metrics.val_loss)
         self.calls += 1
-        if self.calls % self.every == 0:
+        if self.calls % self.every == 0 or metrics.val_loss is not None:
             self._show()
 
     def figure(self) -> Figure:
