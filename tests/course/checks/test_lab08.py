@@ -378,3 +378,48 @@ def test_lora_an_error_in_forward_or_merge_is_named_with_the_call():
             buggy()
 
     fails(check.exercise_lora_linear, MergeBug, r"alpha=8\): merge\(\)" + BUG_NAMED)
+
+
+# ---- the back-translation loop (a sketch of issue 35's build exercise)
+
+
+def back_translation(*, leak=False, inverted=False, ratio_of="real", drop_real=False):
+    """augment_by_back_translation, right or with one named mistake."""
+    import random as random_module
+
+    from llmlab.data.augment import back_translate, extra_targets
+
+    def augment(real, pool, avoid, translate_back, keep, ratio, rng):
+        pool = list(pool)
+        targets = [i.answer for i in pool] if leak else extra_targets(pool, avoid)
+        rule = (lambda s, t: not keep(s, t)) if inverted else keep
+        synthetic, _ = back_translate(targets, translate_back, rule)
+        count = round(ratio * len(real)) if ratio_of == "real" else round(len(real) / ratio)
+        chosen = random_module.Random(0).sample(synthetic, min(count, len(synthetic)))
+        return (list(real)[1:] if drop_real else list(real)) + chosen
+
+    return augment
+
+
+def test_back_translation_check_passes_on_the_reference(capsys):
+    from llmlab.data.augment import augment_by_back_translation
+
+    check.exercise_back_translation(augment_by_back_translation)
+    check.exercise_back_translation(back_translation())  # another order of the same pairs
+    assert "PASSED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("switch, match", [
+    ({"leak": True}, "test answer leaked"),
+    ({"inverted": True}, "the right way round"),
+    ({"ratio_of": "inverted"}, "synthetic pairs per real pair"),
+    ({"drop_real": True}, "every real pair exactly once"),
+])
+def test_back_translation_check_names_the_mistake(switch, match):
+    fails(check.exercise_back_translation, back_translation(**switch), match)
+
+
+def test_back_translation_check_names_a_bug_and_a_stub(capsys):
+    fails(check.exercise_back_translation, buggy, BUG_NAMED)
+    check.exercise_back_translation(stub)
+    assert "NOT DONE" in capsys.readouterr().out
