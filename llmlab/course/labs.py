@@ -112,7 +112,8 @@ LABS: tuple[Lab, ...] = (
         "small; GPTQ's GPU kernels timed)", _on_training_gpu, smoke_seconds=168),
     Lab(8, "finetuning", "Fine-tuning and evaluation", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (fine-tunes Lab 03's GPT-2 small four ways: "
-        "full, LoRA, QLoRA, head only)", _on_training_gpu, smoke_seconds=225),
+        "full, LoRA, QLoRA, head only; augments a tenth of the pairs)", _on_training_gpu,
+        smoke_seconds=337),
     Lab(9, "kernels", "Kernels and profiling", True,
         "any CUDA GPU (profiles and times Lab 03's model; Triton kernels run compiled)", _any_gpu,
         smoke_seconds=126),

@@ -5,11 +5,15 @@ the start, the outputs with the same adapter values, the gradients, the merged w
 outputs, and the unmerge. Exercise 1 (corpus BLEU) is checked against sacrebleu on random
 corpora and edge cases. Exercise 3 (the paired bootstrap) is checked against llmlab's paired
 percentile bootstrap on the same draws, with a corpus metric that is not a mean of sentence
-scores and with an accuracy. When an answer differs, the check recomputes each likely mistake
+scores and with an accuracy. Exercise 4 (back-translation's generate-filter-mix loop) runs on
+random dates with a reverse "model" that is sometimes wrong, against llmlab.data.augment's loop
+for the count. When an answer differs, the check recomputes each likely mistake
 and names the one the answer matches.
 """
 
 import math
+import random
+import zlib
 from collections import Counter
 
 import numpy as np
@@ -26,6 +30,8 @@ from llmlab.course.checks import (
     passed,
     real_number,
 )
+from llmlab.data.augment import augment_by_back_translation, is_iso_date
+from llmlab.data.tasks import task_splits
 from llmlab.evaluate.bootstrap import (
     paired_percentile,
     percentile_test,
@@ -602,20 +608,14 @@ def exercise_paired_bootstrap(paired_bootstrap) -> None:
                  "and an accuracy), identical systems, a far better system and 3 sentences")
 
 
-# ------------------------------------------- Exercise (sketch, issue 35): back-translation's loop
+# ---------------------------------------------------------------- Exercise 4: back-translation's loop
 
-_BACK = "Exercise (back-translation)"
+_BACK = "Exercise 4 (back-translation)"
 
 
 def _back_translation_case(seed: int):
     """Random dates: a small real share, a pool that (carelessly) holds the test items too, and a
     reverse "model" that writes the right ISO date, a wrong one, or something that is no date."""
-    import random
-    import zlib
-
-    from llmlab.data.augment import is_iso_date
-    from llmlab.data.tasks import task_splits
-
     rng = random.Random(seed)
     splits = task_splits("dates", {"train": rng.randrange(60, 120), "test": 30}, seed=seed)
     n_real = rng.randrange(5, 15)
@@ -639,10 +639,6 @@ def _back_translation_case(seed: int):
 @exercise()
 def exercise_back_translation(augment) -> None:
     """augment(real, pool, avoid, translate_back, keep, ratio, rng) -> the mixed pairs."""
-    import random
-
-    from llmlab.data.augment import augment_by_back_translation
-
     name = _BACK
     for seed in range(5):
         real, pool, avoid, back, keep, ratio = _back_translation_case(seed)
@@ -682,5 +678,3 @@ EXERCISES = {
     "paired_bootstrap": exercise_paired_bootstrap,
     "augment_by_back_translation": exercise_back_translation,
 }
-# A sketch (issue 35): its check is here, its notebook cell is not written yet.
-NOT_IN_NOTEBOOK_YET = ("augment_by_back_translation",)
