@@ -10,6 +10,9 @@ Lab 08's training split, five seeds per condition, every condition the same step
                     whose day and year agree with the target ("date filter": a real date only)
   EDA noise         plus noisy copies of the share: each token of the ISO source dropped with
                     probability 0.1, then two tokens swapped; the target unchanged
+  self-training     plus pairs the model writes itself: a model fine-tuned on the share (seed 0)
+                    writes a target (greedy) for extra ISO sources (the keys of the training
+                    pairs outside the share), kept when the target's numbers agree with the source
   all real          every training pair (the upper reference: back-translation with a perfect
                     reverse model)
 Scores: exact match and chrF on Lab 08's test dates (greedy), mean ± 95% t interval over seeds,
@@ -25,7 +28,9 @@ number-agreement filter stands clear of "none" on exact match (+7.8 ± 5.5 point
 task needs 140-160 steps from Lab 03's model: at 80 a 10% share scores about 5% exact, at 120
 back-translation's gain no longer clears the seeds' noise on exact match, and at 140 (with
 `--generate 6`) it does: +9.4 ± 3.1 exact, +4.2 ± 0.9 chrF, in 126 s for none and
-back-translation on 1 thread.
+back-translation on 1 thread. Self-training with the same number filter (the share's own model
+wrote 384 targets, 173 kept, 91% of them right) gains +10.3 ± 4.2 exact and +3.4 ± 1.9 chrF:
+as much as back-translation (the two are not told apart over 5 seeds).
 """
 
 import argparse
@@ -64,7 +69,7 @@ def main() -> None:
     parser.add_argument("--back-steps", type=int, default=None, help="default: --steps")
     parser.add_argument("--conditions", help="separated by ';'",
                         default="none;back-translation;back-translation, date filter;"
-                                "EDA noise;all real")
+                                "EDA noise;self-training;all real")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--generate", type=float, default=3.0,
                         help="targets back-translated, per synthetic pair the mix takes")
@@ -136,6 +141,25 @@ def main() -> None:
         clock["back-translation setup"] = time.perf_counter() - start
         cpu["back-translation setup"] = time.process_time() - start_cpu
 
+    # Self-training, once: the forward model trained on the share writes targets for extra
+    # sources; the same number-agreement check keeps a pair (it cannot see a wrong month).
+    synthetic_self = []
+    if "self-training" in conditions:
+        start, start_cpu = time.perf_counter(), time.process_time()
+        teacher = tune(encode(as_pairs(share)), seed=0)
+        extra = forward["train"][n_share : n_share + round(args.generate * args.ratio * n_share)]
+        written = complete(teacher, tokenizer, [i.prompt for i in extra], "greedy",
+                           max_new_tokens=MAX_NEW)
+        kept = [(i, w.strip()) for i, w in zip(extra, written, strict=True)
+                if numbers_agree(i.prompt[len("Date: "):-2], w.strip())]
+        synthetic_self = [(i.prompt, w) for i, w in kept]
+        right = sum(w == i.answer for i, w in kept)
+        print(f"self-training: {len(extra)} extra sources written by the share's model, "
+              f"{len(extra) - len(kept)} dropped by the filter, {len(kept)} kept, {right} of "
+              f"them right ({100 * right / max(1, len(kept)):.0f}%)")
+        clock["self-training setup"] = time.perf_counter() - start
+        cpu["self-training setup"] = time.process_time() - start_cpu
+
     runs = {c: [] for c in conditions}
     for condition in conditions:
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -149,6 +173,8 @@ def main() -> None:
             elif condition in filters:
                 synthetic = [(f"Date: {s} =", t) for s, t in synthetic_bt[condition]]
                 pairs = mix(real, synthetic, args.ratio, rng)
+            elif condition == "self-training":
+                pairs = mix(real, synthetic_self, args.ratio, rng)
             elif condition == "EDA noise":
                 isos = [p[len("Date: "):-2] for p, _ in real]
                 noisy = [(f"Date: {s} =", t) for s, t in

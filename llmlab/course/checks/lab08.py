@@ -608,7 +608,7 @@ def exercise_paired_bootstrap(paired_bootstrap) -> None:
                  "and an accuracy), identical systems, a far better system and 3 sentences")
 
 
-# ---------------------------------------------------------------- Exercise 4: back-translation's loop
+# -------------------------------------------------------------- Exercise 4: back-translation's loop
 
 _BACK = "Exercise 4 (back-translation)"
 

@@ -380,7 +380,7 @@ def test_lora_an_error_in_forward_or_merge_is_named_with_the_call():
     fails(check.exercise_lora_linear, MergeBug, r"alpha=8\): merge\(\)" + BUG_NAMED)
 
 
-# ---------------------------------------------------------------- Exercise 4: back-translation's loop
+# -------------------------------------------------------------- Exercise 4: back-translation's loop
 
 
 def back_translation(*, leak=False, inverted=False, ratio_of="real", drop_real=False):
