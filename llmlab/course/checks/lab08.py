@@ -636,7 +636,8 @@ def _back_translation_case(seed: int):
     return real, pool, avoid, translate_back, (lambda s, t: is_iso_date(s)), rng.choice((0.5, 1, 2))
 
 
-@exercise()
+@exercise(fallback=augment_by_back_translation,
+          fallback_name="llmlab.data.augment.augment_by_back_translation")
 def exercise_back_translation(augment) -> None:
     """augment(real, pool, avoid, translate_back, keep, ratio, rng) -> the mixed pairs."""
     name = _BACK
