@@ -5,8 +5,8 @@ belongs next to every generated score. Greedy decoding takes the most likely tok
 beam search keeps the `num_beams` most likely sequences and usually finds a likelier (often
 shorter, blander) one; sampling draws from the distribution sharpened (temperature < 1) or
 flattened (> 1). Sampling is random: each prompt gets its own seed, so a completion does not
-depend on which prompts came before it, and a score over several seeds can carry an error bar.
-Greedy and beam search are not: they decode prompts of one length in tokens together, which is
+depend on which prompts came before it or share its batch, and a score over several seeds can
+carry an error bar. Every strategy decodes prompts of one length in tokens together, which is
 much faster and gives the same text as one at a time.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from llmlab.models.generation import generate_batch, generate_continuation, will_sample
+from llmlab.models.generation import generate_batch, will_sample
 
 STRATEGIES: dict[str, dict] = {
     "greedy": {"do_sample": False},
@@ -40,9 +40,9 @@ def complete(
     seed: int = 0,
 ) -> list[str]:
     """Each prompt's continuation (the prompt left out), cut before the first `stop`, in the order
-    of `prompts`. `strategy` is a name in STRATEGIES or your own `generate` options. Sampling
-    seeds prompt i with seed + i; greedy and beam search decode up to BATCH prompts of one length
-    in tokens at a time (the seed is not used)."""
+    of `prompts`. `strategy` is a name in STRATEGIES or your own `generate` options. Up to BATCH
+    prompts of one length in tokens are decoded at a time; sampling seeds prompt i with seed + i
+    (greedy and beam search do not use the seed)."""
     if isinstance(strategy, Mapping):
         options = dict(strategy)
     elif strategy in STRATEGIES:
@@ -52,24 +52,19 @@ def complete(
     # stop_strings ends generation at the stop (a summary is a few tokens out of max_new_tokens):
     # the text is the same, the steps after it are not computed.
     options = {**options, "stop_strings": [stop]} if stop else options
+    sampled = will_sample(model, options)
     new_ids: list[torch.Tensor | None] = [None] * len(prompts)
-    if will_sample(model, options):
-        for number, prompt in enumerate(prompts):
-            # seeded per prompt: a completion is independent of the other prompts
-            _, new_ids[number] = generate_continuation(
-                model, tokenizer, prompt, seed=seed + number, max_new_tokens=max_new_tokens,
-                **options,
-            )
-    else:
-        by_length = defaultdict(list)  # token length -> the numbers of the prompts that long
-        for number, prompt in enumerate(prompts):
-            by_length[len(tokenizer(prompt).input_ids)].append(number)
-        for numbers in by_length.values():
-            for start in range(0, len(numbers), BATCH):
-                chunk = numbers[start : start + BATCH]
-                rows = generate_batch(model, tokenizer, [prompts[i] for i in chunk],
-                                      max_new_tokens=max_new_tokens, **options)
-                for number, row in zip(chunk, rows, strict=True):
-                    new_ids[number] = row
+    by_length = defaultdict(list)  # token length -> the numbers of the prompts that long
+    for number, prompt in enumerate(prompts):
+        by_length[len(tokenizer(prompt).input_ids)].append(number)
+    for numbers in by_length.values():
+        for start in range(0, len(numbers), BATCH):
+            chunk = numbers[start : start + BATCH]
+            # sampled: prompt i draws from its own generator, seeded seed + i
+            seeds = [seed + number for number in chunk] if sampled else None
+            rows = generate_batch(model, tokenizer, [prompts[i] for i in chunk], seeds=seeds,
+                                  max_new_tokens=max_new_tokens, **options)
+            for number, row in zip(chunk, rows, strict=True):
+                new_ids[number] = row
     texts = [tokenizer.decode(new, skip_special_tokens=True) for new in new_ids]
     return [text.split(stop)[0] if stop else text for text in texts]

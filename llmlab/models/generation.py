@@ -1,13 +1,24 @@
 """One way to call Hugging Face's `generate` on a text prompt: in eval mode, seeded just before
 it draws, with the prompt's own ids; `generate_batch`, many prompts of one length in one call
-that give the same ids as one at a time; and `sample_batch`, a group of samples of each of many
-prompts in one call (post-training's rollouts). Completions by decoding strategy
+that give the same ids as one at a time (sampled too: each row draws from its own generator);
+and `sample_batch`, a group of samples of each of many prompts in one call (post-training's
+rollouts). Completions by decoding strategy
 (llmlab.evaluate.decoding), samples side by side (llmlab.evaluate.samples) and the trainer's
 samples all go through this module, so the same model, prompt, seed and options give the same
 text wherever they are asked for."""
 
+import math
+
 import torch
-from transformers import StopStringCriteria
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    StopStringCriteria,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from llmlab.models.eval_mode import eval_mode
 
@@ -45,22 +56,20 @@ def will_sample(model: torch.nn.Module, options: dict) -> bool:
 
 @torch.no_grad()
 def generate_batch(
-    model: torch.nn.Module, tokenizer, prompts: list[str], *, max_new_tokens: int, **options
+    model: torch.nn.Module, tokenizer, prompts: list[str], *, max_new_tokens: int,
+    seeds: list[int] | None = None, **options
 ) -> list[torch.Tensor]:
     """The ids generated after each prompt, exactly those `generate_continuation` gives it alone,
     for prompts of the same length in tokens, in one call of `generate` (much faster than one
     prompt at a time). Equal lengths mean nothing is padded, so each prompt is read exactly as it
-    is alone. Deterministic options only (greedy, beam): a sampled batch would depend on which
-    prompts share it."""
+    is alone. Sampling needs `seeds`, one per prompt: each row then draws from a generator of its
+    own, as `generate_continuation(prompt, seed=seed)` does, so no row depends on the others."""
+    batch = _one_length(model, tokenizer, prompts)
     if will_sample(model, options):
-        raise ValueError("generate_batch decodes deterministically: sample with "
-                         "generate_continuation, one seed per prompt")
-    ids = [tokenizer(prompt).input_ids for prompt in prompts]
-    lengths = sorted({len(row) for row in ids})
-    if len(lengths) != 1:
-        raise ValueError("generate_batch takes prompts of one length in tokens (padding would "
-                         f"change what the model reads); got lengths {lengths}")
-    batch = torch.tensor(ids, device=next(model.parameters()).device)
+        if seeds is None or len(seeds) != len(prompts):
+            raise ValueError("a sampled batch needs one seed per prompt (seeds=...), so that no "
+                             "prompt's sample depends on the prompts beside it")
+        options = {**_each_row_draws(model, options, seeds, batch.device), "do_sample": False}
     with eval_mode(model):
         output = model.generate(
             batch,
@@ -73,6 +82,54 @@ def generate_batch(
     return _cut_where_alone_stops(model, tokenizer, output, batch.shape[1], options)
 
 
+# Sampling options that a batch applies row by row; transformers' rarer ones (typical_p,
+# epsilon_cutoff, eta_cutoff, top_h) are refused rather than silently dropped.
+_ROW_SAMPLING = ("do_sample", "temperature", "top_k", "top_p", "min_p")
+_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None}  # transformers' own
+
+
+class _DrawPerRow(LogitsProcessor):
+    """Sampling's last step with one generator per row: each row draws its token from the softmax
+    of its scores, and every other token of the row is made impossible, so `generate`'s greedy
+    choice takes the drawn one. A row's draws are those of `torch.multinomial` on the global
+    generator seeded with the row's seed, as `generate` draws for one prompt alone."""
+
+    def __init__(self, seeds: list[int], device: torch.device):
+        self.generators = [torch.Generator(device).manual_seed(seed) for seed in seeds]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        drawn = torch.cat([torch.multinomial(row.softmax(dim=-1)[None], 1, generator=generator)
+                           for row, generator in zip(scores, self.generators, strict=True)])
+        return torch.full_like(scores, -math.inf).scatter_(1, drawn, 0.0)
+
+
+def _each_row_draws(model: torch.nn.Module, options: dict, seeds: list[int], device) -> dict:
+    """`options` for a greedy `generate` that samples row by row: transformers' warpers in its
+    order (temperature, top-k, top-p, min-p), with its defaults where the options and the model's
+    generation config are silent, then the per-row draw."""
+    config = model.generation_config
+    unknown = sorted(key for key in ("typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
+                     if options.get(key) not in (None, 0.0, 1.0))
+    unknown += ["num_beams"] if options.get("num_beams", 1) > 1 else []
+    if unknown:
+        raise ValueError(f"a sampled batch draws with {', '.join(_DEFAULTS)} only; got "
+                         f"{unknown}: sample such options one prompt at a time "
+                         "(generate_continuation)")
+
+    def setting(name):
+        value = options.get(name, getattr(config, name, None))
+        return _DEFAULTS[name] if value is None else value
+
+    temperature, top_k, top_p, min_p = (setting(name) for name in _DEFAULTS)
+    processors = [TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []
+    processors += [TopKLogitsWarper(top_k)] if top_k else []
+    processors += [TopPLogitsWarper(top_p)] if top_p < 1.0 else []
+    processors += [MinPLogitsWarper(min_p)] if min_p is not None else []
+    rest = {key: value for key, value in options.items() if key not in _ROW_SAMPLING}
+    return {**rest, "logits_processor": LogitsProcessorList([*processors,
+                                                             _DrawPerRow(seeds, device)])}
+
+
 @torch.no_grad()
 def sample_batch(
     model: torch.nn.Module, tokenizer, prompts: list[str], *, samples: int, max_new_tokens: int,
@@ -83,11 +140,7 @@ def sample_batch(
     each other. Unlike `generate_continuation`'s, these draws depend on which prompts share the
     call: right for reinforcement learning's rollouts, where only the distribution matters. The
     caller's random state is left as it was."""
-    ids = [tokenizer(prompt).input_ids for prompt in prompts]
-    lengths = sorted({len(row) for row in ids})
-    if len(lengths) != 1:
-        raise ValueError(f"sample_batch takes prompts of one length in tokens; got {lengths}")
-    batch = torch.tensor(ids, device=next(model.parameters()).device)
+    batch = _one_length(model, tokenizer, prompts)
     options = {"do_sample": True, **options}
     if "pad_token_id" not in options:  # fills rows that stopped early: cut below
         options["pad_token_id"] = tokenizer.pad_token_id or 0
@@ -104,6 +157,17 @@ def sample_batch(
             **options,
         )
     return _cut_where_alone_stops(model, tokenizer, output, batch.shape[1], options)
+
+
+def _one_length(model: torch.nn.Module, tokenizer, prompts: list[str]) -> torch.Tensor:
+    """The prompts' ids as one batch on the model's device; prompts of other lengths in tokens
+    are refused (padding would change what the model reads)."""
+    ids = [tokenizer(prompt).input_ids for prompt in prompts]
+    lengths = sorted({len(row) for row in ids})
+    if len(lengths) != 1:
+        raise ValueError("a batch takes prompts of one length in tokens (padding would change "
+                         f"what the model reads); got lengths {lengths}")
+    return torch.tensor(ids, device=next(model.parameters()).device)
 
 
 def _cut_where_alone_stops(

@@ -1,10 +1,10 @@
 """Completions by strategy: greedy is the argmax loop, beam search with one beam is greedy,
 sampling is reproducible and independent of the other prompts, and the text is cut at the stop;
-greedy and beam search decode prompts of one length together and give the text of one at a time.
+every strategy decodes prompts of one length together and gives the text of one at a time.
 Mistakes caught: the prompt left in the completion, the text not cut at the stop string, one
 seed for the whole list (a prompt's sample then depends on the prompts before it), completions
 handed back in the order of their batches, prompts of other lengths in one batch, batches over
-the size limit, sampling in a batch."""
+the size limit, a batch's seeds not those of its prompts."""
 
 import pytest
 import torch
@@ -93,16 +93,17 @@ def test_strategies_are_named(model, tokenizer):
         complete(model, tokenizer, ["def"], "nucleus")
 
 
-@pytest.mark.parametrize("strategy", ["greedy", "beam-4", {"num_beams": 3}])
+@pytest.mark.parametrize("strategy", ["greedy", "beam-4", {"num_beams": 3}, "sample-t0.7",
+                                      {"do_sample": True, "top_k": 5}])
 @pytest.mark.parametrize("stop", ["\n", " ", None])
-def test_greedy_and_beam_in_batches_give_the_text_of_one_at_a_time(
+def test_every_strategy_in_batches_gives_the_text_of_one_at_a_time(
     model, tokenizer, monkeypatch, strategy, stop
 ):
     options = STRATEGIES[strategy] if isinstance(strategy, str) else strategy
     stopping = {"stop_strings": [stop]} if stop else {}
     expected = []
-    for prompt in MIXED:
-        _, new = generate_continuation(model, tokenizer, prompt, seed=0, max_new_tokens=10,
+    for number, prompt in enumerate(MIXED):  # sampled, prompt i has seed 0 + i
+        _, new = generate_continuation(model, tokenizer, prompt, seed=number, max_new_tokens=10,
                                        **options, **stopping)
         text = tokenizer.decode(new, skip_special_tokens=True)
         expected.append(text.split(stop)[0] if stop else text)
@@ -121,8 +122,3 @@ def test_greedy_and_beam_in_batches_give_the_text_of_one_at_a_time(
     assert sorted(n for lengths in batches for n in lengths) == sorted(
         len(tokenizer(prompt).input_ids) for prompt in MIXED)
     assert len(batches) < len(MIXED)  # batched, not one prompt a call
-
-
-def test_sampling_is_never_batched(model, tokenizer, monkeypatch):
-    monkeypatch.setattr(decoding, "generate_batch", None)  # calling it would fail
-    assert len(complete(model, tokenizer, MIXED, "sample-t0.7", max_new_tokens=4)) == len(MIXED)

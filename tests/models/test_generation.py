@@ -1,10 +1,12 @@
 """generate_continuation is Hugging Face's `generate` seeded just before it draws, in eval mode,
 with the prompt's ids handed back apart from the new ones; generate_batch gives prompts of one
-length exactly the ids each gives alone. Mistakes caught: seeding before something else draws
-(the text would depend on it), leaving the model in eval mode, the prompt left in the
-continuation; a batched row that keeps what generate filled in after it stopped (pad ids, beam
-search's -1, further greedy tokens), a sampled or padded batch; and a place outside this module
-that calls `generate` itself."""
+length exactly the ids each gives alone, sampled with its own seed too. Mistakes caught: seeding
+before something else draws (the text would depend on it), leaving the model in eval mode, the
+prompt left in the continuation; a batched row that keeps what generate filled in after it
+stopped (pad ids, beam search's -1, further greedy tokens), a padded batch, a sampled batch
+without a seed per prompt, one generator for the whole batch, a warper dropped, applied out of
+transformers' order or without its defaults, an option it cannot apply row by row taken
+silently; and a place outside this module that calls `generate` itself."""
 
 import pytest
 import torch
@@ -55,14 +57,44 @@ def test_a_batch_gives_each_prompt_the_ids_it_gets_alone(options):
     assert [row.tolist() for row in together] == [row.tolist() for row in alone]
 
 
-def test_a_batch_refuses_sampling_and_prompts_of_other_lengths():
+@pytest.mark.parametrize("options", [
+    {"do_sample": True, "top_k": 0},
+    {"do_sample": True},  # transformers' default top-k of 50 (this vocabulary has 512 tokens)
+    {"do_sample": True, "temperature": 0.7, "top_k": 0, "stop_strings": [" "]},
+    {"do_sample": True, "temperature": 3.0, "top_k": 20, "top_p": 0.5},  # the order matters
+    {"do_sample": True, "temperature": 2.0, "top_k": 0, "min_p": 0.3, "eos_token_id": 275},
+])
+def test_a_sampled_batch_gives_each_prompt_what_its_own_seed_gives_it_alone(options):
     tokenizer = code_tokenizer()
     model = generating_model(tokenizer)
-    with pytest.raises(ValueError, match="decodes deterministically: sample with generate_cont"):
+    with torch.no_grad():  # a few likely tokens and a long tail, where every warper changes draws
+        model.transformer.ln_f.weight.mul_(4)
+    seeds = [11, 3, 3, 40, 7]  # two prompts with one seed: still their own draws
+    alone = [generate_continuation(model, tokenizer, prompt, seed=seed, max_new_tokens=12,
+                                   **options)[1]
+             for prompt, seed in zip(SAME_LENGTH, seeds, strict=True)]
+    together = generate_batch(model, tokenizer, SAME_LENGTH, max_new_tokens=12, seeds=seeds,
+                              **options)
+    assert [row.tolist() for row in together] == [row.tolist() for row in alone]
+    reseeded = generate_batch(model, tokenizer, SAME_LENGTH, max_new_tokens=12,
+                              seeds=[seed + 1 for seed in seeds], **options)
+    assert [row.tolist() for row in reseeded] != [row.tolist() for row in alone]
+
+
+def test_a_batch_refuses_what_it_cannot_give_as_alone():
+    tokenizer = code_tokenizer()
+    model = generating_model(tokenizer)
+    with pytest.raises(ValueError, match="needs one seed per prompt"):
         generate_batch(model, tokenizer, SAME_LENGTH, max_new_tokens=4, do_sample=True)
     model.generation_config.do_sample = True  # options that say nothing take the model's default
-    with pytest.raises(ValueError, match="deterministically"):
-        generate_batch(model, tokenizer, SAME_LENGTH, max_new_tokens=4, num_beams=2)
+    with pytest.raises(ValueError, match="needs one seed per prompt"):
+        generate_batch(model, tokenizer, SAME_LENGTH, max_new_tokens=4, seeds=[0, 1])
+    with pytest.raises(ValueError, match=r"got \['num_beams'\]"):
+        generate_batch(model, tokenizer, SAME_LENGTH, max_new_tokens=4, num_beams=2,
+                       seeds=list(range(5)))
+    with pytest.raises(ValueError, match=r"got \['typical_p'\]: sample such options one prompt"):
+        generate_batch(model, tokenizer, SAME_LENGTH, max_new_tokens=4, typical_p=0.5,
+                       seeds=list(range(5)))
     model.generation_config.do_sample = False
     with pytest.raises(ValueError, match=r"one length in tokens .* got lengths \[1, 2\]"):
         generate_batch(model, tokenizer, ["def", "def add"], max_new_tokens=4)
