@@ -97,7 +97,7 @@ LABS: tuple[Lab, ...] = (
         "any CUDA GPU (measures GPT-2 124M on it)", _any_gpu, smoke_seconds=19),
     Lab(3, "training", "Training on one GPU", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (GPT-2 small, 2000 steps of 65k tokens)",
-        _on_training_gpu, smoke_seconds=326),
+        _on_training_gpu, smoke_seconds=300),
     Lab(4, "multi_gpu", "Multi-GPU training", True,
         "2 or more GPUs (DDP, ZeRO/FSDP, tensor and pipeline parallelism)", _multi_gpu,
         smoke_seconds=79),
@@ -113,7 +113,7 @@ LABS: tuple[Lab, ...] = (
     Lab(8, "finetuning", "Fine-tuning and evaluation", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (fine-tunes Lab 03's GPT-2 small four ways: "
         "full, LoRA, QLoRA, head only; augments a tenth of the pairs)", _on_training_gpu,
-        smoke_seconds=337),
+        smoke_seconds=305),
     Lab(9, "kernels", "Kernels and profiling", True,
         "any CUDA GPU (profiles and times Lab 03's model; Triton kernels run compiled)", _any_gpu,
         smoke_seconds=126),
