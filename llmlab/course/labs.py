@@ -109,7 +109,7 @@ LABS: tuple[Lab, ...] = (
         _on_training_gpu, smoke_seconds=80),
     Lab(7, "quantization", "4-bit quantization", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (quantizes and fine-tunes Lab 03's GPT-2 "
-        "small; GPTQ's GPU kernels timed)", _on_training_gpu, smoke_seconds=168),
+        "small; GPTQ's GPU kernels timed)", _on_training_gpu, smoke_seconds=116),
     Lab(8, "finetuning", "Fine-tuning and evaluation", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (fine-tunes Lab 03's GPT-2 small four ways: "
         "full, LoRA, QLoRA, head only; augments a tenth of the pairs)", _on_training_gpu,

@@ -28,30 +28,31 @@ def qat_variants(
     calibration: Sequence[torch.Tensor],
     config: TrainConfig,
     *,
-    bits: int = 4,
+    bits: Sequence[int] = (4,),
     group_size: int = 128,
 ) -> dict[str, torch.nn.Module]:
     """Copies of the trained `model` (left untouched), each given the same training budget:
 
     - "float": as it is; "float tuned": fine-tuned `config.max_steps` more steps in float;
-    - "rtn-4", "gptq-4": the tuned model quantized after training (GPTQ calibrated on the
-      token-id batches `calibration`), so every 4-bit variant had the same training budget and
-      QAT's gain is not mistaken for what the extra steps alone buy;
-    - "qat-4": fine-tuned as many steps through fake quantization, then rounded for good.
+    - for each width b of `bits`, "rtn-b" and "gptq-b": the tuned model quantized after training
+      (GPTQ calibrated on the token-id batches `calibration`), so every quantized variant had
+      the same training budget and QAT's gain is not mistaken for what the extra steps alone buy;
+    - "qat-b": fine-tuned as many steps through fake quantization, then rounded for good.
 
     `make_batches()` returns a fresh training batch source; it is called once per fine-tune, so
-    both fine-tunes see the same batches.
+    every fine-tune sees the same batches. The float fine-tune is done once and serves every width.
     """
     tuned = fine_tuned(copy.deepcopy(model), config, make_batches())
     variants = {"float": model, "float tuned": tuned}
-    for method in ("rtn", "gptq"):
-        variants[f"{method}-{bits}"] = copy.deepcopy(tuned)
-        quantize_model(variants[f"{method}-{bits}"], method, calibration, bits, group_size,
-                       progress=config.progress)
-    qat = copy.deepcopy(model)
-    prepare_qat(qat, bits, group_size)
-    variants[f"qat-{bits}"] = fine_tuned(qat, config, make_batches())
-    finish_qat(qat)
+    for width in bits:
+        for method in ("rtn", "gptq"):
+            variants[f"{method}-{width}"] = copy.deepcopy(tuned)
+            quantize_model(variants[f"{method}-{width}"], method, calibration, width, group_size,
+                           progress=config.progress)
+        qat = copy.deepcopy(model)
+        prepare_qat(qat, width, group_size)
+        variants[f"qat-{width}"] = fine_tuned(qat, config, make_batches())
+        finish_qat(qat)
     return variants
 
 
@@ -62,7 +63,7 @@ def ptq_against_qat(
     calibration: Sequence[torch.Tensor],
     config: TrainConfig,
     *,
-    bits: int = 4,
+    bits: Sequence[int] = (4,),
     group_size: int = 128,
     batch_size: int = 8,
 ) -> dict[str, float]:
