@@ -1,6 +1,7 @@
 """Fixtures shared by several test files, and the order the test command runs them in."""
 
 import importlib
+import os
 import sys
 
 import pytest
@@ -69,10 +70,15 @@ def run_order(item) -> int:
     return 1 if path.startswith("solutions/") else 2
 
 
-# nbval waits at most 5 s for each of a cell's output messages after the cell has run. On a
-# shared machine busy with the other worker, a long cell's last messages once came later than that
-# (Lab 08's fine-tunes: "Timeout of 5 seconds exceeded waiting for output", the cell itself done).
-# A minute never fails a cell that ran, and still ends one whose kernel has died.
+# nbval reads a cell's output messages only once the cell has run, and ZeroMQ holds about two
+# thousand of them meanwhile: the rest are dropped, the last one ("the kernel is idle") with them,
+# and nbval then fails the cell that ran ("Timeout ... exceeded waiting for output": Lab 08's 20
+# fine-tunes, four minutes of progress bars redrawn ten times a second, tqdm's default). Under the
+# test command bars redraw once a second (notebook kernels inherit this), a tenth of the messages.
+os.environ.setdefault("TQDM_MININTERVAL", "1")
+# And nbval waits at most 5 s for each output message; on a machine busy with the other worker a
+# long cell's last messages can come later than that. A minute never fails a cell that ran, and
+# still ends one whose kernel has died.
 NBVAL_OUTPUT_TIMEOUT_S = 60
 
 
