@@ -108,19 +108,19 @@ def _each_row_draws(model: torch.nn.Module, options: dict, seeds: list[int], dev
     order (temperature, top-k, top-p, min-p), with its defaults where the options and the model's
     generation config are silent, then the per-row draw."""
     config = model.generation_config
+
+    def setting(name):  # the options first, then the model's generation config
+        return options.get(name, getattr(config, name, None))
+
     unknown = sorted(key for key in ("typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
-                     if options.get(key) not in (None, 0.0, 1.0))
-    unknown += ["num_beams"] if options.get("num_beams", 1) > 1 else []
+                     if setting(key) not in (None, 0.0, 1.0))
+    unknown += ["num_beams"] if (setting("num_beams") or 1) > 1 else []
     if unknown:
         raise ValueError(f"a sampled batch draws with {', '.join(_DEFAULTS)} only; got "
                          f"{unknown}: sample such options one prompt at a time "
                          "(generate_continuation)")
-
-    def setting(name):
-        value = options.get(name, getattr(config, name, None))
-        return _DEFAULTS[name] if value is None else value
-
-    temperature, top_k, top_p, min_p = (setting(name) for name in _DEFAULTS)
+    temperature, top_k, top_p, min_p = (
+        _DEFAULTS[name] if setting(name) is None else setting(name) for name in _DEFAULTS)
     processors = [TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []
     processors += [TopKLogitsWarper(top_k)] if top_k else []
     processors += [TopPLogitsWarper(top_p)] if top_p < 1.0 else []

@@ -95,6 +95,10 @@ def test_a_batch_refuses_what_it_cannot_give_as_alone():
     with pytest.raises(ValueError, match=r"got \['typical_p'\]: sample such options one prompt"):
         generate_batch(model, tokenizer, SAME_LENGTH, max_new_tokens=4, typical_p=0.5,
                        seeds=list(range(5)))
+    model.generation_config.typical_p = 0.5  # a checkpoint's own setting counts too
+    with pytest.raises(ValueError, match=r"got \['typical_p'\]"):
+        generate_batch(model, tokenizer, SAME_LENGTH, max_new_tokens=4, seeds=list(range(5)))
+    model.generation_config.typical_p = None
     model.generation_config.do_sample = False
     with pytest.raises(ValueError, match=r"one length in tokens .* got lengths \[1, 2\]"):
         generate_batch(model, tokenizer, ["def", "def add"], max_new_tokens=4)
