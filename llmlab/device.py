@@ -173,13 +173,26 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
     torch.use_deterministic_algorithms(deterministic)
 
 
+# Replaces every pin's count when set. The test command sets it to 1: it runs two notebooks side
+# by side on two cores, where one thread each is faster than two (it compares no number that a
+# thread count moves: nbval-lax).
+THREADS_OVERRIDE = "LLMLAB_CPU_THREADS"
+
+
 def pin_cpu_threads(device: torch.device | str, threads: int = 1) -> None:
     """A fixed number of math threads on the CPU (one unless asked), so that every machine
     computes the same numbers: PyTorch splits a sum among its threads and rounds each part, so
     the thread count changes the last bits of a sum, and over a fine-tune and greedy decoding,
     which tokens come out. What fixes the numbers is the count, not the cores: a machine with
     fewer cores than `threads` runs them in turn, slower, to the same result. A GPU's results
-    do not depend on the host's threads: nothing changes there."""
+    do not depend on the host's threads: nothing changes there. LLMLAB_CPU_THREADS, when set,
+    replaces `threads`."""
+    override = os.environ.get(THREADS_OVERRIDE, "").strip()
+    if override:
+        if not override.isdigit():
+            raise ValueError(f"{THREADS_OVERRIDE}={override!r}: give a whole number of threads, "
+                             f"1 or more, or unset it")
+        threads = int(override)
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
     if torch.device(device).type == "cpu":

@@ -50,24 +50,30 @@ def _transformers_left_as_found():
     assert not left, f"the test left PreTrainedModel.{left} swapped (two loads at once?)"
 
 
-# Labs 06-10 start from the model Lab 03 trains. Lab 03's notebook runs first and those labs last,
-# so they load its model instead of training a copy of their own (labs asking at once wait for
-# one training: llmlab.course.pretrained). The other notebooks go early, and the last ones go
-# longest first: long units of work are best started first. The Makefile turns off xdist's own
-# reordering by size, which would undo this order.
+# Labs 06-10 start from the model Lab 03 trains. Lab 03's notebook runs first, so they load its
+# model instead of training a copy of their own (labs asking at once wait for one training:
+# llmlab.course.pretrained). Meanwhile the other worker runs the other notebooks and then the
+# exercise checks' tests (tests/course: about 200 s under the test command, enough to last until
+# Lab 03 is done, about 570 s in, so no lab waits for its model). Then Labs 06-10, longest first
+# (long units of work are best started first), and last the other unit tests: many small files,
+# which end the two workers at about the same time (a notebook last kept one core idle for up to
+# two minutes). The Makefile turns off xdist's own reordering by size, which would undo this.
 FIRST = "solutions/03_training.ipynb"
-LAST = ("solutions/10_post_training.ipynb", "solutions/08_finetuning.ipynb",
-        "solutions/07_quantization.ipynb", "solutions/06_pruning.ipynb",
-        "solutions/09_kernels.ipynb")
+BEFORE_THE_MODEL = "tests/course/"
+AFTER_THE_MODEL = ("solutions/10_post_training.ipynb", "solutions/08_finetuning.ipynb",
+                   "solutions/07_quantization.ipynb", "solutions/09_kernels.ipynb",
+                   "solutions/06_pruning.ipynb")
 
 
 def run_order(item) -> int:
     path = item.nodeid.split("::")[0]
     if path == FIRST:
         return 0
-    if path in LAST:
-        return 3 + LAST.index(path)
-    return 1 if path.startswith("solutions/") else 2
+    if path in AFTER_THE_MODEL:
+        return 3 + AFTER_THE_MODEL.index(path)
+    if path.startswith("solutions/"):
+        return 1
+    return 2 if path.startswith(BEFORE_THE_MODEL) else 3 + len(AFTER_THE_MODEL)
 
 
 # nbval reads a cell's output messages only once the cell has run, and ZeroMQ holds about two

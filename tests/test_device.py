@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from llmlab.device import (
+    THREADS_OVERRIDE,
     TORCH_DTYPES,
     autocast,
     choose_device,
@@ -107,7 +108,9 @@ def threads_restored():
     torch.set_num_threads(threads)
 
 
-def test_the_thread_count_moves_a_sum_and_pinning_the_cpu_threads_removes_it(threads_restored):
+def test_the_thread_count_moves_a_sum_and_pinning_the_cpu_threads_removes_it(threads_restored,
+                                                                              monkeypatch):
+    monkeypatch.delenv(THREADS_OVERRIDE, raising=False)  # the test command sets it
     x = torch.randn(2**20, generator=torch.Generator().manual_seed(0))
     torch.set_num_threads(1)
     one_thread = x.sum()
@@ -125,6 +128,22 @@ def test_the_thread_count_moves_a_sum_and_pinning_the_cpu_threads_removes_it(thr
     assert torch.get_num_threads() == 4
     with pytest.raises(ValueError, match="at least 1"):
         pin_cpu_threads("cpu", threads=0)
+
+
+def test_the_override_replaces_every_pins_count_and_refuses_what_is_no_count(threads_restored,
+                                                                              monkeypatch):
+    monkeypatch.setenv(THREADS_OVERRIDE, "1")
+    torch.set_num_threads(3)
+    pin_cpu_threads("cpu", threads=2)
+    assert torch.get_num_threads() == 1
+    monkeypatch.setenv(THREADS_OVERRIDE, "")  # set but empty: the notebook's own count
+    pin_cpu_threads("cpu", threads=2)
+    assert torch.get_num_threads() == 2
+    for bad, message in (("two", "whole number"), ("-1", "whole number"), ("0", "at least 1")):
+        monkeypatch.setenv(THREADS_OVERRIDE, bad)
+        with pytest.raises(ValueError, match=message):
+            pin_cpu_threads("cpu", threads=2)
+    assert torch.get_num_threads() == 2  # a refused override changes nothing
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

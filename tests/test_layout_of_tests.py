@@ -25,6 +25,7 @@ PROJECT_TESTS = {
     "test_pins.py": "constraints.txt against every other place that names a version",
     "test_install.py": "tools/install.py, outside the package",
     "test_install_here.py": "tools/install_here.py (Colab and Kaggle), outside the package",
+    "test_test_timeline.py": "tools/test_timeline.py (the test run's timeline), outside it",
     "test_sync.py": "labs/ is what the generator makes from solutions/",
     "test_markdown.py": "the notebooks' and the README's markdown renders everywhere",
     "course/checks/test_every_lab.py": "every labNN check module against its notebooks",
