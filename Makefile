@@ -15,9 +15,9 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # the order tests/conftest.py sets (Lab 03's notebook first, the labs that reuse its model last).
 # Each worker gets one math thread: two processes with two spinning OpenMP threads each on two
 # cores run a training step many times slower than one thread each. Labs 08 and 10 pin their own
-# count (two: the stored tables on every machine); LLMLAB_CPU_THREADS replaces it here, since two
-# of them side by side ran 7% faster at one thread each than at two (nbval-lax compares no number
-# a thread count moves). Threads that wait sleep instead of spinning (OMP_WAIT_POLICY=PASSIVE): two
+# count (two: the stored tables on every machine); LLMLAB_CPU_THREADS replaces it here: side by
+# side they took 395 s and 448 s at one thread each, 444 s and 480 s at two (nbval-lax compares
+# no number a thread count moves). Threads that wait sleep instead of spinning (OMP_WAIT_POLICY=PASSIVE): two
 # notebooks side by side at two spinning threads each stalled the run (benchmarks and stored runs
 # keep the default).
 PYTEST_WORKERS ?= 2
