@@ -12,14 +12,14 @@ LAB_ARGS ?=
 # JupyterLab refuses to run as root (common in containers and cloud images) without this flag.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Two pytest workers: the CI machine has 2 cores and the notebook tests dominate. Tests run in
-# the order tests/conftest.py sets (Lab 03's notebook first, the labs that reuse its model last).
-# Each worker gets one math thread: two processes with two spinning OpenMP threads each on two
-# cores run a training step many times slower than one thread each. Labs 08 and 10 pin their own
-# count (two: the stored tables on every machine); LLMLAB_CPU_THREADS replaces it here: side by
-# side they took 395 s and 448 s at one thread each, 444 s and 480 s at two (nbval-lax compares
-# no number a thread count moves). Threads that wait sleep instead of spinning (OMP_WAIT_POLICY=PASSIVE): two
-# notebooks side by side at two spinning threads each stalled the run (benchmarks and stored runs
-# keep the default).
+# the order tests/conftest.py sets (Lab 03's notebook first, then the labs that reuse its model,
+# the unit tests last). Each worker gets one math thread: two processes with two spinning OpenMP
+# threads each on two cores run a training step many times slower than one thread each. Labs 08
+# and 10 pin their own count (two: the stored tables on every machine); LLMLAB_CPU_THREADS
+# replaces it here: side by side they took 395 s and 448 s at one thread each, 444 s and 480 s at
+# two (nbval-lax compares no number a thread count moves). Threads that wait sleep instead of
+# spinning (OMP_WAIT_POLICY=PASSIVE): two notebooks side by side at two spinning threads each
+# stalled the run (benchmarks and stored runs keep the default).
 PYTEST_WORKERS ?= 2
 TEST_THREADS ?= 1
 # The 25 slowest tests close the report: where the CI budget goes (notebooks, mostly).
