@@ -52,14 +52,15 @@ def _transformers_left_as_found():
 
 # Labs 06-10 start from the model Lab 03 trains. Lab 03's notebook runs first, so they load its
 # model instead of training a copy of their own (labs asking at once wait for one training:
-# llmlab.course.pretrained). Meanwhile the other worker runs the other notebooks and then the
-# exercise checks' tests (tests/course: about 200 s under the test command, enough to last until
-# Lab 03 is done, about 570 s in, so no lab waits for its model). Then Labs 06-10, longest first
-# (long units of work are best started first), and last the other unit tests: many small files,
-# which end the two workers at about the same time (a notebook last kept one core idle for up to
-# two minutes). The Makefile turns off xdist's own reordering by size, which would undo this.
+# llmlab.course.pretrained). Meanwhile the other worker runs the other notebooks (about 7 minutes
+# under the test command) and then the exercise checks' and the distributed tests (about 8), work
+# enough to last until Lab 03 is done (about 9.5 minutes in, 13 with the CPU capped at AVX2), so
+# that no lab waits for its model. Then Labs 06-10, longest first (long units of work are best
+# started first), and last the other unit tests: many small files, which end the two workers at
+# about the same time (a notebook last kept one core idle for up to two minutes). The Makefile
+# turns off xdist's own reordering by size, which would undo this.
 FIRST = "solutions/03_training.ipynb"
-BEFORE_THE_MODEL = "tests/course/"
+BEFORE_THE_MODEL = ("tests/course/", "tests/distributed/")
 AFTER_THE_MODEL = ("solutions/10_post_training.ipynb", "solutions/08_finetuning.ipynb",
                    "solutions/07_quantization.ipynb", "solutions/09_kernels.ipynb",
                    "solutions/06_pruning.ipynb")

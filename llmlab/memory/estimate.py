@@ -95,6 +95,9 @@ class TrainingSetup:
     # Tokens per sequence given logits, the last ones (transformers' logits_to_keep: a completion
     # after its prompt, in post-training); 0 means every token, as in pretraining.
     scored_tokens: int = 0
+    # Muon's Newton-Schulz iteration: torch.optim.Muon's bf16, or fp32 where bf16 is emulated (a CPU
+    # without bf16 instructions trains with llmlab.train.muon.FP32Muon: other temporaries).
+    newton_schulz_dtype: str = "bf16"
 
     def __post_init__(self) -> None:
         for name in ("batch", "grad_accumulation", "gpus", "tensor_parallel", "context_parallel",
@@ -112,6 +115,9 @@ class TrainingSetup:
             raise ValueError(
                 f"unknown optimizer {self.optimizer!r}: use one of {tuple(OPTIMIZER_STATES)}"
             )
+        if self.newton_schulz_dtype not in ("bf16", "fp32"):
+            raise ValueError(f"unknown newton_schulz_dtype {self.newton_schulz_dtype!r}: use "
+                             f"'bf16' (torch.optim.Muon) or 'fp32' (FP32Muon)")
         if self.attention not in ("sdpa", "eager"):
             raise ValueError(f"unknown attention {self.attention!r}: use 'sdpa' or 'eager'")
         if self.zero not in (0, 1, 2, 3):
@@ -664,11 +670,15 @@ def _optimizer_scratch(
 
 
 def _muon_temporaries(shape: ModelShape, setup: TrainingSetup) -> float:
-    """What torch.optim.Muon holds while it orthogonalises the largest matrix, rows <= cols (a
-    tall one transposed): the update it mixes from gradient and momentum (in the states' dtype),
-    two bf16 iterates of Newton-Schulz (the old and the new) and two bf16 rows x rows Gram
-    matrices. The whole matrix: Muon orthogonalises whole matrices (a sharded one is gathered)."""
+    """What Muon holds while it orthogonalises the largest matrix, rows <= cols (a tall one
+    transposed): the update it mixes from gradient and momentum (in the states' dtype), then in
+    torch.optim.Muon two bf16 iterates of Newton-Schulz (the old and the new) and two bf16
+    rows x rows Gram matrices; in FP32Muon, at its peak (X <- a X + (...) X), four fp32 matrices
+    (the iterate, a X, the product, their sum) and one fp32 Gram matrix. The whole matrix: Muon
+    orthogonalises whole matrices (a sharded one is gathered)."""
     rows, cols = sorted(max(block_linear_shapes(shape), key=lambda io: io[0] * io[1]))
+    if setup.newton_schulz_dtype == "fp32":
+        return rows * cols * (_state_bytes(setup) + 4 * 4) + rows * rows * 4
     return rows * cols * (_state_bytes(setup) + 2 * 2) + 2 * rows * rows * 2
 
 

@@ -45,6 +45,14 @@ def build_optimizer(
     return make_optimizer(model, strategy, groups, lr=config.lr, betas=config.betas, fused=fused)
 
 
+def newton_schulz_dtype(device: torch.device | str) -> str:
+    """The dtype Muon's Newton-Schulz iteration runs in on `device` ("bf16" or "fp32", as
+    llmlab.memory's TrainingSetup names it): torch's runs in bf16; where the course's dtype rule
+    says bf16 would be emulated (a CPU without bf16 instructions), the same step in fp32
+    (FP32Muon) is about 100x faster."""
+    return "bf16" if choose_dtype(torch.device(device)).dtype == torch.bfloat16 else "fp32"
+
+
 def muon_with_adamw(model: torch.nn.Module, config: TrainConfig, strategy: str) -> MuonWithAdamW:
     """Muon for the blocks' weight matrices (llmlab.models.block_matrices), AdamW for the rest,
     with the config's one learning rate and weight decay. "zero1" shards both over the ranks by
@@ -57,9 +65,7 @@ def muon_with_adamw(model: torch.nn.Module, config: TrainConfig, strategy: str) 
             "parallel='zero1' (Muon's states sharded by whole matrices) or 'ddp'"
         )
     matrices, others = matrices_and_others(model)
-    # torch's Newton-Schulz runs in bf16: where the course's dtype rule says bf16 would be
-    # emulated (a CPU without bf16 instructions), the same step in fp32 is about 100x faster.
-    fast_bf16 = not matrices or choose_dtype(matrices[0].device).dtype == torch.bfloat16
+    fast_bf16 = not matrices or newton_schulz_dtype(matrices[0].device) == "bf16"
     muon_class = torch.optim.Muon if fast_bf16 else FP32Muon
     # Moonshot's "match_rms_adamw" scales Muon's step to the size of an AdamW step, so the
     # learning rate and weight decay tuned for AdamW serve both optimizers.

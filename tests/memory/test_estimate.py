@@ -206,6 +206,7 @@ def test_no_figure_is_ever_negative_or_nan(name, setup):
         ({"dtype": "fp8"}, "unknown dtype 'fp8': use one of"),
         ({"optimizer": "lion"}, "unknown optimizer 'lion': use one of"),
         ({"attention": "flash"}, "unknown attention"),
+        ({"newton_schulz_dtype": "fp16"}, "unknown newton_schulz_dtype"),
         ({"batch": 0}, "batch must be a positive integer"),
         ({"seq": -1}, "seq must be a non-negative integer"),
         ({"zero": 4}, "ZeRO stage 0, 1, 2 or 3"),

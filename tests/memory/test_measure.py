@@ -11,7 +11,7 @@ from llmlab import memory
 from llmlab.memory import TrainingSetup, estimate_memory
 from llmlab.models import build_model, preset
 from llmlab.train import TrainConfig
-from llmlab.train.optim import build_optimizer
+from llmlab.train.optim import build_optimizer, newton_schulz_dtype
 from llmlab.units import MB
 
 # fp32 on the CPU, eager attention: the formula's textbook case.
@@ -97,7 +97,10 @@ def measure_muon(model, setup: TrainingSetup):
     return memory.measure_training_step(built, optimizer, input_ids)
 
 
-MUON_STEP = CPU_STEP.replace(optimizer="muon", fused_optimizer=True)
+# torch's Muon where this CPU has bf16 instructions, FP32Muon where it emulates them (the trainer's
+# choice): their iterations hold different temporaries.
+MUON_STEP = CPU_STEP.replace(optimizer="muon", fused_optimizer=True,
+                             newton_schulz_dtype=newton_schulz_dtype("cpu"))
 
 
 def test_muons_states_and_peak_are_predicted_on_the_cpu():
