@@ -119,8 +119,9 @@ def _each_row_draws(model: torch.nn.Module, options: dict, seeds: list[int], dev
         raise ValueError(f"a sampled batch draws with {', '.join(_DEFAULTS)} only; got "
                          f"{unknown}: sample such options one prompt at a time "
                          "(generate_continuation)")
+    given = {name: setting(name) for name in _DEFAULTS}
     temperature, top_k, top_p, min_p = (
-        _DEFAULTS[name] if setting(name) is None else setting(name) for name in _DEFAULTS)
+        _DEFAULTS[name] if value is None else value for name, value in given.items())
     processors = [TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []
     processors += [TopKLogitsWarper(top_k)] if top_k else []
     processors += [TopPLogitsWarper(top_p)] if top_p < 1.0 else []
