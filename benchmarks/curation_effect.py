@@ -63,7 +63,8 @@ noise = Noise(boilerplate=args.boilerplate, near_copies=args.near_copies, junk=a
 raw = noisy_corpus(clean_texts, noise, seed=0)
 curated, report = curate(raw)
 print(report.table(), "\n")
-folder = Path(tempfile.mkdtemp())
+scratch = tempfile.TemporaryDirectory(prefix="curation-effect-")  # removed when the script ends
+folder = Path(scratch.name)
 shards, tokens = {}, {}
 for name, texts in (("clean", clean_texts), ("raw", raw), ("curated", curated)):
     shards[name] = write_corpus(texts, tokenizer, folder, name)

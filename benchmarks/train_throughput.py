@@ -132,12 +132,12 @@ class HFLoop:
     def __init__(self, model, data, bf16: bool):
         self.model, self.dataset, self.bf16 = model, WindowDataset(data), bf16
         model.config.use_cache = False  # the same work as the other variants
-        self.folder = tempfile.mkdtemp(prefix="hf-trainer-")
+        self.folder = tempfile.TemporaryDirectory(prefix="hf-trainer-")  # removed with self
 
     def run(self, steps: int) -> list[float]:
         clock = StepClock()
         args = TrainingArguments(
-            output_dir=self.folder,
+            output_dir=self.folder.name,
             max_steps=steps + 1,
             learning_rate=1e-3,
             per_device_train_batch_size=BATCH,

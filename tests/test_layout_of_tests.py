@@ -28,6 +28,7 @@ PROJECT_TESTS = {
     "test_test_timeline.py": "tools/test_timeline.py (the test run's timeline), outside it",
     "test_sync.py": "labs/ is what the generator makes from solutions/",
     "test_markdown.py": "the notebooks' and the README's markdown renders everywhere",
+    "test_throwaway_files.py": "every notebook removes the temporary folders it makes",
     "course/checks/test_every_lab.py": "every labNN check module against its notebooks",
 }
 

@@ -89,7 +89,7 @@ def _multi_gpu(gpus: Sequence[GpuInfo]) -> tuple[str, str]:
 
 LABS: tuple[Lab, ...] = (
     Lab(0, "environment", "Environment setup and GPU check", True,
-        "any CUDA GPU; about 1 minute", _any_gpu, smoke_seconds=12),
+        "any CUDA GPU; about 1 minute", _any_gpu, smoke_seconds=10),
     Lab(1, "data", "Data preprocessing and tokenization", True,
         "no GPU needed; all of the built-in corpus (about 12 MB, 32k-token vocabulary)",
         _any_gpu, smoke_seconds=64),
@@ -97,16 +97,16 @@ LABS: tuple[Lab, ...] = (
         "any CUDA GPU (measures GPT-2 124M on it)", _any_gpu, smoke_seconds=19),
     Lab(3, "training", "Training on one GPU", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (GPT-2 small, 2000 steps of 65k tokens)",
-        _on_training_gpu, smoke_seconds=300),
+        _on_training_gpu, smoke_seconds=308),
     Lab(4, "multi_gpu", "Multi-GPU training", True,
         "2 or more GPUs (DDP, ZeRO/FSDP, tensor and pipeline parallelism)", _multi_gpu,
         smoke_seconds=79),
     Lab(5, "at_scale", "Training at scale", True,
         "2 or more GPUs (launchers, failures and restarts; the cluster planner needs none)",
-        _multi_gpu, smoke_seconds=99),
+        _multi_gpu, smoke_seconds=100),
     Lab(6, "pruning", "Pruning", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (prunes and fine-tunes Lab 03's GPT-2 small)",
-        _on_training_gpu, smoke_seconds=80),
+        _on_training_gpu, smoke_seconds=68),
     Lab(7, "quantization", "4-bit quantization", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (quantizes and fine-tunes Lab 03's GPT-2 "
         "small; GPTQ's GPU kernels timed)", _on_training_gpu, smoke_seconds=116),
@@ -116,7 +116,7 @@ LABS: tuple[Lab, ...] = (
         smoke_seconds=305),
     Lab(9, "kernels", "Kernels and profiling", True,
         "any CUDA GPU (profiles and times Lab 03's model; Triton kernels run compiled)", _any_gpu,
-        smoke_seconds=126),
+        smoke_seconds=111),
     Lab(10, "post_training", "Post-training: SFT, DPO and RLVR", True,
         f"one GPU with {TRAINING_GPU_GB} GB or more (post-trains Lab 03's GPT-2 small: SFT, DPO "
         "and GRPO over seeds)", _on_training_gpu, smoke_seconds=283),
