@@ -4,7 +4,8 @@ transformers' checkpoints save, reload and compute like a GPTQ model of the floa
 checkpoint llmlab saved carries checksums and a damaged one is refused; one made elsewhere (no
 checksums) loads, and its damaged config, tensors or file are refused by structure checks; bad
 input (no calibration, NaN inputs, a checkpoint without its config, a GPU kernel on a CPU) is
-refused or falls back with a clear message."""
+refused or falls back with a clear message. GPTQModel computes in the course's CPU dtype (fp32
+where bf16 would be emulated)."""
 
 import json
 import shutil
@@ -14,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from llmlab.device import choose_dtype, training_dtype_for
 from llmlab.models import ModelShape, build_model
 from llmlab.numerics import relative_error
 from llmlab.quant import gptq, hessian, quantize_model, rtn
@@ -130,6 +132,26 @@ def gptq_folder(float_folder, tmp_path_factory):
     """A GPTQModel checkpoint saved by llmlab (about 5 s)."""
     folder = tmp_path_factory.mktemp("gptq") / "checkpoint"
     return gptqmodel_quantize(float_folder, folder, calibration(), group_size=64)
+
+
+def saved_dtype(folder) -> str:
+    """The dtype GPTQModel computed in: it writes it into the checkpoint's config."""
+    return json.loads((folder / "config.json").read_text())["dtype"]
+
+
+def test_gptqmodel_computes_in_the_courses_cpu_dtype(gptq_folder):
+    assert saved_dtype(gptq_folder) == str(choose_dtype("cpu").dtype).removeprefix("torch.")
+
+
+@pytest.mark.slow
+def test_where_bf16_is_emulated_gptqmodel_computes_in_fp32(float_folder, tmp_path, monkeypatch):
+    """GPTQModel's own choice on any CPU is bf16: on a CPU without bf16 instructions (injected)
+    that is emulated, and Lab 07's quantization took 91 s there against 3 s in fp32."""
+    no_bf16 = training_dtype_for("cpu", cpu_fast_bf16=False)
+    monkeypatch.setattr("llmlab.quant.library.choose_dtype", lambda device: no_bf16)
+    folder = gptqmodel_quantize(float_folder, tmp_path / "q", calibration(), group_size=64)
+    assert saved_dtype(folder) == "float32"
+    assert check_gptq_checkpoint(folder)["bits"] == 4
 
 
 def damaged_copy(gptq_folder, tmp_path, keep_checksums=True):
