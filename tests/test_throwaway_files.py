@@ -30,7 +30,8 @@ def leaks(cells: list[str]) -> list[str]:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_temporary_folder_a_notebook_makes_its_last_cell_removes(path):
     cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
-    assert not leaks(cells), f"{path.name} leaves temporary folders behind: {leaks(cells)}"
+    left = leaks(cells)
+    assert not left, f"{path.name} leaves temporary folders behind: {left}"
 
 
 def test_a_folder_left_behind_is_found():
