@@ -32,7 +32,12 @@ def test_large_scores_stay_finite():
     q, k, v = torch.randn(3, 1, 1, 40, 16, generator=torch.Generator().manual_seed(2)).to(DEVICE)
     q, k = q * 30, k * 30
     got = attention_forward(q, k, v, causal=True, block_m=16, block_n=16)
-    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    # Against the exact answer (float64): scores this large carry float32 rounding of about 2e-4
+    # each, so every float32 attention is about 1e-4 off it, SDPA's own included, and which of
+    # the CPU's kernels SDPA runs (AVX-512 or AVX2) moves its digits by as much. An overflow
+    # gives inf or NaN, a missed rescaling errors of order 1.
+    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+    torch.testing.assert_close(got.double(), exact, rtol=0, atol=1e-3)
 
 
 def test_mismatched_shapes_and_bad_sizes_are_refused():
