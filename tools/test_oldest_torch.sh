@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The unit tests and Labs 00-03 under the oldest torch the course supports (pyproject.toml's
+# The unit tests and Labs 00-03 and 05 under the oldest torch the course supports (pyproject.toml's
 # `torch>=` bound), in an environment of its own (.venv-oldest), installed as a Colab runtime
 # installs the course: torch first, then everything else with tools/install_here.py's constraints,
 # which keep that torch. Not part of `make test`: PyPI's Linux torch is the CUDA build (about 3 GB
@@ -24,4 +24,5 @@ PY
 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE "$VENV/bin/python" -m pytest -n 2 --dist loadscope \
     --no-loadscope-reorder -p no:cacheprovider tests solutions/00_environment.ipynb \
     solutions/01_data.ipynb solutions/02_memory.ipynb solutions/03_training.ipynb \
+    solutions/05_at_scale.ipynb \
     --nbval-lax --nbval-current-env --ignore tests/test_pins.py "$@"

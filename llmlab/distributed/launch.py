@@ -15,6 +15,7 @@ launched: `llmlab.jobs.processes.run_script`, which shows its output with this m
 import contextlib
 import os
 import pickle
+import re
 import selectors
 import signal
 import socket
@@ -102,12 +103,25 @@ def _rank_main(
         os._exit(code)  # skip the parent's exit handlers (a notebook kernel's, pytest's)
 
 
+# What the gloo in torch 2.10 prints on every rank each time a process group starts ("[Gloo] Rank
+# 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"), whatever the
+# logging settings: it says nothing a learner needs, and crowds out what the ranks print.
+_GLOO_NOTICE = re.compile(r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
+                          r"Expected number of connected peer ranks is : \d+$")
+
+
+def is_gloo_notice(line: str) -> bool:
+    """Whether `line` (after any launcher's prefix) is gloo's connection notice."""
+    return _GLOO_NOTICE.search(line.rstrip()) is not None
+
+
 # How a process's output is shown, here and by llmlab.jobs' runners (which import it, since jobs
 # sits above distributed): one line printer, one progress bar, one exit message for both.
 class OutputLines:
     """Collects a process's output bytes, prints whole lines with `prefix` in front (unless
     `echo` is False) and keeps them (without it) in `lines`. Each line that `counts` accepts
-    moves `bar` (a progress bar, or None) one on and shows there."""
+    moves `bar` (a progress bar, or None) one on and shows there. Gloo's connection notices are
+    left out."""
 
     def __init__(self, prefix: str = "", bar=None, echo: bool = True,
                  counts: Callable[[str], bool] = lambda line: True):
@@ -117,7 +131,10 @@ class OutputLines:
     def feed(self, data: bytes) -> None:
         *lines, self.partial = (self.partial + data).split(b"\n")
         for line in lines:
-            self.lines.append(line.decode(errors="replace") + "\n")
+            text = line.decode(errors="replace")
+            if is_gloo_notice(text):
+                continue
+            self.lines.append(text + "\n")
             if self.echo:
                 print(self.prefix + self.lines[-1], end="", flush=True)
             if self.bar is not None and self.counts(self.lines[-1]):

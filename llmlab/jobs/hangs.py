@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -40,6 +41,11 @@ from llmlab.distributed.launch import launch
 from llmlab.files import write_atomically
 
 FLIGHT_RECORDER_ENTRIES = "2000"  # the newest collectives each rank remembers (a ring buffer)
+# The flight recorder's size, by its name and by the older one that torch 2.10's gloo alone reads
+# (with only the new name it recorded nothing: measured; the pin, 2.13, reads the new one; 2.11
+# and 2.12 untested, so they get both). Torch warns once per rank that the older is deprecated.
+FLIGHT_RECORDER_SIZE_NAMES = ("TORCH_FR_BUFFER_SIZE",) + (
+    ("TORCH_NCCL_TRACE_BUFFER_SIZE",) if torch.__version__ < "2.13" else ())
 
 
 def hang_debug_env(backend: str = "gloo", dump_prefix: str = "fr_trace/rank_") -> dict:
@@ -61,6 +67,8 @@ def hang_debug_env(backend: str = "gloo", dump_prefix: str = "fr_trace/rank_") -
             "the flight recorder: each rank remembers its last collectives, to compare after a "
             "hang (explain_hang)",
         ),
+        **{name: (FLIGHT_RECORDER_ENTRIES, "the older name of the same size: this torch's gloo "
+                  "reads only it") for name in FLIGHT_RECORDER_SIZE_NAMES[1:]},
         "TORCH_FR_DUMP_TEMP_FILE": (
             dump_prefix,
             "where dumps go, one file per rank (<prefix><rank>); fr_trace and "
@@ -152,6 +160,12 @@ def load_flight_records(prefix: str | Path) -> dict[int, list[CollectiveCall]]:
             f"no flight-recorder dumps named {prefix}<rank>: was TORCH_FR_BUFFER_SIZE set before "
             "init_process_group, and did each rank call dump_flight_record (or, under NCCL, "
             "TORCH_NCCL_DUMP_ON_TIMEOUT=1 write them)?"
+        )
+    if not any(records.values()):  # nothing to compare: not "no hang"
+        raise ValueError(
+            f"the flight-recorder dumps under {prefix.parent} hold no collective: was the "
+            f"recorder sized ({' and '.join(FLIGHT_RECORDER_SIZE_NAMES)}) before the process "
+            "group was created?"
         )
     return records
 
@@ -257,7 +271,6 @@ def _call(name: str, group) -> None:
 def _demo_rank(skip_rank, position, instead, timeout_s, prefix) -> None:
     """One rank of `hang_demo`: run the demo's collectives on a group with a short timeout;
     `skip_rank` skips the one at `position` (or calls `instead` there); dump the flight record."""
-    os.environ["TORCH_FR_BUFFER_SIZE"] = FLIGHT_RECORDER_ENTRIES  # read when a group is made
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
     try:
         for index, name in enumerate(DEMO_COLLECTIVES, start=1):
@@ -288,7 +301,11 @@ def hang_demo(
         raise ValueError(f"position must be in 1..{len(DEMO_COLLECTIVES)}, got {position}")
     if instead is not None and instead not in DEMO_COLLECTIVES:
         raise ValueError(f"instead must be None or one of {DEMO_COLLECTIVES}, got {instead!r}")
-    with tempfile.TemporaryDirectory(prefix="flight-records-") as folder:
+    # The recorder's size goes in the ranks' environment from the start: torch 2.13 reads it when
+    # each group is made, 2.10 when the first is (launch's own, before _demo_rank runs).
+    recorder_size = dict.fromkeys(FLIGHT_RECORDER_SIZE_NAMES, FLIGHT_RECORDER_ENTRIES)
+    with (tempfile.TemporaryDirectory(prefix="flight-records-") as folder,
+          mock.patch.dict(os.environ, recorder_size)):  # put back as it was afterwards
         prefix = Path(folder) / "rank_"
         # The launcher's own limit is well past the demo group's timeout, so the collectives'
         # timeouts end the hang, as they would in a real job.

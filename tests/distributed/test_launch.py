@@ -9,10 +9,10 @@ import threading
 import pytest
 import torch
 import torch.distributed as dist
-from helpers.launch import job_env, survivors, write_pid, written_pids
+from helpers.launch import RecordingBar, job_env, survivors, write_pid, written_pids
 
 from llmlab.distributed import LaunchError, launch
-from llmlab.distributed.launch import GRACE_S
+from llmlab.distributed.launch import GRACE_S, OutputLines
 
 needs_linux = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; Linux's prctl")
 
@@ -162,6 +162,22 @@ def test_launch_progress_is_fed_by_rank_0s_lines(bars):
     [bar] = bars
     assert (bar.desc, bar.total, bar.closed) == ("demo", 3, True)
     assert bar.postfixes == ["rank 0 step 1", "rank 0 step 2", "rank 0 step 3"]
+
+
+def test_gloos_connection_notice_is_left_out_and_its_errors_are_kept(capsys):
+    """Torch 2.10's gloo prints the notice on every rank at each group's start; torchrun's
+    prefix may come before it. A gloo error is kept, whatever it starts with."""
+    bar = RecordingBar()
+    printer = OutputLines(prefix="[rank 0] ", bar=bar)
+    printer.feed(b"[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected "
+                 b"peer ranks is : 1\nstep 1\n[default0]:[Gloo] Rank 1 is connected to 3 peer "
+                 b"ranks. Expected number of connected peer ranks is : 3\n[Gloo] Rank 0: "
+                 b"Timed out waiting 2000ms\nstep 2")
+    printer.close()
+    kept = ["step 1\n", "[Gloo] Rank 0: Timed out waiting 2000ms\n", "step 2\n"]
+    assert printer.lines == kept
+    assert capsys.readouterr().out == "".join("[rank 0] " + line for line in kept)
+    assert bar.postfixes == [line.strip() for line in kept]
 
 
 def test_without_progress_no_bar_is_made(bars):

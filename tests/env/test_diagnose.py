@@ -5,8 +5,8 @@ import pytest
 from helpers.fake_machines import ALL_PACKAGES, cuda_box, fake_gpu, h100_box, make_report
 
 from llmlab.env.diagnose import (
-    MULTI_PROCESS_TESTED_TORCH,
-    _multi_process_torch_problems,
+    LAB04_TESTED_TORCH,
+    _lab04_torch_problems,
     _old_torch_problems,
     diagnose,
     oldest_supported_torch,
@@ -97,18 +97,18 @@ def test_a_torch_older_than_the_supported_range_is_an_error(installed, refused):
     ("2.9.1+cu126", False),  # an error already: older than supported at all
     ("2.10.0+cu128", True), ("2.12.1", True), ("2.13.0+cpu", False), ("3.0.0", False),
 ])
-def test_a_torch_older_than_labs_04_05_are_tested_on_is_a_warning(installed, warned):
-    problems = _multi_process_torch_problems(make_report(torch_version=installed), oldest="2.10")
+def test_a_torch_older_than_lab_04_is_tested_on_is_a_warning(installed, warned):
+    problems = _lab04_torch_problems(make_report(torch_version=installed), oldest="2.10")
     assert bool(problems) is warned
     if warned:
         (problem,) = problems
         assert problem.severity == "warning" and installed in problem.message
-        assert "Labs 04-05" in problem.message and "torch 2.13" in problem.fix
+        assert "Lab 04 is tested on 2.13" in problem.message and "torch 2.13" in problem.fix
 
 
-def test_labs_04_05_are_tested_on_the_pinned_torch():
+def test_lab_04_is_tested_on_the_pinned_torch():
     constraints = (Path(__file__).resolve().parents[2] / "constraints.txt").read_text()
-    assert f"\ntorch=={MULTI_PROCESS_TESTED_TORCH}." in constraints
+    assert f"\ntorch=={LAB04_TESTED_TORCH}." in constraints
 
 
 def test_the_supported_range_is_what_pyproject_states():

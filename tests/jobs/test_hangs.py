@@ -8,6 +8,7 @@ import pytest
 
 from llmlab.distributed import launch
 from llmlab.jobs.hangs import (
+    FLIGHT_RECORDER_SIZE_NAMES,
     CollectiveCall,
     explain_hang,
     hang_debug_env,
@@ -76,11 +77,22 @@ def test_no_dumps_is_a_clear_error(tmp_path):
         load_flight_records(tmp_path / "rank_")
 
 
+def test_dumps_without_a_collective_are_a_clear_error_not_no_hang(tmp_path):
+    """What a recorder that was never sized leaves (torch 2.10's gloo with the new name alone):
+    no collective on any rank, which must not read as 'every rank called the same ones'."""
+    for rank in range(2):
+        (tmp_path / f"rank_{rank}").write_bytes(pickle.dumps({"version": "2.10", "entries": []}))
+    with pytest.raises(ValueError, match="hold no collective: was the recorder sized"):
+        load_flight_records(tmp_path / "rank_")
+
+
 def test_debug_env_says_why_and_guards_nccl_only_settings():
     gloo, nccl = hang_debug_env("gloo"), hang_debug_env("nccl")
     assert gloo["TORCH_DISTRIBUTED_DEBUG"][0] == "DETAIL"
-    assert int(gloo["TORCH_FR_BUFFER_SIZE"][0]) > 0
-    assert not any(name.startswith("TORCH_NCCL") for name in gloo)
+    assert all(int(gloo[name][0]) > 0 for name in FLIGHT_RECORDER_SIZE_NAMES)
+    # The recorder's older name starts with TORCH_NCCL but is gloo's too (torch 2.10's reads it).
+    assert not any(name.startswith("TORCH_NCCL") for name in gloo
+                   if name not in FLIGHT_RECORDER_SIZE_NAMES)
     assert nccl["TORCH_NCCL_DUMP_ON_TIMEOUT"][0] == "1" and set(gloo) < set(nccl)
     assert all(why for _, why in nccl.values())
     with pytest.raises(ValueError, match="'gloo' or 'nccl'"):

@@ -59,7 +59,10 @@ def test_unscaled_cast_flushes_small_values_and_overflows_large_ones():
     weight = FP8Cast("none", "weight")  # e4m3: smallest subnormal 2^-9, max 448
     back = weight(torch.tensor([1e-4, 1000.0, 1.0, 0.0]))
     assert back[[0, 2, 3]].tolist() == [0.0, 1.0, 0.0]
-    assert counts(weight) == (1, 1, 0)  # the zero is no underflow; 1000 saturates (torch 2.12+)
+    # The zero is no underflow. Past e4m3fn's max (it has no infinity) torch 2.12 on saturates
+    # 1000 to 448; before, the cast gives NaN, and the count says so.
+    nan_before_2_12 = 0 if torch.__version__ >= "2.12" else 1
+    assert counts(weight) == (1, 1, nan_before_2_12)
     grad = FP8Cast("none", "grad")  # e5m2: smallest subnormal 2^-16, max 57344, has inf
     back = grad(torch.tensor([1e-7, 1e5, -3.0]))
     assert back.tolist() == [0.0, float("inf"), -3.0]

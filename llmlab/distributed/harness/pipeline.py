@@ -150,7 +150,9 @@ def train_pipeline(
     tie_group = dist.new_group([0, ranks - 1])  # every rank must take part in creating it
     losses, step_times, busy_times = [], [], []
     for tokens in token_batches(shape, steps, batch, seq):
-        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        # Contiguous: the stages check each micro-batch's strides against the first one's, and
+        # torch 2.10's check counts a slice's stride (33, 1) as a mismatch with (32, 1).
+        inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
         dist.barrier()  # start the clocks together
         busy[0], start = 0.0, time.perf_counter()
         step_losses = []
