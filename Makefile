@@ -24,6 +24,10 @@ PYTEST_WORKERS ?= 2
 TEST_THREADS ?= 1
 # The 25 slowest tests close the report: where the CI budget goes (notebooks, mostly).
 DURATIONS ?= 25
+# A notebook cell's limit, in seconds: without one, nbval waits forever on a kernel that died
+# (tried: a cell that aborts its kernel hung the run; with a limit it failed and the rest were
+# skipped). Twice the longest cell under the test command (Lab 03's training, 534 s capped at AVX2).
+NBVAL_CELL_TIMEOUT ?= 1200
 
 .PHONY: lab course test labs solutions doctor gpu-check bench lint clean FORCE
 
@@ -38,7 +42,7 @@ course: $(STAMP)  ## run every solution notebook headless and print a table (PRO
 	$(PY) -m llmlab course --profile $(PROFILE)
 
 test: $(STAMP)  ## every test: unit, notebooks (nbval), labs/solutions sync
-	OMP_NUM_THREADS=$(TEST_THREADS) LLMLAB_CPU_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder tests solutions --nbval-lax --nbval-current-env -p no:cacheprovider --durations=$(DURATIONS)
+	OMP_NUM_THREADS=$(TEST_THREADS) LLMLAB_CPU_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder tests solutions --nbval-lax --nbval-current-env --nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider --durations=$(DURATIONS)
 
 labs: $(STAMP)  ## regenerate labs/ from solutions/
 	$(PY) -m llmlab make-labs

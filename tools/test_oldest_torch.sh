@@ -25,4 +25,4 @@ OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE "$VENV/bin/python" -m pytest -n 2 --di
     --no-loadscope-reorder -p no:cacheprovider tests solutions/00_environment.ipynb \
     solutions/01_data.ipynb solutions/02_memory.ipynb solutions/03_training.ipynb \
     solutions/05_at_scale.ipynb \
-    --nbval-lax --nbval-current-env --ignore tests/test_pins.py "$@"
+    --nbval-lax --nbval-current-env --nbval-cell-timeout=1200 --ignore tests/test_pins.py "$@"
