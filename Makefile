@@ -25,8 +25,8 @@ TEST_THREADS ?= 1
 # The 25 slowest tests close the report: where the CI budget goes (notebooks, mostly).
 DURATIONS ?= 25
 # A notebook cell's limit, in seconds: without one, nbval waits forever on a kernel that died
-# (tried: a cell that aborts its kernel hung the run; with a limit it failed and the rest were
-# skipped). Twice the longest cell under the test command (Lab 03's training, 534 s capped at AVX2).
+# (tried: a cell that aborts its kernel hung the run; with a limit that cell failed and the run
+# went on). Twice the longest cell under the test command (Lab 03's training, 534 s capped at AVX2).
 NBVAL_CELL_TIMEOUT ?= 1200
 
 .PHONY: lab course test labs solutions doctor gpu-check bench lint clean FORCE

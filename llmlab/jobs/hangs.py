@@ -67,7 +67,7 @@ def hang_debug_env(backend: str = "gloo", dump_prefix: str = "fr_trace/rank_") -
             "the flight recorder: each rank remembers its last collectives, to compare after a "
             "hang (explain_hang)",
         ),
-        **{name: (FLIGHT_RECORDER_ENTRIES, "the older name of the same size: this torch's gloo "
+        **{name: (FLIGHT_RECORDER_ENTRIES, "the older name of the same size: torch 2.10's gloo "
                   "reads only it") for name in FLIGHT_RECORDER_SIZE_NAMES[1:]},
         "TORCH_FR_DUMP_TEMP_FILE": (
             dump_prefix,
