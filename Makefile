@@ -41,8 +41,12 @@ lab: $(STAMP)  ## open JupyterLab on the learner's notebooks
 course: $(STAMP)  ## run every solution notebook headless and print a table (PROFILE=smoke|full|auto)
 	$(PY) -m llmlab course --profile $(PROFILE)
 
+# The tests build Lab 01's shards and Lab 03's model in a folder of their own (LLMLAB_ARTIFACTS),
+# removed after: Lab 03's notebook, at one thread here, would otherwise replace the checkout's
+# model, the one `make solutions` made the stored runs of Labs 06-10 with.
 test: $(STAMP)  ## every test: unit, notebooks (nbval), labs/solutions sync
-	OMP_NUM_THREADS=$(TEST_THREADS) LLMLAB_CPU_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder tests solutions --nbval-lax --nbval-current-env --nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider --durations=$(DURATIONS)
+	artifacts=$$(mktemp -d -t llmlab-test-XXXX) && trap 'rm -rf "$$artifacts"' EXIT && \
+	LLMLAB_ARTIFACTS=$$artifacts OMP_NUM_THREADS=$(TEST_THREADS) LLMLAB_CPU_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder tests solutions --nbval-lax --nbval-current-env --nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider --durations=$(DURATIONS)
 
 labs: $(STAMP)  ## regenerate labs/ from solutions/
 	$(PY) -m llmlab make-labs

@@ -100,7 +100,7 @@ LABS: tuple[Lab, ...] = (
         _on_training_gpu, smoke_seconds=308),
     Lab(4, "multi_gpu", "Multi-GPU training", True,
         "2 or more GPUs (DDP, ZeRO/FSDP, tensor and pipeline parallelism)", _multi_gpu,
-        smoke_seconds=79),
+        smoke_seconds=84),
     Lab(5, "at_scale", "Training at scale", True,
         "2 or more GPUs (launchers, failures and restarts; the cluster planner needs none)",
         _multi_gpu, smoke_seconds=100),

@@ -77,27 +77,6 @@ def _old_torch_problems(report: EnvReport, oldest: str | None = None) -> list[Pr
     return [Problem("error", message, fix)]
 
 
-# Lab 04 is tested on this torch, the pinned one. On the oldest supported (2.10) every unit test,
-# Labs 00-03 and Lab 05 pass, and two of Lab 04's cells fail (README: "Which torch"); 2.11 and
-# 2.12 are untested.
-LAB04_TESTED_TORCH = "2.13"
-
-
-def _lab04_torch_problems(report: EnvReport, oldest: str | None = None) -> list[Problem]:
-    installed = _major_minor(report.torch_version)
-    oldest = oldest or oldest_supported_torch()
-    if installed is None or installed >= _major_minor(LAB04_TESTED_TORCH):
-        return []
-    if oldest is not None and installed < _major_minor(oldest):
-        return []  # older than supported at all: _old_torch_problems says so
-    message = (f"PyTorch {report.torch_version}: Lab 04 is tested on {LAB04_TESTED_TORCH}; on "
-               "2.10 two of its cells fail (torch.distributed has no reduce_scatter_single yet, "
-               "and its GPipe refuses fewer micro-batches than stages)")
-    fix = (f"for Lab 04 use torch {LAB04_TESTED_TORCH} (`make lab` in a checkout installs it); "
-           "the other labs run as they are")
-    return [Problem("warning", message, fix)]
-
-
 def _driver_older_than_runtime(report: EnvReport) -> bool:
     driver, runtime = _major_minor(report.driver_cuda_version), _major_minor(report.cuda_runtime)
     return driver is not None and runtime is not None and driver < runtime
@@ -209,7 +188,7 @@ def _resource_problems(report: EnvReport) -> list[Problem]:
 def diagnose(report: EnvReport) -> list[Problem]:
     """What is wrong with this machine for the course, each with a fix (a pure function)."""
     checks = (
-        _package_problems, _old_torch_problems, _lab04_torch_problems,
+        _package_problems, _old_torch_problems,
         _cuda_build_problems, _cpu_build_problems,
         _old_gpu_problems, _framework_problems, _resource_problems,
     )

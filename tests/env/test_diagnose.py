@@ -5,8 +5,6 @@ import pytest
 from helpers.fake_machines import ALL_PACKAGES, cuda_box, fake_gpu, h100_box, make_report
 
 from llmlab.env.diagnose import (
-    LAB04_TESTED_TORCH,
-    _lab04_torch_problems,
     _old_torch_problems,
     diagnose,
     oldest_supported_torch,
@@ -91,24 +89,6 @@ def test_a_torch_older_than_the_supported_range_is_an_error(installed, refused):
         (problem,) = problems
         assert "2.9.1" in problem.message and "2.10 on" in problem.message
         assert "pip install 'torch>=2.10'" in problem.fix
-
-
-@pytest.mark.parametrize(("installed", "warned"), [
-    ("2.9.1+cu126", False),  # an error already: older than supported at all
-    ("2.10.0+cu128", True), ("2.12.1", True), ("2.13.0+cpu", False), ("3.0.0", False),
-])
-def test_a_torch_older_than_lab_04_is_tested_on_is_a_warning(installed, warned):
-    problems = _lab04_torch_problems(make_report(torch_version=installed), oldest="2.10")
-    assert bool(problems) is warned
-    if warned:
-        (problem,) = problems
-        assert problem.severity == "warning" and installed in problem.message
-        assert "Lab 04 is tested on 2.13" in problem.message and "torch 2.13" in problem.fix
-
-
-def test_lab_04_is_tested_on_the_pinned_torch():
-    constraints = (Path(__file__).resolve().parents[2] / "constraints.txt").read_text()
-    assert f"\ntorch=={LAB04_TESTED_TORCH}." in constraints
 
 
 def test_the_supported_range_is_what_pyproject_states():

@@ -45,6 +45,15 @@ SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B,
 INTERLEAVED = ("interleaved-1f1b", "interleaved-zero-bubble")
 
 
+def fewest_microbatches(schedule: str, ranks: int) -> int:
+    """The fewest micro-batches torch runs `schedule` with on `ranks` ranks: one for GPipe (its
+    stages only wait longer), as many as the ranks for the others (a guard against a 1F1B
+    hang). Torch 2.10 guards GPipe too; 2.11 on does not (pytorch/pytorch#171462)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}: use one of {tuple(SCHEDULES)}")
+    return 1 if schedule == "gpipe" and torch.__version__ >= "2.11" else ranks
+
+
 class GPT2Stage(nn.Module):
     """Blocks [first, last) of a GPT-2 model; the first stage also embeds the tokens, the last
     also applies the final norm and the LM head. Tensor in, tensor out."""
@@ -126,9 +135,9 @@ def train_pipeline(
         raise ValueError(f"a batch of {batch} does not cut into {microbatches} equal "
                          "micro-batches")
     rank, ranks = dist.get_rank(), dist.get_world_size()
-    if schedule != "gpipe" and microbatches < ranks:
-        raise ValueError(f"{schedule} needs at least as many micro-batches as ranks ({ranks}): "
-                         f"got {microbatches}")
+    if microbatches < fewest_microbatches(schedule, ranks):
+        raise ValueError(f"{schedule} on torch {torch.__version__} needs at least as many "
+                         f"micro-batches as ranks ({ranks}): got {microbatches}")
     model = build_model(shape)  # every rank builds it whole (same seed), then keeps its stages
     bounds = stage_bounds(shape.n_layer, ranks * chunks)
     # Chunk c of this rank is stage c x ranks + rank: the layers go round the ranks `chunks` times.

@@ -6,12 +6,14 @@ tests/scale/test_schedules.py.)"""
 from functools import partial
 
 import pytest
+import torch
+from torch.torch_version import TorchVersion
 
 from llmlab.distributed import LaunchError, launch
 from llmlab.distributed.harness.equivalence import (
     parameters_error,
 )
-from llmlab.distributed.harness.pipeline import stage_bounds, train_pipeline
+from llmlab.distributed.harness.pipeline import fewest_microbatches, stage_bounds, train_pipeline
 
 TOLERANCE = 1e-5  # the target for PP vs one process, relative, fp32
 
@@ -61,3 +63,17 @@ def test_bad_input_is_named():
                timeout_s=60)
     with pytest.raises(LaunchError, match="does not cut into 3 equal micro-batches"):
         launch(partial(train_pipeline, steps=1, microbatches=3), nprocs=2, timeout_s=60)
+    with pytest.raises(LaunchError, match=r"1f1b on torch .* micro-batches as ranks \(2\): got 1"):
+        launch(partial(train_pipeline, steps=1, schedule="1f1b", microbatches=1), nprocs=2,
+               timeout_s=60)
+
+
+@pytest.mark.parametrize("version, gpipe", [("2.10.0+cu128", 4), ("2.11.0", 1), ("2.13.0+cpu", 1)])
+def test_fewest_microbatches_follow_the_torch_that_runs_them(monkeypatch, version, gpipe):
+    """Torch 2.10 refuses fewer micro-batches than stages for every schedule (Lab 04's bubble
+    sweep starts at m = 1 only from 2.11 on); 1F1B and the interleaved ones refuse it always."""
+    monkeypatch.setattr(torch, "__version__", TorchVersion(version))
+    assert fewest_microbatches("gpipe", 4) == gpipe
+    assert fewest_microbatches("1f1b", 4) == fewest_microbatches("interleaved-1f1b", 4) == 4
+    with pytest.raises(ValueError, match="unknown schedule 'zb'"):
+        fewest_microbatches("zb", 4)
