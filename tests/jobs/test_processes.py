@@ -126,8 +126,10 @@ run_script(sys.argv[1], nprocs=2, script_args=[sys.argv[2]], timeout_s=600)
 def test_run_scripts_ranks_go_when_the_launching_process_is_killed(tmp_path):
     script = tmp_path / "waits.py"
     script.write_text(RANK_SCRIPT.format(body=WAITS))
+    # TMPDIR: run_script's folder for torchrun's logs, which a killed process cannot remove,
+    # goes where pytest removes it, not in /tmp.
     kernel = subprocess.Popen([sys.executable, "-c", SCRIPT_KERNEL, str(script), str(tmp_path)],
-                              env=job_env())
+                              env={**job_env(), "TMPDIR": str(tmp_path)})
     try:
         ranks = written_pids(tmp_path, 2)
     finally:
