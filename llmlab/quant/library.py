@@ -53,6 +53,10 @@ KERNELS = {
     "triton": "gptq_triton",
 }
 GPU_ONLY_KERNELS = ("marlin", "exllama_v2", "machete", "triton")
+# GPTQModel's tokenizer helper (tokenicer) points these at /tmp/tokenicer_hf_home when they are
+# unset, for the whole process and every process it starts: a download there would land in /tmp,
+# not in the user's Hugging Face cache. Those it sets are unset again after the import.
+HF_CACHE_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_MODULES_CACHE")
 # Loggers of GPTQModel's dependencies that log at INFO/WARNING on every load.
 NOISY_LOGGERS = ("tokenicer", "tokenicer.tokenicer", "accelerate.utils.modeling", "optimum")
 REMEDY = ("Quantize the float model again (llmlab.quant.library.gptqmodel_quantize), or copy the "
@@ -67,6 +71,7 @@ def import_gptqmodel(quiet: bool = True):
     """The gptqmodel module, imported without its banner, or an error that says how to get it."""
     os.environ.setdefault(CPU_WORKERS_VARIABLE, str(os.cpu_count() or 1))
     os.environ.setdefault(*PACK_EXTENSION_OFF)
+    unset = [name for name in HF_CACHE_VARIABLES if name not in os.environ]
     try:
         with _captured(quiet):
             import gptqmodel
@@ -75,6 +80,9 @@ def import_gptqmodel(quiet: bool = True):
             "GPTQModel is not installed: it is one of the course's pinned packages, so run the "
             "README's install command (or `pip install -c constraints.txt gptqmodel`)"
         ) from error
+    finally:
+        for name in unset:
+            os.environ.pop(name, None)
     if quiet:
         _quiet_logs()
     return gptqmodel

@@ -290,3 +290,35 @@ def test_a_gpu_only_kernel_on_a_cpu_falls_back_with_a_warning():
         assert pick_kernel("torch") == "gptq_torch"
     with pytest.raises(ValueError, match="unknown GPTQ kernel"):
         pick_kernel("fastest")
+
+
+def test_importing_gptqmodel_leaves_the_hugging_face_cache_variables_as_they_were(tmp_path,
+                                                                                 monkeypatch):
+    """GPTQModel's tokenizer helper sets HF_HOME and the Hub caches to a folder in /tmp when they
+    are unset (seen with GPTQModel 7.6.0); a stand-in package that does the same is imported
+    here, so the test runs in this process whether or not the real one was imported before."""
+    import os
+    import sys
+
+    from llmlab.quant.library import HF_CACHE_VARIABLES, import_gptqmodel
+
+    package = tmp_path / "gptqmodel"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import os\n"
+        "for name in ('HF_HOME', 'HF_HUB_CACHE', 'TRANSFORMERS_CACHE', 'HF_MODULES_CACHE'):\n"
+        "    os.environ.setdefault(name, '/tmp/tokenicer_hf_home')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in HF_CACHE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", "/home/me/hf")  # the user's own value is kept
+    real = sys.modules.pop("gptqmodel", None)
+    try:
+        import_gptqmodel(quiet=False)
+        assert sys.modules["gptqmodel"].__file__.startswith(str(tmp_path))  # the stand-in ran
+    finally:
+        sys.modules.pop("gptqmodel", None)
+        if real is not None:
+            sys.modules["gptqmodel"] = real
+    assert os.environ["HF_HOME"] == "/home/me/hf"
+    assert [name for name in HF_CACHE_VARIABLES if name in os.environ] == ["HF_HOME"]
