@@ -41,12 +41,14 @@ lab: $(STAMP)  ## open JupyterLab on the learner's notebooks
 course: $(STAMP)  ## run every solution notebook headless and print a table (PROFILE=smoke|full|auto)
 	$(PY) -m llmlab course --profile $(PROFILE)
 
-# The tests build Lab 01's shards and Lab 03's model in a folder of their own (LLMLAB_ARTIFACTS),
-# removed after: Lab 03's notebook, at one thread here, would otherwise replace the checkout's
-# model, the one `make solutions` made the stored runs of Labs 06-10 with.
+# Each run works in a scratch folder of its own, removed after: the temporary files of the tests
+# and of the libraries they drive (torchrun's, GPTQModel's, Inductor's compile cache: a cache
+# filled under other CPU flags once crashed a kernel) and what the labs build for each other
+# (LLMLAB_ARTIFACTS: Lab 03's notebook, at one thread here, would otherwise replace the
+# checkout's model, the one `make solutions` made the stored runs of Labs 06-10 with).
 test: $(STAMP)  ## every test: unit, notebooks (nbval), labs/solutions sync
-	artifacts=$$(mktemp -d -t llmlab-test-XXXX) && trap 'rm -rf "$$artifacts"' EXIT && \
-	LLMLAB_ARTIFACTS=$$artifacts OMP_NUM_THREADS=$(TEST_THREADS) LLMLAB_CPU_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder tests solutions --nbval-lax --nbval-current-env --nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider --durations=$(DURATIONS)
+	scratch=$$(mktemp -d -t llmlab-test-XXXX) && trap 'rm -rf "$$scratch"' EXIT && \
+	TMPDIR=$$scratch LLMLAB_ARTIFACTS=$$scratch/artifacts OMP_NUM_THREADS=$(TEST_THREADS) LLMLAB_CPU_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder tests solutions --nbval-lax --nbval-current-env --nbval-cell-timeout=$(NBVAL_CELL_TIMEOUT) -p no:cacheprovider --durations=$(DURATIONS)
 
 labs: $(STAMP)  ## regenerate labs/ from solutions/
 	$(PY) -m llmlab make-labs
